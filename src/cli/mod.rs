@@ -1,0 +1,116 @@
+//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`. `main.rs` only calls
+//! [`run`].
+
+mod sign;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, Settings};
+use crate::startup::{Application, BuildOptions, open_store, shutdown_signal};
+use crate::store::Store as _;
+use crate::telemetry;
+
+#[derive(Debug, Parser)]
+#[command(name = "webhook-inbox", version, about = "A webhook receiver with idempotent consumers")]
+pub struct Cli {
+    /// Config file (default: ./webhook-inbox.toml if present, else the embedded default).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP server and the consumer pool.
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print the headers that sign a body read from stdin, for curl (`curl -H @headers`).
+    Sign(sign::SignArgs),
+}
+
+/// Settings as `serve` uses them, and whether they are the embedded default.
+pub struct Loaded {
+    pub settings: Settings,
+    pub embedded: bool,
+}
+
+/// The config file, else the embedded default; an empty admin token is generated and kept.
+pub fn load_settings(path: Option<&Path>) -> anyhow::Result<Loaded> {
+    let (mut settings, embedded) = match Settings::load(path, std::env::vars())? {
+        Some(s) => (s, false),
+        None => {
+            let mut s = Settings::from_toml("", "embedded default", std::env::vars())?;
+            config::add_demo_source(&mut s)?;
+            (s, true)
+        }
+    };
+    config::ensure_admin_token(&mut settings)?;
+    Ok(Loaded {
+        settings,
+        embedded,
+    })
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve => serve(cli.config.as_deref()),
+        Command::Migrate => {
+            let loaded = load_settings(cli.config.as_deref())?;
+            telemetry::init(loaded.settings.log_format);
+            let store = open_store(&loaded.settings)?;
+            let applied = store.migrate()?;
+            println!(
+                "database {} is up to date (applied now: {:?})",
+                store.path().display(),
+                applied
+            );
+            Ok(())
+        }
+        Command::Sign(args) => sign::run(cli.config.as_deref(), args),
+    }
+}
+
+fn serve(config: Option<&Path>) -> anyhow::Result<()> {
+    let loaded = load_settings(config)?;
+    telemetry::init(loaded.settings.log_format);
+    let settings = loaded.settings;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listen = settings.listen.clone();
+        let data = config::data_dir(&settings);
+        let app = Application::build(settings, BuildOptions::default())?;
+        tracing::info!(%listen, "webhook-inbox listening");
+        if loaded.embedded {
+            print_first_steps(&listen, &data);
+        }
+        app.run(shutdown_signal()).await
+    })
+}
+
+fn print_first_steps(listen: &str, data: &Path) {
+    let d = data.display();
+    eprintln!(
+        "
+webhook-inbox is running on the embedded default (no config file):
+  database      {d}/webhook-inbox.db
+  source        demo (standard-webhooks), secret in {d}/demo-secret
+  admin token   {d}/admin-token
+
+Send a first webhook from another terminal:
+  echo '{{\"type\":\"order.completed\",\"data\":{{\"order_id\":\"o-1\",\"customer_id\":\"c-1\",\"points\":10}}}}' > body.json
+  webhook-inbox sign --source demo < body.json > headers.txt
+  curl -i -H @headers.txt --data-binary @body.json http://{listen}/webhooks/demo
+
+Then look at it:
+  curl -H \"Authorization: Bearer $(cat {d}/admin-token)\" http://{listen}/loyalty/c-1
+"
+    );
+}

@@ -1,0 +1,78 @@
+//! The embedded default: with no config file, `serve` runs on SQLite under `./data/` with a
+//! `demo` source whose secret, like the admin token, is generated once and kept in `data/`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use rand::RngCore;
+
+use super::{MismatchPolicy, Secret, Settings, SourceSettings};
+use crate::signature::Scheme;
+
+pub const DEMO_SOURCE: &str = "demo";
+
+/// Read a generated secret, or create it (mode 0600) on first use.
+fn kept_secret(path: &Path, generate: impl FnOnce() -> String) -> anyhow::Result<Secret> {
+    use anyhow::Context;
+    match std::fs::read_to_string(path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(Secret::new(s.trim())),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let value = generate();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{value}")?;
+    Ok(Secret::new(value))
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes
+}
+
+/// The directory that holds generated secrets: the database's directory.
+pub fn data_dir(settings: &Settings) -> PathBuf {
+    settings
+        .sqlite_path()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("data"))
+}
+
+/// Fill an empty `admin_token` from `<data dir>/admin-token`, generating it once.
+pub fn ensure_admin_token(settings: &mut Settings) -> anyhow::Result<Option<PathBuf>> {
+    if !settings.admin_token.is_empty() {
+        return Ok(None);
+    }
+    let path = data_dir(settings).join("admin-token");
+    settings.admin_token = kept_secret(&path, || hex::encode(random_bytes::<24>()))?;
+    Ok(Some(path))
+}
+
+/// Add the `demo` source with its kept secret.
+pub fn add_demo_source(settings: &mut Settings) -> anyhow::Result<PathBuf> {
+    let path = data_dir(settings).join("demo-secret");
+    let secret = kept_secret(&path, || format!("whsec_{}", STANDARD.encode(random_bytes::<24>())))?;
+    settings.sources.push(SourceSettings {
+        name: DEMO_SOURCE.into(),
+        scheme: Scheme::StandardWebhooks,
+        secrets: vec![secret],
+        tolerance_seconds: 300,
+        on_payload_mismatch: MismatchPolicy::Duplicate,
+    });
+    Ok(path)
+}

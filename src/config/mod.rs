@@ -1,0 +1,303 @@
+//! Typed settings: defaults, then the TOML file, then `WEBHOOK_INBOX_*` environment variables.
+//!
+//! Every key of SPEC section 7 exists here. Unknown keys are refused with their name, because a
+//! misspelt `max_atempts` that silently falls back to a default is how production surprises
+//! happen. Sources come from the file only: a list of tables has no sane env encoding.
+
+mod embedded;
+mod env;
+mod secret;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use embedded::{DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token};
+pub use secret::Secret;
+
+use crate::signature::Scheme;
+
+/// The source name the submission API uses for its own events (SPEC section 6).
+pub const RESERVED_SOURCE: &str = "requests";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("invalid config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MismatchPolicy {
+    /// Answer `200 duplicate` with `payload_mismatch: true` (providers that vary metadata).
+    Duplicate,
+    /// Answer `409 payload_mismatch` (sources fed by your own tools).
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum DeliveryMode {
+    #[serde(rename = "at-most-once")]
+    AtMostOnce,
+    #[serde(rename = "at-least-once")]
+    AtLeastOnce,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Address the HTTP server binds.
+    pub listen: String,
+    /// `sqlite://relative/path.db` or `sqlite:///absolute/path.db`.
+    pub database_url: String,
+    /// Bearer token for the ops and submission routes. Empty: generated into `data/admin-token`.
+    pub admin_token: Secret,
+    /// Extra bearer tokens that may use the submission API only.
+    pub submission_tokens: Vec<Secret>,
+    /// Largest accepted webhook body; larger ones get 413 before being buffered.
+    pub body_limit_bytes: usize,
+    /// `text` for a terminal, `json` for log shippers.
+    pub log_format: LogFormat,
+    pub consumers: ConsumerSettings,
+    pub downstream: DownstreamSettings,
+    pub sources: Vec<SourceSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsumerSettings {
+    /// Worker tasks claiming events; 0 runs only the HTTP side.
+    pub workers: usize,
+    /// Most events one claim statement takes.
+    pub batch_size: usize,
+    /// How long a claim is exclusive before the sweeper may take it back.
+    pub lease_seconds: u64,
+    /// Claims an event may use before it is `failed`.
+    pub max_attempts: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DownstreamSettings {
+    /// Where submitted requests are POSTed. Empty: submissions fail with a clear reason.
+    pub url: String,
+    /// Bound on one downstream call; must be under half the lease so a call cannot outlive it.
+    pub timeout_ms: u64,
+    pub mode: DeliveryMode,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSettings {
+    pub name: String,
+    pub scheme: Scheme,
+    /// Several during rotation: any one matching is enough.
+    pub secrets: Vec<Secret>,
+    #[serde(default = "default_tolerance")]
+    pub tolerance_seconds: u64,
+    #[serde(default = "default_mismatch")]
+    pub on_payload_mismatch: MismatchPolicy,
+}
+
+fn default_tolerance() -> u64 {
+    300
+}
+
+fn default_mismatch() -> MismatchPolicy {
+    MismatchPolicy::Duplicate
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: "127.0.0.1:8080".into(),
+            database_url: "sqlite://data/webhook-inbox.db".into(),
+            admin_token: Secret::default(),
+            submission_tokens: Vec::new(),
+            body_limit_bytes: 1024 * 1024,
+            log_format: LogFormat::Text,
+            consumers: ConsumerSettings::default(),
+            downstream: DownstreamSettings::default(),
+            sources: Vec::new(),
+        }
+    }
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        ConsumerSettings {
+            workers: 4,
+            batch_size: 32,
+            lease_seconds: 30,
+            max_attempts: 15,
+            backoff_base_ms: 1000,
+            backoff_max_ms: 3_600_000,
+        }
+    }
+}
+
+impl Default for DownstreamSettings {
+    fn default() -> Self {
+        DownstreamSettings {
+            url: String::new(),
+            timeout_ms: 10_000,
+            mode: DeliveryMode::AtMostOnce,
+        }
+    }
+}
+
+impl Settings {
+    /// Parse a TOML document and apply environment overrides (`WEBHOOK_INBOX_*`), then validate.
+    /// `env` is passed in rather than read here so that tests never mutate the process env.
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        env::apply_overrides(&mut table, env)?;
+        let settings: Settings =
+            table
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Parse {
+                    path: origin.to_string(),
+                    message: e.message().to_string(),
+                })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Read `path`; `Ok(None)` when `path` is the implicit `./webhook-inbox.toml` and it is absent.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Option<Settings>, ConfigError> {
+        let (path, explicit) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from("webhook-inbox.toml"), false),
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(None),
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        Settings::from_toml(&text, &path.display().to_string(), env).map(Some)
+    }
+
+    /// The `[[sources]]` entry called `name`.
+    pub fn source(&self, name: &str) -> Option<&SourceSettings> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// The SQLite file named by `database_url`.
+    pub fn sqlite_path(&self) -> Result<PathBuf, ConfigError> {
+        sqlite_path(&self.database_url)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("listen", format!("`{}` is not host:port ({e})", self.listen)))?;
+        self.sqlite_path()?;
+        if self.body_limit_bytes == 0 {
+            return Err(invalid("body_limit_bytes", "must be positive"));
+        }
+        let c = &self.consumers;
+        if c.batch_size == 0 || c.batch_size > 1000 {
+            return Err(invalid("consumers.batch_size", "must be between 1 and 1000"));
+        }
+        if c.workers > 256 {
+            return Err(invalid("consumers.workers", "must be at most 256"));
+        }
+        if c.lease_seconds == 0 {
+            return Err(invalid("consumers.lease_seconds", "must be positive"));
+        }
+        if c.max_attempts == 0 {
+            return Err(invalid("consumers.max_attempts", "must be at least 1"));
+        }
+        if c.backoff_base_ms > c.backoff_max_ms {
+            return Err(invalid(
+                "consumers.backoff_base_ms",
+                "must not exceed consumers.backoff_max_ms",
+            ));
+        }
+        if self.downstream.timeout_ms == 0 || self.downstream.timeout_ms * 2 >= c.lease_seconds * 1000
+        {
+            return Err(invalid(
+                "downstream.timeout_ms",
+                format!(
+                    "must be positive and under half of consumers.lease_seconds ({} ms), so a \
+                     downstream call always ends before its lease can expire",
+                    c.lease_seconds * 1000 / 2
+                ),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            let key = |field: &str| format!("sources[{i}].{field}");
+            crate::domain::SourceName::parse(&s.name).map_err(|e| invalid(key("name"), e.to_string()))?;
+            if s.name == RESERVED_SOURCE {
+                return Err(invalid(
+                    key("name"),
+                    "`requests` is reserved for the submission API",
+                ));
+            }
+            if !seen.insert(s.name.as_str()) {
+                return Err(invalid(key("name"), format!("source `{}` is defined twice", s.name)));
+            }
+            if s.secrets.is_empty() {
+                return Err(invalid(key("secrets"), "at least one secret is required"));
+            }
+            for secret in &s.secrets {
+                s.scheme
+                    .check_secret(secret.expose())
+                    .map_err(|m| invalid(key("secrets"), m))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolve a `sqlite://` URL to a path: two slashes relative to the working directory, three
+/// absolute. Any other scheme is refused until the PostgreSQL store exists.
+pub fn sqlite_path(url: &str) -> Result<PathBuf, ConfigError> {
+    match url.strip_prefix("sqlite://") {
+        Some(rest) if !rest.is_empty() => Ok(PathBuf::from(rest)),
+        _ => Err(invalid(
+            "database_url",
+            format!(
+                "`{url}` is not supported: only sqlite://path (relative) or sqlite:///path \
+                 (absolute) until the PostgreSQL store exists"
+            ),
+        )),
+    }
+}

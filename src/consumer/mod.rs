@@ -1,0 +1,200 @@
+//! The consumer side: claim a batch, run each event's handler, finish the batch.
+//!
+//! Delivery to handlers is at-least-once (a lease that runs out makes an event claimable
+//! again); the store's fences and unique keys make each effect happen once.
+
+mod backoff;
+mod pool;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument as _;
+
+pub use backoff::Backoff;
+pub use pool::{ConsumerPool, PoolOptions};
+
+use crate::config::ConsumerSettings;
+use crate::domain::time::now_ms;
+use crate::handlers::{Handled, Registry};
+use crate::metrics::Metrics;
+use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Store, StoreResult};
+
+/// One claim-handle-finish pass over the store; shared by the pool's workers and by
+/// `POST /events/run`.
+pub struct Consumer {
+    store: Arc<dyn Store>,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    lease_ms: i64,
+    max_attempts: u32,
+    backoff: Backoff,
+}
+
+impl Consumer {
+    pub fn new(
+        store: Arc<dyn Store>,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        settings: &ConsumerSettings,
+    ) -> Consumer {
+        Consumer {
+            store,
+            registry,
+            metrics,
+            lease_ms: (settings.lease_seconds * 1000) as i64,
+            max_attempts: settings.max_attempts,
+            backoff: Backoff::new(settings.backoff_base_ms, settings.backoff_max_ms),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// Claim up to `limit` due events and process them. `stopping` is asked before each handler
+    /// starts: once it says yes, the remaining claims are released untouched. Returns the number
+    /// claimed. Blocking: call it from a blocking thread.
+    pub fn run_once(
+        &self,
+        worker: &str,
+        limit: usize,
+        stopping: &dyn Fn() -> bool,
+    ) -> StoreResult<usize> {
+        let claimed = self.store.claim(worker, limit, self.lease_ms, now_ms())?;
+        let count = claimed.len();
+        let mut finishes: Vec<(Finish, &'static str)> = Vec::new();
+        let mut events = claimed.into_iter();
+        while let Some(event) = events.next() {
+            if stopping() {
+                let rest: Vec<_> = std::iter::once(event)
+                    .chain(events)
+                    .map(|e| e.claim)
+                    .collect();
+                let released = self.store.release(&rest, now_ms())?;
+                tracing::info!(released, "released unstarted claims at shutdown");
+                break;
+            }
+            let handler = self.registry.route(&event.claim.source, &event.event_type);
+            let span = tracing::info_span!(
+                "handle",
+                source = %event.claim.source,
+                event_id = %event.claim.event_id,
+                event_type = %event.event_type,
+                handler = handler.name(),
+                attempt = event.claim.attempt,
+            );
+            let started = Instant::now();
+            let handled = span.in_scope(|| handler.handle(&event));
+            self.metrics
+                .observe_processing(started.elapsed().as_secs_f64());
+            let next = self.next_state(&event, handled);
+            finishes.push((
+                Finish {
+                    claim: event.claim,
+                    next,
+                },
+                handler.name(),
+            ));
+            if handler.external() {
+                self.flush(&mut finishes)?;
+            }
+        }
+        self.flush(&mut finishes)?;
+        Ok(count)
+    }
+
+    fn next_state(&self, event: &Claimed, handled: Handled) -> Next {
+        match handled {
+            Handled::Complete { effect, outcome } => Next::Complete { effect, outcome },
+            Handled::Permanent(error) => Next::Fail {
+                error,
+                result: AttemptResult::PermanentError,
+            },
+            Handled::Retryable(error) if event.budget_used >= i64::from(self.max_attempts) => {
+                Next::Fail {
+                    error: format!("{error} (gave up after {} attempts)", event.budget_used),
+                    result: AttemptResult::RetryableError,
+                }
+            }
+            Handled::Retryable(error) => Next::Retry {
+                at: now_ms() + self.backoff.delay_ms(event.budget_used),
+                error,
+            },
+        }
+    }
+
+    fn flush(&self, finishes: &mut Vec<(Finish, &'static str)>) -> StoreResult<()> {
+        if finishes.is_empty() {
+            return Ok(());
+        }
+        let items: Vec<Finish> = finishes.iter().map(|(f, _)| f.clone()).collect();
+        let results = self.store.finish(&items, now_ms())?;
+        for ((finish, handler), result) in finishes.drain(..).zip(results) {
+            self.record(&finish, handler, result);
+        }
+        Ok(())
+    }
+
+    fn record(&self, finish: &Finish, handler: &'static str, result: Finished) {
+        let attempt_result = match (&finish.next, result) {
+            (_, Finished::LeaseLost) => {
+                tracing::warn!(
+                    source = %finish.claim.source,
+                    event_id = %finish.claim.event_id,
+                    "lease lost before completion: nothing applied, the event will be retried"
+                );
+                self.metrics.attempt(handler, "lease_lost");
+                return;
+            }
+            (_, Finished::Completed { outcome, result }) => {
+                self.metrics.processed(handler, outcome.as_str());
+                result
+            }
+            (_, Finished::Retrying) => AttemptResult::RetryableError,
+            (Next::Fail { result, error }, Finished::Failed) => {
+                tracing::warn!(
+                    source = %finish.claim.source,
+                    event_id = %finish.claim.event_id,
+                    %error,
+                    "event failed"
+                );
+                *result
+            }
+            (_, Finished::Failed) => AttemptResult::PermanentError,
+        };
+        self.metrics.attempt(handler, attempt_result.as_str());
+    }
+
+    /// Return expired leases (see [`Store::sweep`]).
+    pub fn sweep(&self) -> StoreResult<usize> {
+        let registry = &self.registry;
+        self.store.sweep(now_ms(), self.max_attempts, &|source, event_type| {
+            registry.mode(source, event_type)
+        })
+    }
+
+    /// Run `run_once` on a blocking thread, keeping the caller's span.
+    pub async fn run_once_blocking(
+        self: &Arc<Self>,
+        worker: String,
+        limit: usize,
+    ) -> StoreResult<usize> {
+        let consumer = Arc::clone(self);
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            span.in_scope(|| consumer.run_once(&worker, limit, &|| false))
+        })
+        .instrument(tracing::Span::current())
+        .await
+        .map_err(|e| crate::store::StoreError::Internal(anyhow::anyhow!("consumer task: {e}")))?
+    }
+}

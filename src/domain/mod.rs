@@ -1,0 +1,75 @@
+//! Validated values, parsed once at the edge. Nothing downstream re-validates them.
+
+mod order;
+pub mod payload;
+pub mod time;
+
+pub use order::{OrderCredit, OrderError};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {0} characters")]
+    TooLong(usize),
+    #[error("must contain only letters, digits, `-`, `_` and `.`")]
+    BadCharacter,
+    #[error("must not contain control characters")]
+    Control,
+}
+
+/// A source name as it appears in `/webhooks/{source}` and the config.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceName(String);
+
+impl SourceName {
+    pub fn parse(s: &str) -> Result<SourceName, NameError> {
+        if s.is_empty() {
+            return Err(NameError::Empty);
+        }
+        if s.len() > 64 {
+            return Err(NameError::TooLong(64));
+        }
+        if !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(NameError::BadCharacter);
+        }
+        Ok(SourceName(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A provider's event id: opaque text, bounded so that a hostile sender cannot bloat the key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EventId(String);
+
+impl EventId {
+    pub const MAX_LEN: usize = 255;
+
+    pub fn parse(s: &str) -> Result<EventId, NameError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(NameError::Empty);
+        }
+        if s.len() > Self::MAX_LEN {
+            return Err(NameError::TooLong(Self::MAX_LEN));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(NameError::Control);
+        }
+        Ok(EventId(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}

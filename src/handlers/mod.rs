@@ -1,0 +1,83 @@
+//! Handlers: one file per effect, routed by source and event type.
+//!
+//! A handler decides what an event means; the store applies it. Effects that must happen once
+//! (the loyalty credit) are returned as an [`Effect`] so that the store commits them in the
+//! same transaction as the event's completion, fenced by the claim.
+
+mod audit;
+pub mod downstream;
+mod loyalty;
+
+use std::sync::Arc;
+
+use crate::config::{DeliveryMode, RESERVED_SOURCE};
+use crate::store::{Claimed, Effect, Outcome, Store};
+
+pub use audit::AuditLog;
+pub use downstream::{DownstreamError, DownstreamSystem, HttpDownstream, SubmitRequest};
+pub use loyalty::LoyaltyCredit;
+
+/// What a handler made of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// Complete the event, applying `effect` in the completing transaction.
+    Complete {
+        effect: Option<Effect>,
+        outcome: Outcome,
+    },
+    /// Worth another attempt after backoff (a downstream timeout).
+    Retryable(String),
+    /// Retrying cannot help (a payload without `order_id`): failed at once.
+    Permanent(String),
+}
+
+pub trait Handler: Send + Sync {
+    /// Stable name: the `processed_events.consumer` value and the metrics label.
+    fn name(&self) -> &'static str;
+    /// What the sweeper does when this handler's lease expires.
+    fn mode(&self) -> DeliveryMode;
+    /// Whether `handle` talks to an external system: its completion is then committed straight
+    /// after the call rather than batched, so that the lease covers only that call.
+    fn external(&self) -> bool {
+        false
+    }
+    fn handle(&self, event: &Claimed) -> Handled;
+}
+
+pub const ORDER_COMPLETED: &str = "order.completed";
+pub const REQUEST_SUBMITTED: &str = "request.submitted";
+
+/// Routing table of SPEC section 4.
+pub struct Registry {
+    loyalty: Arc<dyn Handler>,
+    audit: Arc<dyn Handler>,
+    downstream: Arc<dyn Handler>,
+}
+
+impl Registry {
+    pub fn new(
+        store: Arc<dyn Store>,
+        downstream: Arc<dyn DownstreamSystem>,
+        mode: DeliveryMode,
+    ) -> Registry {
+        Registry {
+            loyalty: Arc::new(LoyaltyCredit),
+            audit: Arc::new(AuditLog),
+            downstream: Arc::new(SubmitRequest::new(store, downstream, mode)),
+        }
+    }
+
+    pub fn route(&self, source: &str, event_type: &str) -> &Arc<dyn Handler> {
+        if source == RESERVED_SOURCE && event_type == REQUEST_SUBMITTED {
+            &self.downstream
+        } else if event_type == ORDER_COMPLETED && source != RESERVED_SOURCE {
+            &self.loyalty
+        } else {
+            &self.audit
+        }
+    }
+
+    pub fn mode(&self, source: &str, event_type: &str) -> DeliveryMode {
+        self.route(source, event_type).mode()
+    }
+}

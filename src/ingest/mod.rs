@@ -1,0 +1,140 @@
+//! Group commit: one writer thread batches concurrent deliveries into one transaction (one
+//! fsync), and each delivery is answered only after the commit that holds it.
+//!
+//! Batching is natural rather than timed: while the writer commits one batch, new deliveries
+//! queue up, and the next batch takes all of them (up to `max_batch`). A lone delivery is
+//! committed at once. The queue is bounded: when it is full, the delivery is answered 503
+//! straight away (backpressure) instead of waiting without limit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::store::{InsertOutcome, NewDelivery, Store, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Most deliveries in one transaction.
+    pub max_batch: usize,
+    /// Deliveries waiting for the writer before new ones are refused.
+    pub queue: usize,
+    /// Longest a caller waits for its commit before it is answered 503.
+    pub wait: Duration,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            max_batch: 256,
+            queue: 8192,
+            wait: Duration::from_secs(3),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("the ingest queue is full")]
+    QueueFull,
+    #[error("the commit did not finish in time")]
+    Timeout,
+    #[error("the ingest writer has stopped")]
+    Stopped,
+    #[error("the commit failed: {0}")]
+    Store(String),
+}
+
+struct Job {
+    delivery: NewDelivery,
+    reply: oneshot::Sender<Result<InsertOutcome, IngestError>>,
+}
+
+/// The handle routes use; cheap to clone.
+#[derive(Clone)]
+pub struct Ingestor {
+    jobs: mpsc::Sender<Job>,
+    wait: Duration,
+}
+
+impl Ingestor {
+    /// Start the writer thread. It stops when the last `Ingestor` is dropped. `queued` is
+    /// notified after each commit that queued a new event, so idle consumers wake up.
+    pub fn start(store: Arc<dyn Store>, options: IngestOptions, queued: Arc<Notify>) -> Ingestor {
+        let (tx, rx) = mpsc::channel(options.queue.max(1));
+        let max_batch = options.max_batch.max(1);
+        std::thread::Builder::new()
+            .name("ingest-writer".into())
+            .spawn(move || writer(store, rx, max_batch, queued))
+            .expect("spawning the ingest writer thread");
+        Ingestor {
+            jobs: tx,
+            wait: options.wait,
+        }
+    }
+
+    /// Store one delivery; returns after the transaction holding it has committed.
+    pub async fn ingest(&self, delivery: NewDelivery) -> Result<InsertOutcome, IngestError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .try_send(Job { delivery, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => IngestError::QueueFull,
+                mpsc::error::TrySendError::Closed(_) => IngestError::Stopped,
+            })?;
+        match tokio::time::timeout(self.wait, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(IngestError::Stopped),
+            // The commit may still happen: the caller answers 503 and the provider's retry is
+            // then a duplicate. What must never happen, a 2xx before the commit, cannot.
+            Err(_) => Err(IngestError::Timeout),
+        }
+    }
+}
+
+fn writer(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::Receiver<Job>,
+    max_batch: usize,
+    queued: Arc<Notify>,
+) {
+    let mut jobs = Vec::with_capacity(max_batch);
+    while let Some(first) = rx.blocking_recv() {
+        jobs.push(first);
+        while jobs.len() < max_batch {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        // Callers that gave up (timed out) are dropped here rather than written for nobody.
+        let (batch, replies): (Vec<NewDelivery>, Vec<_>) = jobs
+            .drain(..)
+            .filter(|j| !j.reply.is_closed())
+            .map(|j| (j.delivery, j.reply))
+            .unzip();
+        if batch.is_empty() {
+            continue;
+        }
+        match store.insert_deliveries(&batch) {
+            Ok(outcomes) => {
+                if outcomes.contains(&InsertOutcome::Queued) {
+                    queued.notify_waiters();
+                }
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(e) => {
+                let message = match &e {
+                    StoreError::Unavailable(m) => m.clone(),
+                    StoreError::Internal(err) => format!("{err:#}"),
+                };
+                tracing::error!(error = %message, batch = batch.len(), "group commit failed");
+                for reply in replies {
+                    let _ = reply.send(Err(IngestError::Store(message.clone())));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! webhook-inbox: a webhook receiver with idempotent consumers.
+//!
+//! Providers POST signed webhooks; each delivery is verified on its raw bytes, stored under the
+//! primary key `(source, event_id)` and acknowledged only after the commit. A pool of consumers
+//! claims events atomically and applies their effects once per business fact.
+//!
+//! # Layout
+//! - [`config`]: typed settings (defaults, TOML file, `WEBHOOK_INBOX_*` env), validation, the
+//!   embedded default.
+//! - [`domain`]: validated values (source names, event ids, order credits, times, payloads).
+//! - [`signature`]: one file per signature scheme; verification and signing.
+//! - [`store`]: all SQL, behind the [`store::Store`] trait; [`store::sqlite`] is the embedded
+//!   default.
+//! - [`ingest`]: the group-commit writer that stores deliveries.
+//! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
+//! - [`handlers`]: one file per effect (loyalty credit, audit log, downstream submission).
+//! - [`routes`]: HTTP only (extract, call, map errors).
+//! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
+//! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
+
+pub mod cli;
+pub mod config;
+pub mod consumer;
+pub mod domain;
+pub mod handlers;
+pub mod ingest;
+pub mod metrics;
+pub mod routes;
+pub mod signature;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,12 @@
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    let cli = webhook_inbox::cli::Cli::parse();
+    match webhook_inbox::cli::run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Bearer-token extractors. Tokens are compared in constant time, so response timing says
+//! nothing about how much of a guess was right.
+
+use std::future::{Ready, ready};
+
+use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
+use subtle::ConstantTimeEq;
+
+use super::{ApiError, AppState};
+use crate::config::Secret;
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    let value = req.headers().get("Authorization")?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+fn matches(given: &str, expected: &Secret) -> bool {
+    !expected.is_empty() && bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes()))
+}
+
+fn state(req: &HttpRequest) -> Result<&web::Data<AppState>, ApiError> {
+    req.app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("application state missing")))
+}
+
+/// The admin token: ops routes.
+pub struct Admin;
+
+impl FromRequest for Admin {
+    type Error = ApiError;
+    type Future = Ready<Result<Admin, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(state(req).and_then(|state| match bearer(req) {
+            Some(t) if matches(t, &state.settings.admin_token) => Ok(Admin),
+            _ => Err(ApiError::Unauthorized),
+        }))
+    }
+}
+
+/// The admin token or one of `submission_tokens`: the submission API.
+pub struct Submitter;
+
+impl FromRequest for Submitter {
+    type Error = ApiError;
+    type Future = Ready<Result<Submitter, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(state(req).and_then(|state| {
+            let token = bearer(req).ok_or(ApiError::Unauthorized)?;
+            let settings = &state.settings;
+            // Check every token (no early exit) so timing does not reveal which one matched.
+            let ok = std::iter::once(&settings.admin_token)
+                .chain(&settings.submission_tokens)
+                .fold(false, |acc, s| matches(token, s) | acc);
+            if ok { Ok(Submitter) } else { Err(ApiError::Unauthorized) }
+        }))
+    }
+}

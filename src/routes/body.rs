@@ -1,0 +1,51 @@
+//! Reading request bodies under a limit, and JSON bodies into typed values, so that every bad
+//! body gets the error shape (actix's own extractors answer in plain text).
+
+use actix_web::HttpRequest;
+use actix_web::web::{BytesMut, Payload};
+use futures_util::StreamExt as _;
+use serde::de::DeserializeOwned;
+
+use super::ApiError;
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::PayloadTooLarge(format!("the body is larger than {limit} bytes"))
+}
+
+/// Read the body, refusing it from `Content-Length` when declared, and otherwise as soon as the
+/// stream passes `limit`: an oversized body is never buffered whole.
+pub async fn read_limited(
+    req: &HttpRequest,
+    mut payload: Payload,
+    limit: usize,
+) -> Result<BytesMut, ApiError> {
+    let declared = req
+        .headers()
+        .get("Content-Length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(limit));
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit as u64) as usize);
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::InvalidJson(format!("reading the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Syntax errors are `invalid_json` (400); JSON of the wrong shape is `invalid_request` (422)
+/// with serde's message, which names the field. An empty body reads as `{}`.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::InvalidJson(format!("the body is not JSON: {e}")))?
+    };
+    serde_json::from_value(value).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+}

@@ -1,0 +1,140 @@
+//! The one error type of the HTTP edge. Status codes appear only here; every error body is
+//! `{"error": code, "message": text}` with a stable code.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+use crate::ingest::IngestError;
+use crate::signature::SignatureError;
+use crate::store::StoreError;
+
+/// Seconds a client is told to wait after a 503.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    UnknownSource(String),
+    #[error("{0}")]
+    InvalidSignature(String),
+    #[error("{0}")]
+    MissingSignature(String),
+    #[error("{0}")]
+    TimestampOutOfTolerance(String),
+    #[error("{0}")]
+    MissingEventId(String),
+    #[error("{0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    PayloadMismatch(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug: the client sees an opaque message, the log gets the cause chain.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::UnknownSource(_) => "unknown_source",
+            ApiError::InvalidSignature(_) => "invalid_signature",
+            ApiError::MissingSignature(_) => "missing_signature",
+            ApiError::TimestampOutOfTolerance(_) => "timestamp_out_of_tolerance",
+            ApiError::MissingEventId(_) => "missing_event_id",
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::PayloadMismatch(_) => "payload_mismatch",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized
+            | ApiError::InvalidSignature(_)
+            | ApiError::MissingSignature(_)
+            | ApiError::TimestampOutOfTolerance(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) | ApiError::UnknownSource(_) => StatusCode::NOT_FOUND,
+            ApiError::MissingEventId(_) | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::PayloadMismatch(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            ApiError::Internal(e) => tracing::error!(error = ?e, "internal error"),
+            ApiError::Unavailable(m) => tracing::warn!(reason = %m, "answering 503"),
+            _ => {}
+        }
+        let mut response = HttpResponse::build(self.status_code());
+        if let ApiError::Unavailable(_) = self {
+            response.insert_header(("Retry-After", RETRY_AFTER_SECONDS.to_string()));
+        }
+        if let ApiError::Unauthorized = self {
+            response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        response.json(serde_json::json!({
+            "error": self.code(),
+            "message": self.to_string(),
+        }))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => ApiError::Unavailable(format!(
+                "the store cannot answer in time ({m}); retry later"
+            )),
+            StoreError::Internal(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+impl From<IngestError> for ApiError {
+    fn from(e: IngestError) -> Self {
+        ApiError::Unavailable(format!("delivery not stored ({e}); retry later"))
+    }
+}
+
+impl From<SignatureError> for ApiError {
+    fn from(e: SignatureError) -> Self {
+        match e {
+            SignatureError::MissingHeader(_) => ApiError::MissingSignature(e.to_string()),
+            SignatureError::Malformed { .. } | SignatureError::NoMatch => {
+                ApiError::InvalidSignature(e.to_string())
+            }
+            SignatureError::TooOld(_) | SignatureError::TooNew(_) => {
+                ApiError::TimestampOutOfTolerance(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        ApiError::Internal(anyhow::Error::new(e).context("blocking task failed"))
+    }
+}

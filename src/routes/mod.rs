@@ -1,0 +1,128 @@
+//! HTTP only: extract, call the library, map errors. No SQL and no business rules here.
+
+mod auth;
+mod body;
+mod error;
+mod events;
+mod health;
+mod requests;
+mod views;
+mod webhooks;
+
+use std::sync::Arc;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpRequest, HttpResponse, web};
+use tokio::sync::Notify;
+use tracing::Instrument as _;
+
+pub use error::ApiError;
+
+use crate::config::Settings;
+use crate::consumer::Consumer;
+use crate::ingest::Ingestor;
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreResult};
+
+/// What every route may use.
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub store: Arc<dyn Store>,
+    pub ingest: Ingestor,
+    pub metrics: Arc<Metrics>,
+    pub consumer: Arc<Consumer>,
+    /// Notified when new work is queued, so idle workers wake at once.
+    pub queued: Arc<Notify>,
+    /// `host-pid`, recorded on attempts made by `POST /events/run`.
+    pub worker_name: String,
+}
+
+/// Run a store call on the blocking pool, keeping the request's span.
+async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce(&dyn Store) -> StoreResult<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = Arc::clone(&state.store);
+    let span = tracing::Span::current();
+    let result = web::block(move || span.in_scope(|| f(store.as_ref())))
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("blocking task failed: {e}")))?;
+    Ok(result?)
+}
+
+/// Every route, and JSON errors for what actix would otherwise answer in plain text.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(web::PathConfig::default().error_handler(|e, _| {
+        ApiError::InvalidRequest(format!("path: {e}")).into()
+    }))
+    .app_data(web::QueryConfig::default().error_handler(|e, _| {
+        ApiError::InvalidRequest(format!("query string: {e}")).into()
+    }))
+    .service(resource("/healthz").route(web::get().to(health::healthz)))
+    .service(resource("/readyz").route(web::get().to(health::readyz)))
+    .service(resource("/metrics").route(web::get().to(health::metrics)))
+    .service(resource("/webhooks/{source}").route(web::post().to(webhooks::receive)))
+    .service(resource("/events").route(web::get().to(events::list)))
+    .service(resource("/events/retry").route(web::post().to(events::retry_bulk)))
+    .service(resource("/events/run").route(web::post().to(events::run)))
+    .service(resource("/events/{source}/{event_id}").route(web::get().to(events::show)))
+    .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
+    .service(resource("/loyalty/{customer_id}").route(web::get().to(events::loyalty)))
+    .service(resource("/requests").route(web::post().to(requests::create)))
+    .service(resource("/requests/{id}").route(web::get().to(requests::get)))
+    .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))
+    .service(resource("/requests/{id}/submit").route(web::post().to(requests::submit)))
+    .default_service(web::to(no_route));
+}
+
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}
+
+async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound(format!(
+        "no route for {} {}",
+        req.method(),
+        req.path()
+    )))
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    HttpResponse::MethodNotAllowed().json(serde_json::json!({
+        "error": "method_not_allowed",
+        "message": format!("{} is not allowed on {}", req.method(), req.path()),
+    }))
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// A span per request with a request id, taken from `x-request-id` when it is sane, else
+/// generated, and echoed in the response. Headers are never logged: they carry secrets.
+pub async fn request_id(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(String::from)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %req.method(),
+        path = %req.path(),
+    );
+    let mut response = next.call(req).instrument(span.clone()).await?;
+    let status = response.status();
+    span.in_scope(|| tracing::debug!(status = status.as_u16(), "answered"));
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    Ok(response)
+}

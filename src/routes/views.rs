@@ -1,0 +1,66 @@
+//! JSON shapes of SPEC section 6a.
+
+use serde_json::{Value, json};
+
+use crate::domain::payload::payload_json;
+use crate::domain::time::rfc3339;
+use crate::store::{EventDetail, EventRecord, RequestRecord, RequestStatus};
+
+pub fn event(e: &EventRecord) -> Value {
+    json!({
+        "source": e.source,
+        "event_id": e.event_id,
+        "type": e.event_type,
+        "status": e.status.as_str(),
+        "attempts": e.attempts,
+        "deliveries": e.deliveries,
+        "payload_mismatches": e.payload_mismatches,
+        "received_at": rfc3339(e.received_at),
+        "last_delivered_at": rfc3339(e.last_delivered_at),
+        "next_attempt_at": e.next_attempt_at.map(rfc3339),
+        "completed_at": e.completed_at.map(rfc3339),
+        "outcome": e.outcome,
+        "last_error": e.last_error,
+        "abandoned": e.abandoned,
+    })
+}
+
+/// The event with its payload (as JSON when it parses, else as text) and attempt history.
+pub fn event_detail(d: &EventDetail) -> Value {
+    let mut v = event(&d.event);
+    let payload = payload_json(&d.payload, d.content_type.as_deref())
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&d.payload).into_owned()));
+    let history: Vec<Value> = d
+        .history
+        .iter()
+        .map(|a| {
+            json!({
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at": rfc3339(a.started_at),
+                "finished_at": a.finished_at.map(rfc3339),
+                "result": a.result,
+                "error": a.error,
+            })
+        })
+        .collect();
+    v["payload"] = payload;
+    v["history"] = Value::Array(history);
+    v
+}
+
+pub fn request(r: &RequestRecord) -> Value {
+    json!({
+        "id": r.id,
+        "status": match r.status {
+            RequestStatus::Draft => "draft",
+            RequestStatus::Submitted => "submitted",
+        },
+        "documents": r.documents,
+        "event": r.event.as_ref().map(|e| json!({
+            "status": e.status.as_str(),
+            "outcome": e.outcome,
+            "last_error": e.last_error,
+        })),
+    })
+}

@@ -1,0 +1,137 @@
+//! `POST /webhooks/{source}`: verify, store, answer, in the order of SPEC section 3. A 2xx is
+//! sent only after the group commit that holds the delivery.
+
+use std::time::Instant;
+
+use actix_web::http::header::HeaderMap;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::body::read_limited;
+use super::{ApiError, AppState};
+use crate::config::{MismatchPolicy, SourceSettings};
+use crate::domain::EventId;
+use crate::domain::payload::{PayloadError, payload_json};
+use crate::domain::time::{now_ms, now_secs};
+use crate::signature::{BodyField, Headers};
+use crate::store::{InsertOutcome, NewDelivery};
+
+struct ActixHeaders<'a>(&'a HeaderMap);
+
+impl Headers for ActixHeaders<'_> {
+    fn get(&self, name: &str) -> Result<Option<&str>, ()> {
+        match self.0.get(name) {
+            None => Ok(None),
+            Some(v) => v.to_str().map(Some).map_err(|_| ()),
+        }
+    }
+}
+
+pub async fn receive(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let started = Instant::now();
+    let name = path.into_inner();
+    let source = state
+        .settings
+        .source(&name)
+        .ok_or_else(|| ApiError::UnknownSource(format!("no source named `{name}` is configured")))?;
+    let result = store_delivery(&req, payload, &state, source).await;
+    let label = match &result {
+        Ok((_, InsertOutcome::Queued)) => "queued",
+        Ok((_, InsertOutcome::Duplicate)) => "duplicate",
+        Ok((_, InsertOutcome::Mismatch | InsertOutcome::MismatchRejected)) => "payload_mismatch",
+        Err(_) => "rejected",
+    };
+    state.metrics.delivery(&source.name, label);
+    state.metrics.observe_ingest(started.elapsed().as_secs_f64());
+    let (event_id, outcome) = result?;
+    let body = match outcome {
+        InsertOutcome::Queued => json!({"event_id": event_id, "status": "queued", "queued": true}),
+        InsertOutcome::Duplicate => {
+            json!({"event_id": event_id, "status": "duplicate", "queued": false})
+        }
+        InsertOutcome::Mismatch => json!({
+            "event_id": event_id, "status": "duplicate", "queued": false, "payload_mismatch": true,
+        }),
+        InsertOutcome::MismatchRejected => {
+            return Err(ApiError::PayloadMismatch(format!(
+                "event `{event_id}` was already received with a different body"
+            )));
+        }
+    };
+    Ok(HttpResponse::Ok().json(body))
+}
+
+async fn store_delivery(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+    source: &SourceSettings,
+) -> Result<(String, InsertOutcome), ApiError> {
+    let body = read_limited(req, payload, state.settings.body_limit_bytes).await?;
+    let headers = ActixHeaders(req.headers());
+    let verified = source.scheme.verify(
+        &headers,
+        &body,
+        &source.secrets,
+        now_secs(),
+        source.tolerance_seconds,
+    )?;
+    let content_type = req
+        .headers()
+        .get("Content-Type")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let json = payload_json(&body, content_type.as_deref()).map_err(|e| match e {
+        PayloadError::NotJson(_) | PayloadError::UnsupportedContentType(_) => {
+            ApiError::InvalidJson(e.to_string())
+        }
+        PayloadError::NoPayloadField => ApiError::InvalidJson(e.to_string()),
+    })?;
+    let event_id = match verified.event_id {
+        Some(id) => Some(id),
+        None => body_string(&json, source.scheme.body_id_field()),
+    }
+    .ok_or_else(|| ApiError::MissingEventId("the delivery carries no event id".into()))?;
+    let event_id = EventId::parse(&event_id)
+        .map_err(|e| ApiError::MissingEventId(format!("event id {e}")))?
+        .into_string();
+    let event_type = if source.scheme.type_from_body() {
+        body_string(&json, BodyField::Type)
+    } else {
+        verified.event_type
+    }
+    .unwrap_or_default();
+    let delivery = NewDelivery {
+        source: source.name.clone(),
+        event_id: event_id.clone(),
+        event_type,
+        sha256: Sha256::digest(&body).into(),
+        payload: body.to_vec(),
+        content_type,
+        received_at: now_ms(),
+        reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,
+    };
+    let outcome = state.ingest.ingest(delivery).await?;
+    Ok((event_id, outcome))
+}
+
+/// A top-level string (or integer, for ids) field of the body.
+fn body_string(json: &Value, field: BodyField) -> Option<String> {
+    let name = match field {
+        BodyField::None => return None,
+        BodyField::Id => "id",
+        BodyField::EventId => "event_id",
+        BodyField::Type => "type",
+    };
+    match json.get(name)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) if field != BodyField::Type => Some(n.to_string()),
+        _ => None,
+    }
+}

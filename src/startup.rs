@@ -1,0 +1,179 @@
+//! Wiring: store, ingest writer, consumers and the HTTP server, and their orderly shutdown.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use tokio::sync::Notify;
+
+use crate::config::Settings;
+use crate::consumer::{Consumer, ConsumerPool, PoolOptions};
+use crate::handlers::{DownstreamSystem, HttpDownstream, Registry};
+use crate::ingest::{IngestOptions, Ingestor};
+use crate::metrics::Metrics;
+use crate::routes::{self, AppState};
+use crate::store::Store;
+use crate::store::sqlite::{SqliteOptions, SqliteStore};
+
+/// What a caller (main, tests, benchmarks) may choose beyond the config file.
+#[derive(Default)]
+pub struct BuildOptions {
+    /// HTTP worker threads; default: one per core.
+    pub http_workers: Option<usize>,
+    /// Replaces the HTTP downstream (tests pass a recording fake).
+    pub downstream: Option<Arc<dyn DownstreamSystem>>,
+    pub ingest: IngestOptions,
+    /// How often idle consumers look for due retries.
+    pub idle_poll: Option<Duration>,
+}
+
+pub struct Application {
+    server: Server,
+    port: u16,
+    state: web::Data<AppState>,
+    pool_options: PoolOptions,
+}
+
+/// `host-pid`: which process made an attempt, in the history.
+pub fn worker_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Open the store the settings name and bring its schema up to date.
+pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqliteStore>> {
+    let path = settings.sqlite_path()?;
+    let store = SqliteStore::open(&path, SqliteOptions::default())?;
+    store.migrate().context("applying migrations")?;
+    Ok(Arc::new(store))
+}
+
+impl Application {
+    /// Bind the listener and build everything; nothing runs until [`Application::run`].
+    pub fn build(settings: Settings, options: BuildOptions) -> anyhow::Result<Application> {
+        let settings = Arc::new(settings);
+        let store: Arc<dyn Store> = open_store(&settings)?;
+        let metrics = Arc::new(Metrics::new());
+        let queued = Arc::new(Notify::new());
+        let ingest = Ingestor::start(Arc::clone(&store), options.ingest, Arc::clone(&queued));
+        let downstream = options.downstream.unwrap_or_else(|| {
+            Arc::new(HttpDownstream::new(
+                &settings.downstream.url,
+                Duration::from_millis(settings.downstream.timeout_ms),
+            ))
+        });
+        let registry = Arc::new(Registry::new(
+            Arc::clone(&store),
+            downstream,
+            settings.downstream.mode,
+        ));
+        let consumer = Arc::new(Consumer::new(
+            Arc::clone(&store),
+            registry,
+            Arc::clone(&metrics),
+            &settings.consumers,
+        ));
+        let name = worker_name();
+        let lease = Duration::from_secs(settings.consumers.lease_seconds);
+        let pool_options = PoolOptions {
+            workers: settings.consumers.workers,
+            batch_size: settings.consumers.batch_size,
+            idle_poll: options.idle_poll.unwrap_or(Duration::from_millis(500)),
+            sweep_every: (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            name: name.clone(),
+        };
+        let state = web::Data::new(AppState {
+            settings: Arc::clone(&settings),
+            store,
+            ingest,
+            metrics,
+            consumer,
+            queued,
+            worker_name: name,
+        });
+        let listener = TcpListener::bind(&settings.listen)
+            .with_context(|| format!("binding {}", settings.listen))?;
+        let port = listener.local_addr()?.port();
+        let app_state = state.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(app_state.clone())
+                .wrap(from_fn(routes::request_id))
+                .configure(routes::configure)
+        })
+        .listen(listener)?
+        .disable_signals()
+        .backlog(4096)
+        // Longer than a handler's bound: in-flight requests finish before exit.
+        .shutdown_timeout(30);
+        if let Some(n) = options.http_workers {
+            server = server.workers(n.max(1));
+        }
+        Ok(Application {
+            server: server.run(),
+            port,
+            state,
+            pool_options,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.state.store)
+    }
+
+    pub fn consumer(&self) -> Arc<Consumer> {
+        Arc::clone(&self.state.consumer)
+    }
+
+    /// Serve until `shutdown` resolves, then stop accepting, stop claiming, let started work
+    /// finish, release unstarted claims, and return.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let pool = ConsumerPool::start(
+            Arc::clone(&self.state.consumer),
+            self.pool_options,
+            Arc::clone(&self.state.queued),
+        );
+        let handle = self.server.handle();
+        let server = tokio::spawn(self.server);
+        shutdown.await;
+        tracing::info!("shutting down: no new deliveries or claims");
+        // Both at once: stop accepting and claiming; in-flight requests and handlers finish.
+        let (_, ()) = tokio::join!(handle.stop(true), pool.shutdown());
+        server.await.context("HTTP server task")??;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT received"),
+        _ = term => tracing::info!("SIGTERM received"),
+    }
+}

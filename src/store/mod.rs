@@ -1,0 +1,72 @@
+//! All SQL lives behind [`Store`], so that a PostgreSQL store can stand beside SQLite without
+//! touching routes or consumers.
+//!
+//! The trait is synchronous: rusqlite blocks, and so would a `postgres` client. Callers on the
+//! async side go through `spawn_blocking`. Every method that changes state is one transaction;
+//! invariants (one row per event key, one credit per order, fenced completion) are enforced by
+//! the database inside that transaction, never by a read followed by a write.
+
+pub mod sqlite;
+mod types;
+
+pub use types::*;
+
+use crate::config::DeliveryMode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not answer in time (pool exhausted, write lock held too long). The HTTP
+    /// edge answers 503 with `Retry-After`; nothing was committed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Decides, per event, what the sweeper does with an expired lease.
+pub type ModeOf<'a> = &'a (dyn Fn(&str, &str) -> DeliveryMode + Sync);
+
+pub trait Store: Send + Sync + 'static {
+    /// Apply pending migrations (idempotent).
+    fn migrate(&self) -> StoreResult<Vec<u32>>;
+    /// Store reachable and migrations applied.
+    fn ready(&self) -> StoreResult<bool>;
+
+    // Ingest.
+    /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items
+    /// see earlier ones, so duplicates within a batch are answered correctly.
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>>;
+
+    // Reading events.
+    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>>;
+    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>>;
+    fn status_counts(&self) -> StoreResult<StatusCounts>;
+
+    // Consuming.
+    /// Move up to `limit` due pending events to `claimed` in one statement, count the attempt
+    /// and open its history row, all in one transaction.
+    fn claim(&self, worker: &str, limit: usize, lease_ms: i64, now: i64)
+    -> StoreResult<Vec<Claimed>>;
+    /// Apply finished attempts in one transaction, each in its own savepoint and fenced by its
+    /// claim token.
+    fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>>;
+    /// Give back claims whose handler never started (shutdown).
+    fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
+    /// Expired leases: back to pending, or failed for at-most-once handlers and spent budgets.
+    fn sweep(&self, now: i64, max_attempts: u32, mode_of: ModeOf<'_>) -> StoreResult<usize>;
+
+    // Ops.
+    fn retry(&self, source: &str, event_id: &str, force: bool, now: i64) -> StoreResult<RetryOutcome>;
+    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize>;
+    fn loyalty(&self, customer_id: &str) -> StoreResult<LoyaltyAccount>;
+
+    // Submission API.
+    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord>;
+    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>>;
+    fn add_document(&self, request_id: &str, doc: &NewDocument, now: i64)
+    -> StoreResult<AddDocument>;
+    fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome>;
+    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>>;
+}

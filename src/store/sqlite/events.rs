@@ -1,0 +1,176 @@
+//! Reading events for ops, and the ops transitions (retry).
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_iter};
+
+use super::rows::{self, EVENT_COLUMNS};
+use crate::store::{
+    EventDetail, EventFilter, EventRecord, Page, RetryOutcome, Status, StatusCounts, StoreResult,
+};
+
+fn get(conn: &Connection, source: &str, event_id: &str) -> StoreResult<Option<EventRecord>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE source = ?1 AND event_id = ?2"
+        ))?
+        .query_row(params![source, event_id], rows::event)
+        .optional()?)
+}
+
+pub(super) fn detail(
+    conn: &Connection,
+    source: &str,
+    event_id: &str,
+) -> StoreResult<Option<EventDetail>> {
+    let Some(event) = get(conn, source, event_id)? else {
+        return Ok(None);
+    };
+    let (payload, content_type) = conn.query_row(
+        "SELECT payload, content_type FROM events WHERE source = ?1 AND event_id = ?2",
+        params![source, event_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let history = conn
+        .prepare_cached(
+            "SELECT attempt, worker, started_at, finished_at, result, error
+               FROM event_attempts WHERE source = ?1 AND event_id = ?2 ORDER BY attempt",
+        )?
+        .query_map(params![source, event_id], rows::attempt)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(EventDetail {
+        event,
+        payload,
+        content_type,
+        history,
+    }))
+}
+
+/// `WHERE` clauses and their values for a filter; `extra` is ANDed in.
+fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Vec<Value>) -> String {
+    let mut clauses: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let mut push = |clause: &str, value: Value| {
+        values.push(value);
+        clauses.push(clause.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(s) = filter.status {
+        push("status = ?", Value::Text(s.as_str().into()));
+    }
+    if let Some(s) = &filter.source {
+        push("source = ?", Value::Text(s.clone()));
+    }
+    if let Some(t) = &filter.event_type {
+        push("event_type = ?", Value::Text(t.clone()));
+    }
+    if let Some(t) = filter.received_after {
+        push("received_at > ?", Value::Integer(t));
+    }
+    if let Some(t) = filter.received_before {
+        push("received_at < ?", Value::Integer(t));
+    }
+    if clauses.is_empty() {
+        "1".into()
+    } else {
+        clauses.join(" AND ")
+    }
+}
+
+/// Newest first by `seq`. The cursor is the last `seq` seen: events committed later get larger
+/// values, so walking downwards never repeats or skips an event that existed at the first page.
+pub(super) fn list(
+    conn: &Connection,
+    filter: &EventFilter,
+    page: Page,
+) -> StoreResult<Vec<EventRecord>> {
+    let mut values = Vec::new();
+    let mut clause = where_clause(filter, &[], &mut values);
+    if let Some(before) = page.before_seq {
+        values.push(Value::Integer(before));
+        clause = format!("{clause} AND seq < ?{}", values.len());
+    }
+    values.push(Value::Integer(page.limit as i64));
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
+        values.len()
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(values), rows::event)?
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
+    let mut counts = StatusCounts::default();
+    let mut stmt = conn.prepare_cached("SELECT status, count(*) FROM events GROUP BY status")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (status, n) = row?;
+        match Status::parse(&status) {
+            Some(Status::Pending) => counts.pending = n,
+            Some(Status::Claimed) => counts.claimed = n,
+            Some(Status::Completed) => counts.completed = n,
+            Some(Status::Failed) => counts.failed = n,
+            None => {}
+        }
+    }
+    counts.oldest_pending_received_at = conn.query_row(
+        "SELECT min(received_at) FROM events WHERE status = 'pending'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(counts)
+}
+
+/// The SET list of a retry: due now, a fresh budget (`budget_floor = attempts`), no outcome.
+const RETRY_SET: &str = "status = 'pending', next_attempt_at = ?, budget_floor = attempts, \
+     completed_at = NULL, outcome = NULL, abandoned = 0";
+
+/// One conditional UPDATE does the transition; only when it changes nothing do we read the row
+/// to say why (inside the same write transaction, so the answer is consistent).
+pub(super) fn retry(
+    tx: &Transaction<'_>,
+    source: &str,
+    event_id: &str,
+    force: bool,
+    now: i64,
+) -> StoreResult<RetryOutcome> {
+    let sql = format!(
+        "UPDATE events SET {} WHERE source = ?2 AND event_id = ?3
+            AND ((status = 'failed' AND abandoned = 0) OR (?4 AND status IN ('failed', 'completed')))
+        RETURNING {EVENT_COLUMNS}",
+        RETRY_SET.replace('?', "?1")
+    );
+    let retried = tx
+        .prepare_cached(&sql)?
+        .query_row(params![now, source, event_id, force], rows::event)
+        .optional()?;
+    if let Some(event) = retried {
+        return Ok(RetryOutcome::Retried(event));
+    }
+    Ok(match get(tx, source, event_id)? {
+        None => RetryOutcome::NotFound,
+        Some(e) if matches!(e.status, Status::Pending | Status::Claimed) => {
+            RetryOutcome::Unchanged(e)
+        }
+        Some(e) => RetryOutcome::NeedsForce(e),
+    })
+}
+
+/// Bulk retry: failed events matching the filter. Abandoned at-most-once events are left out:
+/// the downstream may have acted, so each needs a deliberate `force`.
+pub(super) fn retry_failed(
+    tx: &Transaction<'_>,
+    filter: &EventFilter,
+    now: i64,
+) -> StoreResult<usize> {
+    let mut values = vec![Value::Integer(now)];
+    let filter = EventFilter {
+        status: None,
+        ..filter.clone()
+    };
+    let clause = where_clause(&filter, &["status = 'failed'", "abandoned = 0"], &mut values);
+    let sql = format!(
+        "UPDATE events SET {} WHERE {clause}",
+        RETRY_SET.replace('?', "?1")
+    );
+    Ok(tx.execute(&sql, params_from_iter(values))?)
+}

@@ -1,0 +1,57 @@
+//! Storing deliveries. The primary key is the dedup: `INSERT … ON CONFLICT DO NOTHING`, then
+//! branch on the rows changed. There is no SELECT before the INSERT, so no interleaving of
+//! concurrent deliveries can make two rows or two `queued` answers.
+
+use rusqlite::{Transaction, params};
+
+use crate::store::{InsertOutcome, NewDelivery, StoreResult};
+
+/// Insert every delivery of a group commit in the caller's transaction. Items are applied in
+/// order, so a second copy of a key within the batch is a duplicate of the first.
+pub(super) fn insert_all(
+    tx: &Transaction<'_>,
+    batch: &[NewDelivery],
+) -> StoreResult<Vec<InsertOutcome>> {
+    // seq: writes are serialised (BEGIN IMMEDIATE), so max + 1 is unique and commit-ordered.
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO events (source, event_id, seq, event_type, payload, content_type,
+                             payload_sha256, received_at, last_delivered_at, next_attempt_at)
+         VALUES (?1, ?2, (SELECT ifnull(max(seq), 0) + 1 FROM events), ?3, ?4, ?5, ?6, ?7, ?7, ?7)
+         ON CONFLICT (source, event_id) DO NOTHING",
+    )?;
+    let mut redelivered = tx.prepare_cached(
+        "UPDATE events
+            SET deliveries = deliveries + 1,
+                last_delivered_at = ?3,
+                payload_mismatches = payload_mismatches + (payload_sha256 IS NOT ?4)
+          WHERE source = ?1 AND event_id = ?2
+      RETURNING payload_sha256 IS ?4",
+    )?;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for d in batch {
+        let inserted = insert.execute(params![
+            d.source,
+            d.event_id,
+            d.event_type,
+            d.payload,
+            d.content_type,
+            &d.sha256[..],
+            d.received_at,
+        ])?;
+        let outcome = if inserted == 1 {
+            InsertOutcome::Queued
+        } else {
+            let same: bool = redelivered.query_row(
+                params![d.source, d.event_id, d.received_at, &d.sha256[..]],
+                |r| r.get(0),
+            )?;
+            match (same, d.reject_mismatch) {
+                (true, _) => InsertOutcome::Duplicate,
+                (false, false) => InsertOutcome::Mismatch,
+                (false, true) => InsertOutcome::MismatchRejected,
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}

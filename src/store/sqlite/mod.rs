@@ -1,0 +1,225 @@
+//! The embedded default store: SQLite through rusqlite (bundled) and an r2d2 pool.
+//!
+//! Durability settings live in the pool's connection init so that no connection can miss them:
+//! WAL, `synchronous = FULL` (a 2xx is only sent after a commit that survives power loss),
+//! `foreign_keys`, and a busy timeout that bounds every wait for the write lock. Every write
+//! transaction is `BEGIN IMMEDIATE`: a deferred one that reads then writes can fail with
+//! `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
+
+mod consume;
+mod events;
+mod ingest;
+mod migrations;
+mod requests;
+mod rows;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use r2d2::{Pool, PooledConnection};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
+
+use super::{
+    AddDocument, Claimed, ClaimRef, DocumentContent, EventDetail, EventFilter, EventRecord, Finish,
+    Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery, NewDocument, Page, RequestRecord,
+    RetryOutcome, Store, StoreError, StoreResult, StatusCounts, SubmitOutcome,
+};
+
+pub use migrations::MIGRATIONS;
+
+/// How long a caller may wait for a pooled connection or the write lock before the request is
+/// answered 503: well under any provider's delivery timeout.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
+
+pub struct SqliteStore {
+    pool: Pool<SqliteConnectionManager>,
+    path: PathBuf,
+}
+
+/// Options of [`SqliteStore::open`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    pub pool_size: u32,
+    pub wait: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            pool_size: 16,
+            wait: DEFAULT_WAIT,
+        }
+    }
+}
+
+fn init_connection(conn: &mut Connection, wait: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(wait)?;
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
+    conn.execute_batch(
+        "PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = ON;",
+    )
+}
+
+impl SqliteStore {
+    /// Open (creating the file and its directory if needed) without migrating.
+    pub fn open(path: &Path, options: SqliteOptions) -> anyhow::Result<SqliteStore> {
+        use anyhow::Context;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating database directory {}", dir.display()))?;
+        }
+        let wait = options.wait;
+        // Switch the file to WAL once, on one connection, before the pool opens several at
+        // once: concurrent mode switches on a new file fail with "database is locked".
+        let mut first = Connection::open(path)
+            .with_context(|| format!("opening SQLite database {}", path.display()))?;
+        init_connection(&mut first, wait)
+            .with_context(|| format!("configuring SQLite database {}", path.display()))?;
+        drop(first);
+        let manager =
+            SqliteConnectionManager::file(path).with_init(move |c| init_connection(c, wait));
+        let pool = Pool::builder()
+            .max_size(options.pool_size)
+            .min_idle(Some(2))
+            .connection_timeout(wait)
+            .build(manager)
+            .with_context(|| format!("opening SQLite database {}", path.display()))?;
+        Ok(SqliteStore {
+            pool,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> StoreResult<PooledConnection<SqliteConnectionManager>> {
+        self.pool
+            .get()
+            .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))
+    }
+
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction and commit.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+        let conn = self.conn()?;
+        f(&conn)
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                StoreError::Unavailable(format!("database busy: {e}"))
+            }
+            _ => StoreError::Internal(anyhow::Error::new(e)),
+        }
+    }
+}
+
+impl Store for SqliteStore {
+    fn migrate(&self) -> StoreResult<Vec<u32>> {
+        let mut conn = self.conn()?;
+        migrations::apply(&mut conn)
+    }
+
+    fn ready(&self) -> StoreResult<bool> {
+        self.read(|c| migrations::is_current(c))
+    }
+
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
+        self.write(|tx| ingest::insert_all(tx, batch))
+    }
+
+    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
+        self.read(|c| events::detail(c, source, event_id))
+    }
+
+    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
+        self.read(|c| events::list(c, filter, page))
+    }
+
+    fn status_counts(&self) -> StoreResult<StatusCounts> {
+        self.read(events::status_counts)
+    }
+
+    fn claim(
+        &self,
+        worker: &str,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Claimed>> {
+        self.write(|tx| consume::claim(tx, worker, limit, lease_ms, now))
+    }
+
+    fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let outcomes = consume::finish_all(&mut tx, items, now)?;
+        tx.commit()?;
+        Ok(outcomes)
+    }
+
+    fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
+        self.write(|tx| consume::release(tx, claims, now))
+    }
+
+    fn sweep(&self, now: i64, max_attempts: u32, mode_of: ModeOf<'_>) -> StoreResult<usize> {
+        self.write(|tx| consume::sweep(tx, now, max_attempts, mode_of))
+    }
+
+    fn retry(
+        &self,
+        source: &str,
+        event_id: &str,
+        force: bool,
+        now: i64,
+    ) -> StoreResult<RetryOutcome> {
+        self.write(|tx| events::retry(tx, source, event_id, force, now))
+    }
+
+    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
+        self.write(|tx| events::retry_failed(tx, filter, now))
+    }
+
+    fn loyalty(&self, customer_id: &str) -> StoreResult<LoyaltyAccount> {
+        self.read(|c| consume::loyalty(c, customer_id))
+    }
+
+    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
+        self.write(|tx| requests::create(tx, id, now))
+    }
+
+    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
+        self.read(|c| requests::get(c, id))
+    }
+
+    fn add_document(
+        &self,
+        request_id: &str,
+        doc: &NewDocument,
+        now: i64,
+    ) -> StoreResult<AddDocument> {
+        self.write(|tx| requests::add_document(tx, request_id, doc, now))
+    }
+
+    fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
+        self.write(|tx| requests::submit(tx, id, now))
+    }
+
+    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
+        self.read(|c| requests::documents(c, id))
+    }
+}

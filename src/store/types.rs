@@ -1,0 +1,327 @@
+//! The values that cross the [`Store`](super::Store) boundary. Times are unix milliseconds.
+
+use serde::Serialize;
+
+/// A verified delivery, ready to be stored.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub payload: Vec<u8>,
+    pub content_type: Option<String>,
+    pub sha256: [u8; 32],
+    pub received_at: i64,
+    /// `on_payload_mismatch = "reject"`: a differing body is refused instead of counted.
+    pub reject_mismatch: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertOutcome {
+    Queued,
+    Duplicate,
+    /// Same key, different body: counted, answered as a duplicate.
+    Mismatch,
+    /// Same key, different body, source in strict mode: answered 409.
+    MismatchRejected,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Claimed,
+    Completed,
+    Failed,
+}
+
+impl Status {
+    pub const ALL: [Status; 4] = [
+        Status::Pending,
+        Status::Claimed,
+        Status::Completed,
+        Status::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Claimed => "claimed",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+/// What a completed event's handler did (SPEC section 6a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Credited,
+    DuplicateOrder,
+    Delivered,
+    Logged,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Credited => "credited",
+            Outcome::DuplicateOrder => "duplicate_order",
+            Outcome::Delivered => "delivered",
+            Outcome::Logged => "logged",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        [
+            Outcome::Credited,
+            Outcome::DuplicateOrder,
+            Outcome::Delivered,
+            Outcome::Logged,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// How an attempt ended (SPEC section 6a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptResult {
+    Ok,
+    AlreadyProcessed,
+    RetryableError,
+    PermanentError,
+    LeaseExpired,
+}
+
+impl AttemptResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptResult::Ok => "ok",
+            AttemptResult::AlreadyProcessed => "already_processed",
+            AttemptResult::RetryableError => "retryable_error",
+            AttemptResult::PermanentError => "permanent_error",
+            AttemptResult::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+/// An event as every route returns it, without payload and history.
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub status: Status,
+    pub attempts: i64,
+    pub deliveries: i64,
+    pub payload_mismatches: i64,
+    pub received_at: i64,
+    pub last_delivered_at: i64,
+    pub next_attempt_at: Option<i64>,
+    pub completed_at: Option<i64>,
+    pub outcome: Option<String>,
+    pub last_error: Option<String>,
+    pub abandoned: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub attempt: i64,
+    pub worker: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EventDetail {
+    pub event: EventRecord,
+    pub payload: Vec<u8>,
+    pub content_type: Option<String>,
+    pub history: Vec<AttemptRecord>,
+}
+
+/// Filters of `GET /events` and bulk retry; every field optional.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub status: Option<Status>,
+    pub source: Option<String>,
+    pub event_type: Option<String>,
+    pub received_after: Option<i64>,
+    pub received_before: Option<i64>,
+}
+
+/// Newest first: `before_seq` is the cursor (exclusive), `None` for the first page.
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    pub limit: usize,
+    pub before_seq: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StatusCounts {
+    pub pending: i64,
+    pub claimed: i64,
+    pub completed: i64,
+    pub failed: i64,
+    /// `received_at` of the oldest pending event, for the `oldest_pending_seconds` gauge.
+    pub oldest_pending_received_at: Option<i64>,
+}
+
+/// The key and fence of one claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub source: String,
+    pub event_id: String,
+    pub claim_token: String,
+    pub attempt: i64,
+}
+
+/// An event handed to a worker by [`Store::claim`](super::Store::claim).
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub claim: ClaimRef,
+    pub event_type: String,
+    pub payload: Vec<u8>,
+    pub content_type: Option<String>,
+    /// Claims used since the last fresh budget, this one included.
+    pub budget_used: i64,
+    pub claimed_until: i64,
+}
+
+/// A business effect that must commit together with the event's completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Guarded by `processed_events` (consumer, source, event_id) and by `loyalty_credits`
+    /// keyed on `order_id`.
+    LoyaltyCredit {
+        consumer: &'static str,
+        order_id: String,
+        customer_id: String,
+        points: i64,
+    },
+}
+
+/// Where a finished attempt leaves its event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Apply the effect (if any) and complete. Without an effect, `outcome` is final.
+    Complete {
+        effect: Option<Effect>,
+        outcome: Outcome,
+    },
+    /// Back to pending, due at `at`.
+    Retry { at: i64, error: String },
+    /// Terminal failure.
+    Fail {
+        error: String,
+        result: AttemptResult,
+    },
+}
+
+/// What [`Store::finish`](super::Store::finish) did with one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// The fence held no row: the lease ran out or another worker owns the event. Nothing
+    /// changed, the effect included.
+    LeaseLost,
+    Completed {
+        outcome: Outcome,
+        result: AttemptResult,
+    },
+    Retrying,
+    Failed,
+}
+
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub claim: ClaimRef,
+    pub next: Next,
+}
+
+#[derive(Debug, Clone)]
+pub enum RetryOutcome {
+    NotFound,
+    /// Moved to pending (or unchanged when it already was pending or claimed).
+    Retried(EventRecord),
+    Unchanged(EventRecord),
+    /// Completed (or abandoned at-most-once) and `force` not given.
+    NeedsForce(EventRecord),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoyaltyCredit {
+    pub order_id: String,
+    pub points: i64,
+    pub source: String,
+    pub event_id: String,
+    #[serde(skip)]
+    pub credited_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoyaltyAccount {
+    pub customer_id: String,
+    pub balance: i64,
+    pub credits: Vec<LoyaltyCredit>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DocumentSummary {
+    pub id: String,
+    pub name: String,
+    pub content_type: String,
+    pub size: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct DocumentContent {
+    pub summary: DocumentSummary,
+    pub content: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewDocument {
+    pub id: String,
+    pub name: String,
+    pub content_type: String,
+    pub content: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestStatus {
+    Draft,
+    Submitted,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestRecord {
+    pub id: String,
+    pub status: RequestStatus,
+    pub documents: Vec<DocumentSummary>,
+    /// The event of a submitted request.
+    pub event: Option<EventRecord>,
+}
+
+#[derive(Debug, Clone)]
+pub enum AddDocument {
+    NotFound,
+    Submitted,
+    Added(RequestRecord),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    NotFound,
+    Queued,
+    Duplicate,
+}
