@@ -185,13 +185,20 @@ impl Settings {
             message: e.to_string(),
         })?;
         env::apply_overrides(&mut table, env)?;
-        let settings: Settings =
-            table
-                .try_into()
-                .map_err(|e: toml::de::Error| ConfigError::Parse {
+        // The path (`downstream.mode`, `sources[0].scheme`) goes into the message.
+        let settings: Settings = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner().message().to_string();
+                ConfigError::Parse {
                     path: origin.to_string(),
-                    message: e.message().to_string(),
-                })?;
+                    message: if path == "." {
+                        inner
+                    } else {
+                        format!("`{path}`: {inner}")
+                    },
+                }
+            })?;
         settings.validate()?;
         Ok(settings)
     }
@@ -301,3 +308,6 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf, ConfigError> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -50,7 +50,7 @@ pub trait Headers {
     fn get(&self, name: &str) -> Result<Option<&str>, ()>;
 }
 
-impl Headers for [(String, String)] {
+impl Headers for Vec<(String, String)> {
     fn get(&self, name: &str) -> Result<Option<&str>, ()> {
         Ok(self
             .iter()

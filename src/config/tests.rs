@@ -1,0 +1,99 @@
+use super::*;
+
+fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+const SOURCE: &str = r#"
+[[sources]]
+name = "shop"
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+"#;
+
+#[test]
+fn an_empty_file_gives_the_spec_defaults() {
+    let s = Settings::from_toml("", "t", env(&[])).unwrap();
+    assert_eq!(s.listen, "127.0.0.1:8080");
+    assert_eq!(s.database_url, "sqlite://data/webhook-inbox.db");
+    assert_eq!(s.body_limit_bytes, 1_048_576);
+    assert_eq!(s.consumers.workers, 4);
+    assert_eq!(s.consumers.batch_size, 32);
+    assert_eq!(s.consumers.lease_seconds, 30);
+    assert_eq!(s.consumers.max_attempts, 15);
+    assert_eq!(s.consumers.backoff_base_ms, 1000);
+    assert_eq!(s.consumers.backoff_max_ms, 3_600_000);
+    assert_eq!(s.downstream.timeout_ms, 10_000);
+    assert_eq!(s.downstream.mode, DeliveryMode::AtMostOnce);
+    let s = Settings::from_toml(SOURCE, "t", env(&[])).unwrap();
+    assert_eq!(s.sources[0].tolerance_seconds, 300);
+    assert_eq!(s.sources[0].on_payload_mismatch, MismatchPolicy::Duplicate);
+}
+
+#[test]
+fn unknown_keys_are_refused_by_name() {
+    for (text, key) in [
+        ("max_atempts = 3", "max_atempts"),
+        ("[consumers]\nworkerz = 3", "workerz"),
+        ("[[sources]]\nname = \"a\"\nscheme = \"github\"\nsecrets = [\"x\"]\nsecret = \"y\"", "secret"),
+    ] {
+        let err = Settings::from_toml(text, "t", env(&[])).unwrap_err().to_string();
+        assert!(err.contains(key), "{err}");
+    }
+    let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_CONSUMERS__WORKERZ", "1")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("workerz"), "{err}");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    for (text, key) in [
+        ("listen = \"nowhere\"", "listen"),
+        ("database_url = \"postgres://x\"", "database_url"),
+        ("[consumers]\nbatch_size = 0", "consumers.batch_size"),
+        ("[consumers]\nlease_seconds = 10\n[downstream]\ntimeout_ms = 5000", "downstream.timeout_ms"),
+        ("[downstream]\nmode = \"sometimes\"", "mode"),
+        ("log_format = \"xml\"", "log_format"),
+        ("[[sources]]\nname = \"requests\"\nscheme = \"github\"\nsecrets = [\"x\"]", "sources[0].name"),
+        ("[[sources]]\nname = \"a\"\nscheme = \"github\"\nsecrets = []", "sources[0].secrets"),
+        ("[[sources]]\nname = \"a\"\nscheme = \"standard-webhooks\"\nsecrets = [\"whsec_***\"]", "sources[0].secrets"),
+        ("[[sources]]\nname = \"a\"\nscheme = \"gitlab\"\nsecrets = [\"x\"]", "gitlab"),
+    ] {
+        let err = Settings::from_toml(text, "t", env(&[])).unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    let twice = format!("{SOURCE}{SOURCE}");
+    let err = Settings::from_toml(&twice, "t", env(&[])).unwrap_err().to_string();
+    assert!(err.contains("sources[1].name"), "{err}");
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let s = Settings::from_toml(
+        "[consumers]\nworkers = 2",
+        "t",
+        env(&[
+            ("WEBHOOK_INBOX_CONSUMERS__WORKERS", "7"),
+            ("WEBHOOK_INBOX_DATABASE_URL", "sqlite:///tmp/x.db"),
+            ("WEBHOOK_INBOX_ADMIN_TOKEN", "12345"),
+            ("WEBHOOK_INBOX_URL", "http://cli-only"),
+            ("OTHER", "ignored"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.consumers.workers, 7);
+    assert_eq!(s.sqlite_path().unwrap(), std::path::PathBuf::from("/tmp/x.db"));
+    assert_eq!(s.admin_token.expose(), "12345");
+    let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_SOURCES", "[]")])).unwrap_err();
+    assert!(err.to_string().contains("config file"), "{err}");
+}
+
+#[test]
+fn secrets_never_show_in_debug_output() {
+    let s = Settings::from_toml(&format!("admin_token = \"tok-123\"\n{SOURCE}"), "t", env(&[])).unwrap();
+    let debug = format!("{s:?}");
+    assert!(!debug.contains("tok-123"));
+    assert!(!debug.contains("MfKQ9r8G"));
+    assert!(debug.contains("[redacted]"));
+}

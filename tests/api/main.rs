@@ -1,0 +1,8 @@
+//! One integration-test binary: real HTTP on port 0, real SQLite files, the real binary for
+//! crash tests. `TEST_LOG=1` shows the server's logs.
+
+mod helpers;
+
+mod concurrency;
+mod ingest;
+mod schemes;
