@@ -89,19 +89,28 @@ impl Metrics {
     /// `result`: queued, duplicate, payload_mismatch or rejected.
     pub fn delivery(&self, source: &str, result: &'static str) {
         self.deliveries
-            .get_or_create(&vec![("source", source.to_string()), ("result", result.into())])
+            .get_or_create(&vec![
+                ("source", source.to_string()),
+                ("result", result.into()),
+            ])
             .inc();
     }
 
     pub fn processed(&self, handler: &'static str, outcome: &'static str) {
         self.processed
-            .get_or_create(&vec![("handler", handler.into()), ("outcome", outcome.into())])
+            .get_or_create(&vec![
+                ("handler", handler.into()),
+                ("outcome", outcome.into()),
+            ])
             .inc();
     }
 
     pub fn attempt(&self, handler: &'static str, result: &'static str) {
         self.attempts
-            .get_or_create(&vec![("handler", handler.into()), ("result", result.into())])
+            .get_or_create(&vec![
+                ("handler", handler.into()),
+                ("result", result.into()),
+            ])
             .inc();
     }
 
@@ -121,7 +130,9 @@ impl Metrics {
             ("completed", counts.completed),
             ("failed", counts.failed),
         ] {
-            self.events.get_or_create(&vec![("status", status.into())]).set(n);
+            self.events
+                .get_or_create(&vec![("status", status.into())])
+                .set(n);
         }
         let age = counts
             .oldest_pending_received_at

@@ -30,6 +30,8 @@ pub struct BuildOptions {
     pub ingest: IngestOptions,
     /// How often idle consumers look for due retries.
     pub idle_poll: Option<Duration>,
+    /// Replaces the routing table (tests wrap handlers to count calls).
+    pub registry: Option<Box<dyn FnOnce(Registry) -> Registry>>,
 }
 
 pub struct Application {
@@ -69,11 +71,11 @@ impl Application {
                 Duration::from_millis(settings.downstream.timeout_ms),
             ))
         });
-        let registry = Arc::new(Registry::new(
-            Arc::clone(&store),
-            downstream,
-            settings.downstream.mode,
-        ));
+        let mut registry = Registry::new(Arc::clone(&store), downstream, settings.downstream.mode);
+        if let Some(wrap) = options.registry {
+            registry = wrap(registry);
+        }
+        let registry = Arc::new(registry);
         let consumer = Arc::new(Consumer::new(
             Arc::clone(&store),
             registry,

@@ -14,7 +14,11 @@ use crate::store::Store as _;
 use crate::telemetry;
 
 #[derive(Debug, Parser)]
-#[command(name = "webhook-inbox", version, about = "A webhook receiver with idempotent consumers")]
+#[command(
+    name = "webhook-inbox",
+    version,
+    about = "A webhook receiver with idempotent consumers"
+)]
 pub struct Cli {
     /// Config file (default: ./webhook-inbox.toml if present, else the embedded default).
     #[arg(long, global = true, value_name = "FILE")]
@@ -50,10 +54,7 @@ pub fn load_settings(path: Option<&Path>) -> anyhow::Result<Loaded> {
         }
     };
     config::ensure_admin_token(&mut settings)?;
-    Ok(Loaded {
-        settings,
-        embedded,
-    })
+    Ok(Loaded { settings, embedded })
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {

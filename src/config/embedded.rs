@@ -66,7 +66,9 @@ pub fn ensure_admin_token(settings: &mut Settings) -> anyhow::Result<Option<Path
 /// Add the `demo` source with its kept secret.
 pub fn add_demo_source(settings: &mut Settings) -> anyhow::Result<PathBuf> {
     let path = data_dir(settings).join("demo-secret");
-    let secret = kept_secret(&path, || format!("whsec_{}", STANDARD.encode(random_bytes::<24>())))?;
+    let secret = kept_secret(&path, || {
+        format!("whsec_{}", STANDARD.encode(random_bytes::<24>()))
+    })?;
     settings.sources.push(SourceSettings {
         name: DEMO_SOURCE.into(),
         scheme: Scheme::StandardWebhooks,

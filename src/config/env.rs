@@ -50,7 +50,9 @@ pub(super) fn apply_overrides(
         } else {
             parse_scalar(&value)
         };
-        let (last, parents) = path.split_last().expect("split yields at least one segment");
+        let (last, parents) = path
+            .split_last()
+            .expect("split yields at least one segment");
         let mut node = &mut *table;
         for p in parents {
             let entry = node

@@ -180,10 +180,12 @@ impl Settings {
         origin: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, ConfigError> {
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string(),
-        })?;
+        let mut table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Parse {
+                    path: origin.to_string(),
+                    message: e.to_string(),
+                })?;
         env::apply_overrides(&mut table, env)?;
         // The path (`downstream.mode`, `sources[0].scheme`) goes into the message.
         let settings: Settings = serde_path_to_error::deserialize(toml::Value::Table(table))
@@ -231,16 +233,22 @@ impl Settings {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.listen
-            .parse::<SocketAddr>()
-            .map_err(|e| invalid("listen", format!("`{}` is not host:port ({e})", self.listen)))?;
+        self.listen.parse::<SocketAddr>().map_err(|e| {
+            invalid(
+                "listen",
+                format!("`{}` is not host:port ({e})", self.listen),
+            )
+        })?;
         self.sqlite_path()?;
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
         }
         let c = &self.consumers;
         if c.batch_size == 0 || c.batch_size > 1000 {
-            return Err(invalid("consumers.batch_size", "must be between 1 and 1000"));
+            return Err(invalid(
+                "consumers.batch_size",
+                "must be between 1 and 1000",
+            ));
         }
         if c.workers > 256 {
             return Err(invalid("consumers.workers", "must be at most 256"));
@@ -257,7 +265,8 @@ impl Settings {
                 "must not exceed consumers.backoff_max_ms",
             ));
         }
-        if self.downstream.timeout_ms == 0 || self.downstream.timeout_ms * 2 >= c.lease_seconds * 1000
+        if self.downstream.timeout_ms == 0
+            || self.downstream.timeout_ms * 2 >= c.lease_seconds * 1000
         {
             return Err(invalid(
                 "downstream.timeout_ms",
@@ -271,7 +280,8 @@ impl Settings {
         let mut seen = std::collections::HashSet::new();
         for (i, s) in self.sources.iter().enumerate() {
             let key = |field: &str| format!("sources[{i}].{field}");
-            crate::domain::SourceName::parse(&s.name).map_err(|e| invalid(key("name"), e.to_string()))?;
+            crate::domain::SourceName::parse(&s.name)
+                .map_err(|e| invalid(key("name"), e.to_string()))?;
             if s.name == RESERVED_SOURCE {
                 return Err(invalid(
                     key("name"),
@@ -279,7 +289,10 @@ impl Settings {
                 ));
             }
             if !seen.insert(s.name.as_str()) {
-                return Err(invalid(key("name"), format!("source `{}` is defined twice", s.name)));
+                return Err(invalid(
+                    key("name"),
+                    format!("source `{}` is defined twice", s.name),
+                ));
             }
             if s.secrets.is_empty() {
                 return Err(invalid(key("secrets"), "at least one secret is required"));

@@ -1,7 +1,9 @@
 use super::*;
 
 fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
-    vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    vars.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 const SOURCE: &str = r#"
@@ -35,9 +37,14 @@ fn unknown_keys_are_refused_by_name() {
     for (text, key) in [
         ("max_atempts = 3", "max_atempts"),
         ("[consumers]\nworkerz = 3", "workerz"),
-        ("[[sources]]\nname = \"a\"\nscheme = \"github\"\nsecrets = [\"x\"]\nsecret = \"y\"", "secret"),
+        (
+            "[[sources]]\nname = \"a\"\nscheme = \"github\"\nsecrets = [\"x\"]\nsecret = \"y\"",
+            "secret",
+        ),
     ] {
-        let err = Settings::from_toml(text, "t", env(&[])).unwrap_err().to_string();
+        let err = Settings::from_toml(text, "t", env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(key), "{err}");
     }
     let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_CONSUMERS__WORKERZ", "1")]))
@@ -52,19 +59,38 @@ fn bad_values_name_their_key() {
         ("listen = \"nowhere\"", "listen"),
         ("database_url = \"postgres://x\"", "database_url"),
         ("[consumers]\nbatch_size = 0", "consumers.batch_size"),
-        ("[consumers]\nlease_seconds = 10\n[downstream]\ntimeout_ms = 5000", "downstream.timeout_ms"),
+        (
+            "[consumers]\nlease_seconds = 10\n[downstream]\ntimeout_ms = 5000",
+            "downstream.timeout_ms",
+        ),
         ("[downstream]\nmode = \"sometimes\"", "mode"),
         ("log_format = \"xml\"", "log_format"),
-        ("[[sources]]\nname = \"requests\"\nscheme = \"github\"\nsecrets = [\"x\"]", "sources[0].name"),
-        ("[[sources]]\nname = \"a\"\nscheme = \"github\"\nsecrets = []", "sources[0].secrets"),
-        ("[[sources]]\nname = \"a\"\nscheme = \"standard-webhooks\"\nsecrets = [\"whsec_***\"]", "sources[0].secrets"),
-        ("[[sources]]\nname = \"a\"\nscheme = \"gitlab\"\nsecrets = [\"x\"]", "gitlab"),
+        (
+            "[[sources]]\nname = \"requests\"\nscheme = \"github\"\nsecrets = [\"x\"]",
+            "sources[0].name",
+        ),
+        (
+            "[[sources]]\nname = \"a\"\nscheme = \"github\"\nsecrets = []",
+            "sources[0].secrets",
+        ),
+        (
+            "[[sources]]\nname = \"a\"\nscheme = \"standard-webhooks\"\nsecrets = [\"whsec_***\"]",
+            "sources[0].secrets",
+        ),
+        (
+            "[[sources]]\nname = \"a\"\nscheme = \"gitlab\"\nsecrets = [\"x\"]",
+            "gitlab",
+        ),
     ] {
-        let err = Settings::from_toml(text, "t", env(&[])).unwrap_err().to_string();
+        let err = Settings::from_toml(text, "t", env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(key), "{text}: {err}");
     }
     let twice = format!("{SOURCE}{SOURCE}");
-    let err = Settings::from_toml(&twice, "t", env(&[])).unwrap_err().to_string();
+    let err = Settings::from_toml(&twice, "t", env(&[]))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("sources[1].name"), "{err}");
 }
 
@@ -83,7 +109,10 @@ fn environment_overrides_the_file() {
     )
     .unwrap();
     assert_eq!(s.consumers.workers, 7);
-    assert_eq!(s.sqlite_path().unwrap(), std::path::PathBuf::from("/tmp/x.db"));
+    assert_eq!(
+        s.sqlite_path().unwrap(),
+        std::path::PathBuf::from("/tmp/x.db")
+    );
     assert_eq!(s.admin_token.expose(), "12345");
     let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_SOURCES", "[]")])).unwrap_err();
     assert!(err.to_string().contains("config file"), "{err}");
@@ -91,7 +120,12 @@ fn environment_overrides_the_file() {
 
 #[test]
 fn secrets_never_show_in_debug_output() {
-    let s = Settings::from_toml(&format!("admin_token = \"tok-123\"\n{SOURCE}"), "t", env(&[])).unwrap();
+    let s = Settings::from_toml(
+        &format!("admin_token = \"tok-123\"\n{SOURCE}"),
+        "t",
+        env(&[]),
+    )
+    .unwrap();
     let debug = format!("{s:?}");
     assert!(!debug.contains("tok-123"));
     assert!(!debug.contains("MfKQ9r8G"));

@@ -55,7 +55,11 @@ mod tests {
             let ceiling = b.ceiling_ms(attempt) as i64;
             for _ in 0..50 {
                 let d = b.delay_ms(attempt);
-                assert!(d >= ceiling / 2 && d <= ceiling, "{d} outside [{}, {ceiling}]", ceiling / 2);
+                assert!(
+                    d >= ceiling / 2 && d <= ceiling,
+                    "{d} outside [{}, {ceiling}]",
+                    ceiling / 2
+                );
             }
         }
     }

@@ -177,9 +177,10 @@ impl Consumer {
     /// Return expired leases (see [`Store::sweep`]).
     pub fn sweep(&self) -> StoreResult<usize> {
         let registry = &self.registry;
-        self.store.sweep(now_ms(), self.max_attempts, &|source, event_type| {
-            registry.mode(source, event_type)
-        })
+        self.store
+            .sweep(now_ms(), self.max_attempts, &|source, event_type| {
+                registry.mode(source, event_type)
+            })
     }
 
     /// Run `run_once` on a blocking thread, keeping the caller's span.

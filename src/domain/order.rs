@@ -22,12 +22,18 @@ pub struct OrderCredit {
 }
 
 /// A string or an integer, compared as a string (`42` and `"42"` are the same order).
-fn id_field(obj: &serde_json::Map<String, Value>, name: &'static str) -> Result<String, OrderError> {
+fn id_field(
+    obj: &serde_json::Map<String, Value>,
+    name: &'static str,
+) -> Result<String, OrderError> {
     match obj.get(name) {
         None | Some(Value::Null) => Err(OrderError::Missing(name)),
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_string()),
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        Some(_) => Err(OrderError::Invalid(name, "a non-empty string or an integer")),
+        Some(_) => Err(OrderError::Invalid(
+            name,
+            "a non-empty string or an integer",
+        )),
     }
 }
 

@@ -16,7 +16,9 @@ pub fn now_secs() -> i64 {
 pub fn rfc3339(ms: i64) -> String {
     let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    let t = t.replace_nanosecond((ms.rem_euclid(1000) as u32) * 1_000_000).unwrap_or(t);
+    let t = t
+        .replace_nanosecond((ms.rem_euclid(1000) as u32) * 1_000_000)
+        .unwrap_or(t);
     t.format(&Rfc3339).unwrap_or_else(|_| ms.to_string())
 }
 

@@ -74,8 +74,16 @@ impl DownstreamSystem for HttpDownstream {
         if status.is_success() {
             Ok(format!("HTTP {status}"))
         } else {
-            let text: String = response.text().unwrap_or_default().chars().take(200).collect();
-            Err(DownstreamError(format!("POST {} answered {status}: {text}", self.url)))
+            let text: String = response
+                .text()
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect();
+            Err(DownstreamError(format!(
+                "POST {} answered {status}: {text}",
+                self.url
+            )))
         }
     }
 }
@@ -156,7 +164,9 @@ impl Handler for SubmitRequest {
                 DeliveryMode::AtMostOnce => Handled::Permanent(format!(
                     "downstream call failed (at-most-once: not retried): {e}"
                 )),
-                DeliveryMode::AtLeastOnce => Handled::Retryable(format!("downstream call failed: {e}")),
+                DeliveryMode::AtLeastOnce => {
+                    Handled::Retryable(format!("downstream call failed: {e}"))
+                }
             },
         }
     }

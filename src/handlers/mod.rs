@@ -60,10 +60,24 @@ impl Registry {
         downstream: Arc<dyn DownstreamSystem>,
         mode: DeliveryMode,
     ) -> Registry {
+        Registry::from_parts(
+            Arc::new(LoyaltyCredit),
+            Arc::new(AuditLog),
+            Arc::new(SubmitRequest::new(store, downstream, mode)),
+        )
+    }
+
+    /// The routing table with other handlers in its three places (tests wrap the real ones to
+    /// count calls or inject failures).
+    pub fn from_parts(
+        loyalty: Arc<dyn Handler>,
+        audit: Arc<dyn Handler>,
+        downstream: Arc<dyn Handler>,
+    ) -> Registry {
         Registry {
-            loyalty: Arc::new(LoyaltyCredit),
-            audit: Arc::new(AuditLog),
-            downstream: Arc::new(SubmitRequest::new(store, downstream, mode)),
+            loyalty,
+            audit,
+            downstream,
         }
     }
 
@@ -75,6 +89,18 @@ impl Registry {
         } else {
             &self.audit
         }
+    }
+
+    pub fn loyalty(&self) -> &Arc<dyn Handler> {
+        &self.loyalty
+    }
+
+    pub fn audit(&self) -> &Arc<dyn Handler> {
+        &self.audit
+    }
+
+    pub fn downstream(&self) -> &Arc<dyn Handler> {
+        &self.downstream
     }
 
     pub fn mode(&self, source: &str, event_type: &str) -> DeliveryMode {

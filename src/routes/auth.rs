@@ -54,7 +54,11 @@ impl FromRequest for Submitter {
             let ok = std::iter::once(&settings.admin_token)
                 .chain(&settings.submission_tokens)
                 .fold(false, |acc, s| matches(token, s) | acc);
-            if ok { Ok(Submitter) } else { Err(ApiError::Unauthorized) }
+            if ok {
+                Ok(Submitter)
+            } else {
+                Err(ApiError::Unauthorized)
+            }
         }))
     }
 }

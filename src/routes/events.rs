@@ -156,7 +156,10 @@ pub async fn retry(
     let force = query.force.unwrap_or(false);
     let outcome = {
         let (source, event_id) = (source.clone(), event_id.clone());
-        blocking(&state, move |s| s.retry(&source, &event_id, force, now_ms())).await?
+        blocking(&state, move |s| {
+            s.retry(&source, &event_id, force, now_ms())
+        })
+        .await?
     };
     match outcome {
         RetryOutcome::NotFound => Err(not_found(&source, &event_id)),
@@ -213,7 +216,9 @@ pub async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
-        return Err(ApiError::InvalidRequest("limit: must be from 1 to 1000".into()));
+        return Err(ApiError::InvalidRequest(
+            "limit: must be from 1 to 1000".into(),
+        ));
     }
     let claimed = state
         .consumer

@@ -55,12 +55,14 @@ async fn blocking<T: Send + 'static>(
 
 /// Every route, and JSON errors for what actix would otherwise answer in plain text.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.app_data(web::PathConfig::default().error_handler(|e, _| {
-        ApiError::InvalidRequest(format!("path: {e}")).into()
-    }))
-    .app_data(web::QueryConfig::default().error_handler(|e, _| {
-        ApiError::InvalidRequest(format!("query string: {e}")).into()
-    }))
+    cfg.app_data(
+        web::PathConfig::default()
+            .error_handler(|e, _| ApiError::InvalidRequest(format!("path: {e}")).into()),
+    )
+    .app_data(
+        web::QueryConfig::default()
+            .error_handler(|e, _| ApiError::InvalidRequest(format!("query string: {e}")).into()),
+    )
     .service(resource("/healthz").route(web::get().to(health::healthz)))
     .service(resource("/readyz").route(web::get().to(health::readyz)))
     .service(resource("/metrics").route(web::get().to(health::metrics)))

@@ -60,10 +60,14 @@ struct DocumentBody {
 impl DocumentBody {
     fn into_document(self) -> Result<NewDocument, ApiError> {
         if self.name.trim().is_empty() || self.name.len() > 255 {
-            return Err(ApiError::InvalidRequest("name: must be 1 to 255 characters".into()));
+            return Err(ApiError::InvalidRequest(
+                "name: must be 1 to 255 characters".into(),
+            ));
         }
         if self.content_type.trim().is_empty() {
-            return Err(ApiError::InvalidRequest("content_type: must not be empty".into()));
+            return Err(ApiError::InvalidRequest(
+                "content_type: must not be empty".into(),
+            ));
         }
         let content = match self.encoding.as_deref() {
             None | Some("utf-8") | Some("text") => self.content.into_bytes(),

@@ -36,10 +36,9 @@ pub async fn receive(
 ) -> Result<HttpResponse, ApiError> {
     let started = Instant::now();
     let name = path.into_inner();
-    let source = state
-        .settings
-        .source(&name)
-        .ok_or_else(|| ApiError::UnknownSource(format!("no source named `{name}` is configured")))?;
+    let source = state.settings.source(&name).ok_or_else(|| {
+        ApiError::UnknownSource(format!("no source named `{name}` is configured"))
+    })?;
     let result = store_delivery(&req, payload, &state, source).await;
     let label = match &result {
         Ok((_, InsertOutcome::Queued)) => "queued",
@@ -48,7 +47,9 @@ pub async fn receive(
         Err(_) => "rejected",
     };
     state.metrics.delivery(&source.name, label);
-    state.metrics.observe_ingest(started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .observe_ingest(started.elapsed().as_secs_f64());
     let (event_id, outcome) = result?;
     let body = match outcome {
         InsertOutcome::Queued => json!({"event_id": event_id, "status": "queued", "queued": true}),

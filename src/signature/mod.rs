@@ -35,7 +35,10 @@ pub enum SignatureError {
     #[error("missing header {0}")]
     MissingHeader(&'static str),
     #[error("malformed header {header}: {reason}")]
-    Malformed { header: &'static str, reason: String },
+    Malformed {
+        header: &'static str,
+        reason: String,
+    },
     #[error("no signature matches any configured secret")]
     NoMatch,
     #[error("timestamp is {0} s older than allowed")]
@@ -214,7 +217,10 @@ fn any_match(keys: &[Vec<u8>], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool 
 }
 
 fn utf8_keys(secrets: &[Secret]) -> Vec<Vec<u8>> {
-    secrets.iter().map(|s| s.expose().as_bytes().to_vec()).collect()
+    secrets
+        .iter()
+        .map(|s| s.expose().as_bytes().to_vec())
+        .collect()
 }
 
 fn hmac_bytes(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {

@@ -5,7 +5,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{
-    Headers, SignatureError, Verified, any_match, hmac_bytes, malformed, optional, required, utf8_keys,
+    Headers, SignatureError, Verified, any_match, hmac_bytes, malformed, optional, required,
+    utf8_keys,
 };
 use crate::config::Secret;
 

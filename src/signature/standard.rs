@@ -84,10 +84,16 @@ pub(super) fn sign(
 ) -> Result<Vec<(String, String)>, String> {
     let key = key(secret)?;
     let ts = now.to_string();
-    let sig = hmac_bytes(&key, &[event_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+    let sig = hmac_bytes(
+        &key,
+        &[event_id.as_bytes(), b".", ts.as_bytes(), b".", body],
+    );
     Ok(vec![
         ("webhook-id".into(), event_id.into()),
         ("webhook-timestamp".into(), ts),
-        ("webhook-signature".into(), format!("v1,{}", STANDARD.encode(sig))),
+        (
+            "webhook-signature".into(),
+            format!("v1,{}", STANDARD.encode(sig)),
+        ),
     ])
 }

@@ -23,11 +23,14 @@ pub(super) fn verify(
             .ok_or_else(|| malformed(HEADER, "expected t=<ts>,v1=<hex>"))?;
         match k {
             "t" => {
-                let ts: i64 = v.parse().map_err(|_| malformed(HEADER, "t is not unix seconds"))?;
+                let ts: i64 = v
+                    .parse()
+                    .map_err(|_| malformed(HEADER, "t is not unix seconds"))?;
                 timestamp = Some((ts, v));
             }
-            "v1" => candidates
-                .push(hex::decode(v).map_err(|_| malformed(HEADER, "v1 is not hex"))?),
+            "v1" => {
+                candidates.push(hex::decode(v).map_err(|_| malformed(HEADER, "v1 is not hex"))?)
+            }
             // v0 (test mode) and future schemes are ignored, as Stripe's libraries do.
             _ => {}
         }

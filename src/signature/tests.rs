@@ -29,7 +29,10 @@ fn vectors() -> Vec<Vector> {
 }
 
 fn headers(v: &Vector) -> Vec<(String, String)> {
-    v.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    v.headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 #[test]
@@ -46,10 +49,18 @@ fn independent_vectors_verify_as_their_generator_says() {
         );
         assert_eq!(result.is_ok(), v.valid, "{}: {result:?}", v.name);
         if v.name.contains("stale") {
-            assert!(matches!(result, Err(SignatureError::TooOld(_))), "{}", v.name);
+            assert!(
+                matches!(result, Err(SignatureError::TooOld(_))),
+                "{}",
+                v.name
+            );
         }
         if v.name.contains("future") {
-            assert!(matches!(result, Err(SignatureError::TooNew(_))), "{}", v.name);
+            assert!(
+                matches!(result, Err(SignatureError::TooNew(_))),
+                "{}",
+                v.name
+            );
         }
     }
 }
@@ -62,7 +73,11 @@ fn our_signer_reproduces_every_valid_single_signature_vector() {
         let secret = Secret::new(v.secret.clone());
         let (id, ts, name) = match v.scheme {
             Scheme::StandardWebhooks => {
-                let id = v.headers.get("webhook-id").or(v.headers.get("svix-id")).unwrap();
+                let id = v
+                    .headers
+                    .get("webhook-id")
+                    .or(v.headers.get("svix-id"))
+                    .unwrap();
                 let ts = v
                     .headers
                     .get("webhook-timestamp")
@@ -85,13 +100,20 @@ fn our_signer_reproduces_every_valid_single_signature_vector() {
             Scheme::HmacSha256 => ("".into(), 0, "X-Signature"),
         };
         let expected = &v.headers[name];
-        if expected.contains(' ') || expected.matches("v1=").count() > 1 || expected.contains("v0=") {
+        if expected.contains(' ') || expected.matches("v1=").count() > 1 || expected.contains("v0=")
+        {
             continue; // several signatures: covered by the verify test
         }
-        let ours = v.scheme.sign(&secret, &id, "t", v.body.as_bytes(), ts).unwrap();
+        let ours = v
+            .scheme
+            .sign(&secret, &id, "t", v.body.as_bytes(), ts)
+            .unwrap();
         let (_, value) = ours
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name) || (name == "svix-signature" && k == "webhook-signature"))
+            .find(|(k, _)| {
+                k.eq_ignore_ascii_case(name)
+                    || (name == "svix-signature" && k == "webhook-signature")
+            })
             .unwrap();
         let normalise = |s: &str| s.trim_start_matches("sha256=").to_string();
         if v.scheme == Scheme::HmacSha256 {
@@ -107,7 +129,13 @@ fn published_standard_webhooks_vector() {
     let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     let body = br#"{"test": 2432232314}"#;
     let headers = Scheme::StandardWebhooks
-        .sign(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", "t", body, 1614265330)
+        .sign(
+            &secret,
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            "t",
+            body,
+            1614265330,
+        )
         .unwrap();
     assert_eq!(
         headers[2].1,
@@ -116,13 +144,18 @@ fn published_standard_webhooks_vector() {
     let verified = Scheme::StandardWebhooks
         .verify(&headers, body, &[secret], 1614265330, 300)
         .unwrap();
-    assert_eq!(verified.event_id.as_deref(), Some("msg_p5jXN8AQM9LWM0D4loKWxJek"));
+    assert_eq!(
+        verified.event_id.as_deref(),
+        Some("msg_p5jXN8AQM9LWM0D4loKWxJek")
+    );
 }
 
 #[test]
 fn published_github_vector() {
     let secret = Secret::new("It's a Secret to Everybody");
-    let headers = Scheme::Github.sign(&secret, "d1", "push", b"Hello, World!", 0).unwrap();
+    let headers = Scheme::Github
+        .sign(&secret, "d1", "push", b"Hello, World!", 0)
+        .unwrap();
     assert_eq!(
         headers[0].1,
         "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
@@ -134,9 +167,15 @@ fn any_secret_of_a_rotation_verifies() {
     let old = Secret::new("whsec_b2xkIHNlY3JldCBiZWZvcmUgcm90YXRpb24=");
     let new = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     for signer in [&old, &new] {
-        let h = Scheme::StandardWebhooks.sign(signer, "m", "t", b"{}", 100).unwrap();
+        let h = Scheme::StandardWebhooks
+            .sign(signer, "m", "t", b"{}", 100)
+            .unwrap();
         let secrets = [old.clone(), new.clone()];
-        assert!(Scheme::StandardWebhooks.verify(&h, b"{}", &secrets, 100, 300).is_ok());
+        assert!(
+            Scheme::StandardWebhooks
+                .verify(&h, b"{}", &secrets, 100, 300)
+                .is_ok()
+        );
     }
     let h = Scheme::Stripe.sign(&new, "", "t", b"{}", 100).unwrap();
     assert_eq!(
@@ -149,13 +188,18 @@ fn any_secret_of_a_rotation_verifies() {
 fn the_secret_key_rules_differ_between_schemes() {
     // Standard Webhooks decodes the base64 after whsec_; Stripe uses the whole string's bytes.
     let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
-    let sw = Scheme::StandardWebhooks.sign(&secret, "m", "t", b"{}", 5).unwrap();
+    let sw = Scheme::StandardWebhooks
+        .sign(&secret, "m", "t", b"{}", 5)
+        .unwrap();
     let raw_key_sig = STANDARD_B64(&hmac_bytes(secret.expose().as_bytes(), &[b"m.5.{}"]));
     assert_ne!(sw[2].1, format!("v1,{raw_key_sig}"));
     let stripe = Scheme::Stripe.sign(&secret, "", "t", b"{}", 5).unwrap();
     assert_eq!(
         stripe[0].1,
-        format!("t=5,v1={}", hmac_hex(secret.expose().as_bytes(), &[b"5.{}"]))
+        format!(
+            "t=5,v1={}",
+            hmac_hex(secret.expose().as_bytes(), &[b"5.{}"])
+        )
     );
 }
 
@@ -168,7 +212,11 @@ fn STANDARD_B64(bytes: &[u8]) -> String {
 #[test]
 fn standard_webhooks_secrets_must_be_base64() {
     assert!(Scheme::StandardWebhooks.check_secret("whsec_!!!").is_err());
-    assert!(Scheme::StandardWebhooks.check_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_ok());
+    assert!(
+        Scheme::StandardWebhooks
+            .check_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+            .is_ok()
+    );
     assert!(Scheme::Stripe.check_secret("anything").is_ok());
     assert!(Scheme::Stripe.check_secret("").is_err());
 }

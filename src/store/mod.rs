@@ -47,8 +47,13 @@ pub trait Store: Send + Sync + 'static {
     // Consuming.
     /// Move up to `limit` due pending events to `claimed` in one statement, count the attempt
     /// and open its history row, all in one transaction.
-    fn claim(&self, worker: &str, limit: usize, lease_ms: i64, now: i64)
-    -> StoreResult<Vec<Claimed>>;
+    fn claim(
+        &self,
+        worker: &str,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Claimed>>;
     /// Apply finished attempts in one transaction, each in its own savepoint and fenced by its
     /// claim token.
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>>;
@@ -58,15 +63,25 @@ pub trait Store: Send + Sync + 'static {
     fn sweep(&self, now: i64, max_attempts: u32, mode_of: ModeOf<'_>) -> StoreResult<usize>;
 
     // Ops.
-    fn retry(&self, source: &str, event_id: &str, force: bool, now: i64) -> StoreResult<RetryOutcome>;
+    fn retry(
+        &self,
+        source: &str,
+        event_id: &str,
+        force: bool,
+        now: i64,
+    ) -> StoreResult<RetryOutcome>;
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize>;
     fn loyalty(&self, customer_id: &str) -> StoreResult<LoyaltyAccount>;
 
     // Submission API.
     fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord>;
     fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>>;
-    fn add_document(&self, request_id: &str, doc: &NewDocument, now: i64)
-    -> StoreResult<AddDocument>;
+    fn add_document(
+        &self,
+        request_id: &str,
+        doc: &NewDocument,
+        now: i64,
+    ) -> StoreResult<AddDocument>;
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome>;
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>>;
 }

@@ -24,7 +24,12 @@ fn blast(
                 let deliveries = per_thread(t);
                 let signed: Vec<_> = deliveries
                     .iter()
-                    .map(|(id, body)| (sign_for(&settings, "shop", id, body.as_bytes()), body.clone()))
+                    .map(|(id, body)| {
+                        (
+                            sign_for(&settings, "shop", id, body.as_bytes()),
+                            body.clone(),
+                        )
+                    })
                     .collect();
                 barrier.wait();
                 signed
@@ -41,7 +46,10 @@ fn blast(
             })
         })
         .collect();
-    handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,11 +59,19 @@ async fn sixteen_identical_deliveries_at_once_make_one_event() {
     let results = {
         let app = &app;
         let body = body.clone();
-        tokio::task::block_in_place(move || blast(app, 16, move |_| vec![("msg_race".into(), body.clone())]))
+        tokio::task::block_in_place(move || {
+            blast(app, 16, move |_| vec![("msg_race".into(), body.clone())])
+        })
     };
     assert!(results.iter().all(|(s, _)| *s == 200), "{results:?}");
-    let queued = results.iter().filter(|(_, b)| b["status"] == "queued").count();
-    let duplicate = results.iter().filter(|(_, b)| b["status"] == "duplicate").count();
+    let queued = results
+        .iter()
+        .filter(|(_, b)| b["status"] == "queued")
+        .count();
+    let duplicate = results
+        .iter()
+        .filter(|(_, b)| b["status"] == "duplicate")
+        .count();
     assert_eq!((queued, duplicate), (1, 15), "{results:?}");
     assert_eq!(app.count("SELECT count(*) FROM events"), 1);
     assert_eq!(app.count("SELECT deliveries FROM events"), 16);
@@ -75,7 +91,12 @@ async fn hundreds_of_distinct_deliveries_from_several_threads_are_all_stored() {
         })
     });
     assert_eq!(results.len(), 480);
-    assert!(results.iter().all(|(s, b)| *s == 200 && b["status"] == "queued"), "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|(s, b)| *s == 200 && b["status"] == "queued"),
+        "{results:?}"
+    );
     assert_eq!(app.count("SELECT count(*) FROM events"), 480);
     assert_eq!(app.count("SELECT count(DISTINCT seq) FROM events"), 480);
 }

@@ -18,7 +18,10 @@ async fn first_delivery_is_queued_and_stored_with_its_raw_bytes() {
     let body = order_body("o-1", "c-1", 10);
     let r = app.deliver("shop", "msg_1", &body).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.body, json!({"event_id": "msg_1", "status": "queued", "queued": true}));
+    assert_eq!(
+        r.body,
+        json!({"event_id": "msg_1", "status": "queued", "queued": true})
+    );
     assert_eq!(event_rows(&app), 1);
     let conn = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
     let (payload, sha, deliveries, ty): (Vec<u8>, Vec<u8>, i64, String) = conn
@@ -42,10 +45,16 @@ async fn first_delivery_is_queued_and_stored_with_its_raw_bytes() {
 async fn redelivery_is_a_duplicate_that_stores_nothing_new_but_is_counted() {
     let app = spawn_app().await;
     let body = order_body("o-1", "c-1", 10);
-    assert_eq!(app.deliver("shop", "msg_1", &body).await.body["status"], "queued");
+    assert_eq!(
+        app.deliver("shop", "msg_1", &body).await.body["status"],
+        "queued"
+    );
     let r = app.deliver("shop", "msg_1", &body).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.body, json!({"event_id": "msg_1", "status": "duplicate", "queued": false}));
+    assert_eq!(
+        r.body,
+        json!({"event_id": "msg_1", "status": "duplicate", "queued": false})
+    );
     assert_eq!(event_rows(&app), 1);
     let event = app.event("shop", "msg_1").await;
     assert_eq!(event["deliveries"], 2);
@@ -57,7 +66,9 @@ async fn same_key_with_a_different_body_is_a_flagged_duplicate_keeping_the_first
     let app = spawn_app().await;
     let first = order_body("o-1", "c-1", 10);
     app.deliver("shop", "msg_1", &first).await;
-    let r = app.deliver("shop", "msg_1", &order_body("o-1", "c-1", 99)).await;
+    let r = app
+        .deliver("shop", "msg_1", &order_body("o-1", "c-1", 99))
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(
         r.body,
@@ -66,23 +77,43 @@ async fn same_key_with_a_different_body_is_a_flagged_duplicate_keeping_the_first
     let event = app.event("shop", "msg_1").await;
     assert_eq!(event["payload_mismatches"], 1);
     assert_eq!(event["deliveries"], 2);
-    assert_eq!(event["payload"]["data"]["points"], 10, "the stored body is the first one");
-    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"webhook_inbox_deliveries_total{source="shop",result="payload_mismatch"} 1"#));
+    assert_eq!(
+        event["payload"]["data"]["points"], 10,
+        "the stored body is the first one"
+    );
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"webhook_inbox_deliveries_total{source="shop",result="payload_mismatch"} 1"#
+        )
+    );
 }
 
 #[tokio::test]
 async fn strict_source_answers_409_on_a_payload_mismatch() {
     let app = spawn_app().await;
-    app.deliver("strict", "msg_1", &order_body("o-1", "c-1", 10)).await;
-    let r = app.deliver("strict", "msg_1", &order_body("o-1", "c-1", 11)).await;
+    app.deliver("strict", "msg_1", &order_body("o-1", "c-1", 10))
+        .await;
+    let r = app
+        .deliver("strict", "msg_1", &order_body("o-1", "c-1", 11))
+        .await;
     r.assert_error(409, "payload_mismatch");
     assert_eq!(event_rows(&app), 1);
     let event = app.event("strict", "msg_1").await;
     assert_eq!(event["payload"]["data"]["points"], 10);
     assert_eq!(event["payload_mismatches"], 1);
     // The same body again is still a plain duplicate.
-    let r = app.deliver("strict", "msg_1", &order_body("o-1", "c-1", 10)).await;
+    let r = app
+        .deliver("strict", "msg_1", &order_body("o-1", "c-1", 10))
+        .await;
     assert_eq!(r.body["status"], "duplicate");
 }
 
@@ -103,9 +134,17 @@ async fn invalid_signature_is_401_and_stores_nothing() {
     let body = order_body("o-1", "c-1", 10);
     let headers = sign_for(&app.settings, "shop", "msg_1", body.as_bytes());
     let tampered = order_body("o-1", "c-1", 1000);
-    let r = app.post_webhook("shop", &headers, tampered.as_bytes()).await;
+    let r = app
+        .post_webhook("shop", &headers, tampered.as_bytes())
+        .await;
     r.assert_error(401, "invalid_signature");
-    let wrong_key = sign_with(Scheme::StandardWebhooks, "whsec_d3Jvbmc=", "msg_1", body.as_bytes(), webhook_inbox::domain::time::now_secs());
+    let wrong_key = sign_with(
+        Scheme::StandardWebhooks,
+        "whsec_d3Jvbmc=",
+        "msg_1",
+        body.as_bytes(),
+        webhook_inbox::domain::time::now_secs(),
+    );
     let r = app.post_webhook("shop", &wrong_key, body.as_bytes()).await;
     r.assert_error(401, "invalid_signature");
     assert_eq!(event_rows(&app), 0);
@@ -117,17 +156,40 @@ async fn timestamps_outside_tolerance_either_way_are_401() {
     let body = order_body("o-1", "c-1", 10);
     let now = webhook_inbox::domain::time::now_secs();
     for ts in [now - 301, now + 301] {
-        let headers = sign_with(Scheme::StandardWebhooks, SW_SECRET, "msg_1", body.as_bytes(), ts);
+        let headers = sign_with(
+            Scheme::StandardWebhooks,
+            SW_SECRET,
+            "msg_1",
+            body.as_bytes(),
+            ts,
+        );
         let r = app.post_webhook("shop", &headers, body.as_bytes()).await;
         r.assert_error(401, "timestamp_out_of_tolerance");
     }
     for ts in [now - 290, now + 290] {
-        let headers = sign_with(Scheme::StandardWebhooks, SW_SECRET, &format!("ok-{ts}"), body.as_bytes(), ts);
-        assert_eq!(app.post_webhook("shop", &headers, body.as_bytes()).await.status, 200);
+        let headers = sign_with(
+            Scheme::StandardWebhooks,
+            SW_SECRET,
+            &format!("ok-{ts}"),
+            body.as_bytes(),
+            ts,
+        );
+        assert_eq!(
+            app.post_webhook("shop", &headers, body.as_bytes())
+                .await
+                .status,
+            200
+        );
     }
     // Stripe too.
     let stripe_body = json!({"id": "evt_1", "type": "charge.succeeded"}).to_string();
-    let headers = sign_with(Scheme::Stripe, "whsec_stripe_test_secret", "", stripe_body.as_bytes(), now - 1000);
+    let headers = sign_with(
+        Scheme::Stripe,
+        "whsec_stripe_test_secret",
+        "",
+        stripe_body.as_bytes(),
+        now - 1000,
+    );
     app.post_webhook("stripe", &headers, stripe_body.as_bytes())
         .await
         .assert_error(401, "timestamp_out_of_tolerance");
@@ -199,7 +261,9 @@ async fn an_oversized_chunked_body_is_413_while_streaming() {
     let addr = app.address.trim_start_matches("http://").to_string();
     let status_line = tokio::task::spawn_blocking(move || {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
         write!(
             stream,
             "POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
@@ -232,7 +296,10 @@ async fn an_oversized_chunked_body_is_413_while_streaming() {
     .await
     .unwrap();
     assert!(status_line.starts_with("HTTP/1.1 413"), "{status_line}");
-    assert!(status_line.contains(r#""error":"payload_too_large""#), "{status_line}");
+    assert!(
+        status_line.contains(r#""error":"payload_too_large""#),
+        "{status_line}"
+    );
     assert_eq!(event_rows(&app), 0);
 }
 
@@ -258,14 +325,21 @@ async fn a_store_that_cannot_commit_answers_503_with_retry_after_and_stores_noth
 async fn a_delivery_answered_200_survives_a_restart() {
     let app = spawn_app().await;
     let config = test_config(&app.dir);
-    let r = app.deliver("shop", "msg_keep", &order_body("o-1", "c-1", 10)).await;
+    let r = app
+        .deliver("shop", "msg_keep", &order_body("o-1", "c-1", 10))
+        .await;
     assert_eq!(r.body["status"], "queued");
     let dir = app.stop().await;
     let app = spawn_in(dir, &config, Default::default()).await;
     let event = app.event("shop", "msg_keep").await;
     assert_eq!(event["status"], "pending");
-    let r = app.deliver("shop", "msg_keep", &order_body("o-1", "c-1", 10)).await;
-    assert_eq!(r.body["status"], "duplicate", "the restarted server still knows the key");
+    let r = app
+        .deliver("shop", "msg_keep", &order_body("o-1", "c-1", 10))
+        .await;
+    assert_eq!(
+        r.body["status"], "duplicate",
+        "the restarted server still knows the key"
+    );
 }
 
 #[tokio::test]
@@ -282,22 +356,66 @@ async fn malformed_signature_headers_get_401_with_the_error_shape() {
     };
     let cases: Vec<(&str, Vec<(String, String)>, &str)> = vec![
         ("shop", sw("m", &now, "v1AAAA"), "invalid_signature"),
-        ("shop", sw("m", &now, "v1,!!!not-base64!!!"), "invalid_signature"),
+        (
+            "shop",
+            sw("m", &now, "v1,!!!not-base64!!!"),
+            "invalid_signature",
+        ),
         ("shop", sw("m", "yesterday", "v1,AAAA"), "invalid_signature"),
         ("shop", sw("m", &now, ""), "missing_signature"),
         ("shop", sw("", &now, "v1,AAAA"), "missing_signature"),
         ("shop", sw("m", &now, "v2,AAAA"), "invalid_signature"),
-        ("stripe", vec![("Stripe-Signature".into(), "garbage".into())], "invalid_signature"),
-        ("stripe", vec![("Stripe-Signature".into(), format!("t={now},v1=zz"))], "invalid_signature"),
-        ("stripe", vec![("Stripe-Signature".into(), "t=abc,v1=00".into())], "invalid_signature"),
-        ("stripe", vec![("Stripe-Signature".into(), "v1=00".into())], "invalid_signature"),
-        ("stripe", vec![("Stripe-Signature".into(), "".into())], "missing_signature"),
-        ("github", vec![("X-Hub-Signature-256".into(), "sha256=nothex".into())], "invalid_signature"),
-        ("github", vec![("X-Hub-Signature-256".into(), "md5=00".into())], "invalid_signature"),
+        (
+            "stripe",
+            vec![("Stripe-Signature".into(), "garbage".into())],
+            "invalid_signature",
+        ),
+        (
+            "stripe",
+            vec![("Stripe-Signature".into(), format!("t={now},v1=zz"))],
+            "invalid_signature",
+        ),
+        (
+            "stripe",
+            vec![("Stripe-Signature".into(), "t=abc,v1=00".into())],
+            "invalid_signature",
+        ),
+        (
+            "stripe",
+            vec![("Stripe-Signature".into(), "v1=00".into())],
+            "invalid_signature",
+        ),
+        (
+            "stripe",
+            vec![("Stripe-Signature".into(), "".into())],
+            "missing_signature",
+        ),
+        (
+            "github",
+            vec![("X-Hub-Signature-256".into(), "sha256=nothex".into())],
+            "invalid_signature",
+        ),
+        (
+            "github",
+            vec![("X-Hub-Signature-256".into(), "md5=00".into())],
+            "invalid_signature",
+        ),
         ("github", vec![], "missing_signature"),
-        ("shopify", vec![("X-Shopify-Hmac-Sha256".into(), "%%%".into())], "invalid_signature"),
-        ("hmac", vec![("X-Signature".into(), "sha256=xyz".into())], "invalid_signature"),
-        ("hmac", vec![("X-Signature".into(), " ".into())], "missing_signature"),
+        (
+            "shopify",
+            vec![("X-Shopify-Hmac-Sha256".into(), "%%%".into())],
+            "invalid_signature",
+        ),
+        (
+            "hmac",
+            vec![("X-Signature".into(), "sha256=xyz".into())],
+            "invalid_signature",
+        ),
+        (
+            "hmac",
+            vec![("X-Signature".into(), " ".into())],
+            "missing_signature",
+        ),
     ];
     for (source, headers, code) in cases {
         let r = app.post_webhook(source, &headers, body.as_bytes()).await;
@@ -309,7 +427,10 @@ async fn malformed_signature_headers_get_401_with_the_error_shape() {
     let r = app
         .client
         .post(app.url("/webhooks/shop"))
-        .header("webhook-id", reqwest::header::HeaderValue::from_bytes(b"m\xff").unwrap())
+        .header(
+            "webhook-id",
+            reqwest::header::HeaderValue::from_bytes(b"m\xff").unwrap(),
+        )
         .header("webhook-timestamp", now.as_str())
         .header("webhook-signature", "v1,AAAA")
         .body(body.clone())
@@ -340,8 +461,12 @@ async fn ops_routes_need_the_bearer_token_and_unknown_routes_are_json_404() {
     app.post("/events/run", Some(SUBMIT_TOKEN), None)
         .await
         .assert_error(401, "unauthorized");
-    app.get("/no/such/route").await.assert_error(404, "not_found");
-    app.get("/events/shop/missing").await.assert_error(404, "not_found");
+    app.get("/no/such/route")
+        .await
+        .assert_error(404, "not_found");
+    app.get("/events/shop/missing")
+        .await
+        .assert_error(404, "not_found");
     let r = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let r = app.client.get(app.url("/readyz")).send().await.unwrap();

@@ -4,5 +4,6 @@
 mod helpers;
 
 mod concurrency;
+mod consumers;
 mod ingest;
 mod schemes;

@@ -36,9 +36,15 @@ async fn untimed_independent_vectors_are_accepted_or_refused_over_http() {
     }
     let app = spawn_app_with(|c| c.push_str(&sources), Default::default()).await;
     for (i, v) in untimed.iter().enumerate() {
-        let headers: Vec<(String, String)> =
-            v.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let mut req = app.client.post(app.url(&format!("/webhooks/v{i}"))).body(v.body.clone());
+        let headers: Vec<(String, String)> = v
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut req = app
+            .client
+            .post(app.url(&format!("/webhooks/v{i}")))
+            .body(v.body.clone());
         for (k, val) in &headers {
             req = req.header(k, val);
         }
@@ -79,28 +85,51 @@ async fn github_form_encoded_delivery_is_verified_on_the_raw_form_and_read_from_
     assert_eq!(r.status(), 200);
     let event = app.event("github", "gh-delivery-1").await;
     assert_eq!(event["payload"]["number"], 7);
-    assert_eq!(event["type"], "order.completed", "type comes from X-GitHub-Event");
+    assert_eq!(
+        event["type"], "order.completed",
+        "type comes from X-GitHub-Event"
+    );
 }
 
 #[tokio::test]
 async fn every_scheme_accepts_its_own_signature_and_takes_id_and_type_from_the_right_place() {
     let app = spawn_app().await;
     let stripe_body = json!({"id": "evt_42", "type": "charge.succeeded"}).to_string();
-    assert_eq!(app.deliver("stripe", "", &stripe_body).await.body["event_id"], "evt_42");
-    assert_eq!(app.event("stripe", "evt_42").await["type"], "charge.succeeded");
+    assert_eq!(
+        app.deliver("stripe", "", &stripe_body).await.body["event_id"],
+        "evt_42"
+    );
+    assert_eq!(
+        app.event("stripe", "evt_42").await["type"],
+        "charge.succeeded"
+    );
 
     let body = json!({"type": "invoice.paid"}).to_string();
-    assert_eq!(app.deliver("hmac", "hm-1", &body).await.body["event_id"], "hm-1");
+    assert_eq!(
+        app.deliver("hmac", "hm-1", &body).await.body["event_id"],
+        "hm-1"
+    );
     assert_eq!(app.event("hmac", "hm-1").await["type"], "invoice.paid");
     // hmac-sha256 without X-Event-Id: the body's event_id.
     let body = json!({"type": "invoice.paid", "event_id": "hm-body"}).to_string();
     let mut headers = sign_for(&app.settings, "hmac", "x", body.as_bytes());
     headers.retain(|(k, _)| k != "X-Event-Id");
-    assert_eq!(app.post_webhook("hmac", &headers, body.as_bytes()).await.body["event_id"], "hm-body");
+    assert_eq!(
+        app.post_webhook("hmac", &headers, body.as_bytes())
+            .await
+            .body["event_id"],
+        "hm-body"
+    );
 
     let body = json!({"id": 1}).to_string();
-    assert_eq!(app.deliver("shopify", "sh-1", &body).await.body["status"], "queued");
-    assert_eq!(app.event("shopify", "sh-1").await["type"], "order.completed");
+    assert_eq!(
+        app.deliver("shopify", "sh-1", &body).await.body["status"],
+        "queued"
+    );
+    assert_eq!(
+        app.event("shopify", "sh-1").await["type"],
+        "order.completed"
+    );
 
     // Standard Webhooks under Svix's header names, signed with the older rotated secret.
     let body = json!({"type": "svix.test"}).to_string();
@@ -115,5 +144,10 @@ async fn every_scheme_accepts_its_own_signature_and_takes_id_and_type_from_the_r
     .into_iter()
     .map(|(k, v)| (k.replace("webhook-", "svix-"), v))
     .collect();
-    assert_eq!(app.post_webhook("shop", &headers, body.as_bytes()).await.body["status"], "queued");
+    assert_eq!(
+        app.post_webhook("shop", &headers, body.as_bytes())
+            .await
+            .body["status"],
+        "queued"
+    );
 }

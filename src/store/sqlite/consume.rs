@@ -7,12 +7,24 @@
 use rusqlite::types::Null;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-
 use crate::config::DeliveryMode;
 use crate::store::{
     AttemptResult, ClaimRef, Claimed, Effect, Finish, Finished, LoyaltyAccount, LoyaltyCredit,
     ModeOf, Next, Outcome, StoreError, StoreResult,
 };
+
+/// The claim: one statement moves due pending rows to `claimed` and returns them. The
+/// candidates come from the partial index of due pending rows (named, so that the planner
+/// cannot pick a status scan plus a sort whose cost grows with the backlog).
+pub const CLAIM: &str = "UPDATE events
+    SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
+        attempts = attempts + 1, next_attempt_at = NULL,
+        claim_token = lower(hex(randomblob(16)))
+  WHERE rowid IN (SELECT rowid FROM events INDEXED BY events_due
+                   WHERE status = 'pending' AND next_attempt_at <= ?3
+                   ORDER BY next_attempt_at LIMIT ?4)
+RETURNING source, event_id, event_type, payload, content_type, attempts,
+          attempts - budget_floor, claim_token, claimed_until";
 
 pub(super) fn claim(
     tx: &Transaction<'_>,
@@ -23,17 +35,7 @@ pub(super) fn claim(
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
     let claimed = tx
-        .prepare_cached(
-            "UPDATE events
-                SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
-                    attempts = attempts + 1, next_attempt_at = NULL,
-                    claim_token = lower(hex(randomblob(16)))
-              WHERE rowid IN (SELECT rowid FROM events
-                               WHERE status = 'pending' AND next_attempt_at <= ?3
-                               ORDER BY next_attempt_at LIMIT ?4)
-          RETURNING source, event_id, event_type, payload, content_type, attempts,
-                    attempts - budget_floor, claim_token, claimed_until",
-        )?
+        .prepare_cached(CLAIM)?
         .query_map(params![worker, claimed_until, now, limit as i64], |r| {
             Ok(Claimed {
                 claim: ClaimRef {
@@ -55,7 +57,13 @@ pub(super) fn claim(
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     for c in &claimed {
-        history.execute(params![c.claim.source, c.claim.event_id, c.claim.attempt, worker, now])?;
+        history.execute(params![
+            c.claim.source,
+            c.claim.event_id,
+            c.claim.attempt,
+            worker,
+            now
+        ])?;
     }
     Ok(claimed)
 }
@@ -143,7 +151,11 @@ fn finish_one(conn: &Connection, item: &Finish, now: i64) -> StoreResult<Finishe
                     conn.prepare_cached(
                         "UPDATE events SET outcome = ?3 WHERE source = ?1 AND event_id = ?2",
                     )?
-                    .execute(params![claim.source, claim.event_id, outcome.as_str()])?;
+                    .execute(params![
+                        claim.source,
+                        claim.event_id,
+                        outcome.as_str()
+                    ])?;
                     (outcome, result)
                 }
             };
@@ -203,14 +215,20 @@ fn apply_effect(
         })?;
         return Ok((outcome, AttemptResult::AlreadyProcessed));
     }
-    let credited = conn
-        .prepare_cached(
+    let credited =
+        conn.prepare_cached(
             "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
                                           credited_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
         )?
-        .execute(params![order_id, customer_id, points, claim.source, claim.event_id, now])?
-        == 1;
+        .execute(params![
+            order_id,
+            customer_id,
+            points,
+            claim.source,
+            claim.event_id,
+            now
+        ])? == 1;
     if !credited {
         conn.prepare_cached(
             "UPDATE processed_events SET outcome = 'duplicate_order'
@@ -306,7 +324,13 @@ pub(super) fn sweep(
         };
         // An expired lease is fenced by its token alone.
         if fenced(tx, &claim, set, &error, &Null, now, Lease::Any)? {
-            close_attempt(tx, &claim, AttemptResult::LeaseExpired, Some("lease expired"), now)?;
+            close_attempt(
+                tx,
+                &claim,
+                AttemptResult::LeaseExpired,
+                Some("lease expired"),
+                now,
+            )?;
             swept += 1;
         }
     }

@@ -167,7 +167,11 @@ pub(super) fn retry_failed(
         status: None,
         ..filter.clone()
     };
-    let clause = where_clause(&filter, &["status = 'failed'", "abandoned = 0"], &mut values);
+    let clause = where_clause(
+        &filter,
+        &["status = 'failed'", "abandoned = 0"],
+        &mut values,
+    );
     let sql = format!(
         "UPDATE events SET {} WHERE {clause}",
         RETRY_SET.replace('?', "?1")

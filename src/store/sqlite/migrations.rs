@@ -7,8 +7,16 @@ use crate::store::{StoreError, StoreResult};
 
 /// `(version, name, sql)`, in order.
 pub const MIGRATIONS: &[(u32, &str, &str)] = &[
-    (1, "events", include_str!("../../../migrations/0001_events.sql")),
-    (2, "requests", include_str!("../../../migrations/0002_requests.sql")),
+    (
+        1,
+        "events",
+        include_str!("../../../migrations/0001_events.sql"),
+    ),
+    (
+        2,
+        "requests",
+        include_str!("../../../migrations/0002_requests.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -18,9 +26,11 @@ const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
 )";
 
 fn latest_applied(conn: &Connection) -> rusqlite::Result<Option<u32>> {
-    conn.query_row("SELECT max(version) FROM schema_migrations", [], |r| r.get(0))
-        .optional()
-        .map(Option::flatten)
+    conn.query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map(Option::flatten)
 }
 
 /// Apply what is missing, each migration in its own `BEGIN IMMEDIATE` transaction so that two
@@ -37,9 +47,10 @@ pub(super) fn apply(conn: &mut Connection) -> StoreResult<Vec<u32>> {
         )?;
         if !done {
             tx.execute_batch(sql).map_err(|e| {
-                StoreError::Internal(anyhow::Error::new(e).context(format!(
-                    "applying migration {version:04}_{name}.sql"
-                )))
+                StoreError::Internal(
+                    anyhow::Error::new(e)
+                        .context(format!("applying migration {version:04}_{name}.sql")),
+                )
             })?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",

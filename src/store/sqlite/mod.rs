@@ -16,16 +16,18 @@ mod rows;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use parking_lot::FairMutex;
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 use super::{
-    AddDocument, Claimed, ClaimRef, DocumentContent, EventDetail, EventFilter, EventRecord, Finish,
+    AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord, Finish,
     Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery, NewDocument, Page, RequestRecord,
-    RetryOutcome, Store, StoreError, StoreResult, StatusCounts, SubmitOutcome,
+    RetryOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
 };
 
+pub use consume::CLAIM;
 pub use migrations::MIGRATIONS;
 
 /// How long a caller may wait for a pooled connection or the write lock before the request is
@@ -35,6 +37,13 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
 pub struct SqliteStore {
     pool: Pool<SqliteConnectionManager>,
     path: PathBuf,
+    /// Writers of this process queue here, first come first served, before `BEGIN IMMEDIATE`.
+    /// SQLite's busy handler polls with sleeps, so a thread that commits and begins again at
+    /// once wins the lock over and over: one busy consumer could starve ingest. A fair lock
+    /// hands the write lock over in arrival order; the busy timeout still bounds waits on
+    /// other processes.
+    writers: FairMutex<()>,
+    wait: Duration,
 }
 
 /// Options of [`SqliteStore::open`].
@@ -89,6 +98,8 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
+            writers: FairMutex::new(()),
+            wait,
         })
     }
 
@@ -103,10 +114,13 @@ impl SqliteStore {
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction and commit.
-    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
+    fn write<T>(&self, f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        let _turn = self.writers.try_lock_for(self.wait).ok_or_else(|| {
+            StoreError::Unavailable("timed out waiting for the database write lock".into())
+        })?;
         let mut conn = self.conn()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = f(&tx)?;
+        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&mut tx)?;
         tx.commit()?;
         Ok(value)
     }
@@ -165,11 +179,7 @@ impl Store for SqliteStore {
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
-        let mut conn = self.conn()?;
-        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = consume::finish_all(&mut tx, items, now)?;
-        tx.commit()?;
-        Ok(outcomes)
+        self.write(|tx| consume::finish_all(tx, items, now))
     }
 
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {

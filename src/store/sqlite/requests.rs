@@ -30,7 +30,9 @@ pub(super) fn create(tx: &Transaction<'_>, id: &str, now: i64) -> StoreResult<Re
 
 pub(super) fn get(conn: &Connection, id: &str) -> StoreResult<Option<RequestRecord>> {
     let status: Option<String> = conn
-        .query_row("SELECT status FROM requests WHERE id = ?1", [id], |r| r.get(0))
+        .query_row("SELECT status FROM requests WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
         .optional()?;
     let Some(status) = status else {
         return Ok(None);
@@ -40,7 +42,10 @@ pub(super) fn get(conn: &Connection, id: &str) -> StoreResult<Option<RequestReco
     } else {
         RequestStatus::Draft
     };
-    let documents = documents(conn, id)?.into_iter().map(|d| d.summary).collect();
+    let documents = documents(conn, id)?
+        .into_iter()
+        .map(|d| d.summary)
+        .collect();
     let event = match status {
         RequestStatus::Submitted => {
             events::detail(conn, REQUEST_SOURCE, id)?.map(|detail| detail.event)
@@ -89,7 +94,14 @@ pub(super) fn add_document(
          SELECT ?1, id, (SELECT count(*) FROM request_documents WHERE request_id = ?2),
                 ?3, ?4, ?5, ?6
            FROM requests WHERE id = ?2 AND status = 'draft'",
-        params![doc.id, request_id, doc.name, doc.content_type, doc.content, now],
+        params![
+            doc.id,
+            request_id,
+            doc.name,
+            doc.content_type,
+            doc.content,
+            now
+        ],
     )?;
     if added == 1 {
         let record = get(tx, request_id)?.expect("the request exists: a document was just added");

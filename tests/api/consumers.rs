@@ -1,0 +1,435 @@
+//! The consumer side (SPEC section 4) against real SQLite files: atomic claims under real
+//! concurrency, fenced completion, the sweeper, retries, and the loyalty guards.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use webhook_inbox::config::DeliveryMode;
+use webhook_inbox::domain::time::now_ms;
+use webhook_inbox::store::{Effect, Finish, Finished, InsertOutcome, Next, Outcome, Status, Store};
+
+use crate::helpers::*;
+
+const ORDER: &str = "order.completed";
+
+#[test]
+fn six_workers_released_together_handle_each_of_240_events_exactly_once() {
+    let h = Harness::new(5, 30);
+    let deliveries: Vec<_> = (0..240)
+        .map(|i| {
+            (
+                "shop",
+                format!("evt-{i}"),
+                ORDER,
+                order_body(&format!("o-{i}"), &format!("c-{}", i % 7), 1 + i % 5),
+            )
+        })
+        .collect();
+    let refs: Vec<_> = deliveries
+        .iter()
+        .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
+        .collect();
+    assert!(h.insert(&refs).iter().all(|o| *o == InsertOutcome::Queued));
+
+    let workers = 6;
+    let barrier = Arc::new(Barrier::new(workers));
+    let threads: Vec<_> = (0..workers)
+        .map(|w| {
+            let consumer = Arc::clone(&h.consumer);
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut claimed = 0;
+                // Small batches so that the workers really interleave; bounded passes.
+                for _ in 0..500 {
+                    let n = consumer.run_once(&format!("w{w}"), 4, &|| false).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    claimed += n;
+                }
+                claimed
+            })
+        })
+        .collect();
+    let per_worker: Vec<usize> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        per_worker.iter().sum::<usize>(),
+        240,
+        "claims: {per_worker:?}"
+    );
+    assert!(
+        per_worker.iter().filter(|n| **n > 0).count() > 1,
+        "only one worker worked: {per_worker:?}"
+    );
+
+    // One handler call, one attempt, one history row, one effect per event.
+    assert_eq!(h.loyalty.total_calls(), 240);
+    for i in 0..240 {
+        assert_eq!(h.loyalty.calls_for(&format!("evt-{i}")), 1, "evt-{i}");
+    }
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE status = 'completed' AND attempts = 1"),
+        240
+    );
+    assert_eq!(h.count("SELECT count(*) FROM event_attempts"), 240);
+    assert_eq!(
+        h.count("SELECT count(*) FROM event_attempts WHERE result = 'ok'"),
+        240
+    );
+    assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 240);
+    let expected: i64 = (0..240).map(|i| 1 + i % 5).sum();
+    assert_eq!(
+        h.count("SELECT sum(balance) FROM loyalty_balances"),
+        expected
+    );
+}
+
+#[test]
+fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
+    let h = Harness::new(5, 30);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    let credit = Next::Complete {
+        effect: Some(Effect::LoyaltyCredit {
+            consumer: "loyalty_credit",
+            order_id: "o-1".into(),
+            customer_id: "c-1".into(),
+            points: 10,
+        }),
+        outcome: Outcome::Credited,
+    };
+    // Worker A claims with a short lease and is slow.
+    let a = h.store.claim("A", 10, 50, now_ms()).unwrap();
+    assert_eq!(a.len(), 1);
+    std::thread::sleep(Duration::from_millis(80));
+    // Even before any sweep, the expired lease stops A's completion and effect.
+    let late = Finish {
+        claim: a[0].claim.clone(),
+        next: credit.clone(),
+    };
+    assert_eq!(
+        h.store
+            .finish(std::slice::from_ref(&late), now_ms())
+            .unwrap(),
+        vec![Finished::LeaseLost]
+    );
+    assert_eq!(h.balance("c-1"), 0);
+    // The sweeper gives the event back; B claims it and credits.
+    assert_eq!(h.consumer.sweep().unwrap(), 1);
+    let b = h.store.claim("B", 10, 30_000, now_ms()).unwrap();
+    assert_eq!(b.len(), 1);
+    assert_ne!(b[0].claim.claim_token, a[0].claim.claim_token);
+    // A's claim is still refused while B holds the event.
+    assert_eq!(
+        h.store
+            .finish(std::slice::from_ref(&late), now_ms())
+            .unwrap(),
+        vec![Finished::LeaseLost]
+    );
+    let done = h
+        .store
+        .finish(
+            &[Finish {
+                claim: b[0].claim.clone(),
+                next: credit,
+            }],
+            now_ms(),
+        )
+        .unwrap();
+    assert!(matches!(
+        done[0],
+        Finished::Completed {
+            outcome: Outcome::Credited,
+            ..
+        }
+    ));
+    assert_eq!(h.balance("c-1"), 10);
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.status, Status::Completed);
+    assert_eq!(d.event.attempts, 2);
+    assert_eq!(results(&d), ["lease_expired", "ok"]);
+    assert_eq!(d.history[0].worker, "A");
+    assert_eq!(d.history[1].worker, "B");
+}
+
+#[test]
+fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once() {
+    let h = Harness::new(5, 1);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    *h.loyalty.delay.lock().unwrap() = Duration::from_millis(1300);
+    let slow = {
+        let consumer = Arc::clone(&h.consumer);
+        std::thread::spawn(move || consumer.run_once("slow", 1, &|| false).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(1100));
+    // The lease (1 s) has run out while the slow worker still handles the event.
+    assert_eq!(h.consumer.sweep().unwrap(), 1);
+    *h.loyalty.delay.lock().unwrap() = Duration::ZERO;
+    assert_eq!(h.consumer.run_once("fast", 1, &|| false).unwrap(), 1);
+    assert_eq!(slow.join().unwrap(), 1);
+    assert_eq!(
+        h.loyalty.calls_for("evt-1"),
+        2,
+        "delivered twice (at-least-once)..."
+    );
+    assert_eq!(h.balance("c-1"), 10, "...but credited once");
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.status, Status::Completed);
+    assert_eq!(results(&d), ["lease_expired", "ok"]);
+}
+
+#[test]
+fn a_business_duplicate_completes_as_duplicate_order_and_moves_no_balance() {
+    let h = Harness::new(5, 30);
+    h.insert(&[
+        ("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10)),
+        ("shop", "evt-2", ORDER, order_body("o-1", "c-1", 10)),
+        // The same order id as an integer is the same order.
+        (
+            "other",
+            "evt-3",
+            ORDER,
+            r#"{"order_id": 77, "customer_id": "c-1", "points": 5}"#.into(),
+        ),
+        (
+            "other",
+            "evt-4",
+            ORDER,
+            r#"{"order_id": "77", "customer_id": "c-1", "points": 5}"#.into(),
+        ),
+    ]);
+    h.drain();
+    assert_eq!(h.balance("c-1"), 15);
+    let outcomes: Vec<_> = ["evt-1", "evt-2"]
+        .iter()
+        .map(|id| h.detail("shop", id).event.outcome.unwrap())
+        .collect();
+    assert_eq!(outcomes, ["credited", "duplicate_order"]);
+    assert_eq!(
+        h.detail("other", "evt-4").event.outcome.as_deref(),
+        Some("duplicate_order")
+    );
+    for (s, id) in [("shop", "evt-1"), ("shop", "evt-2"), ("other", "evt-4")] {
+        assert_eq!(results(&h.detail(s, id)), ["ok"]);
+    }
+}
+
+#[test]
+fn a_redelivered_event_reaches_the_handler_once() {
+    let h = Harness::new(5, 30);
+    let body = order_body("o-1", "c-1", 10);
+    let first = h.insert(&[("shop", "evt-1", ORDER, body.clone())]);
+    h.drain();
+    let again = h.insert(&[
+        ("shop", "evt-1", ORDER, body.clone()),
+        ("shop", "evt-1", ORDER, body),
+    ]);
+    assert_eq!(first, [InsertOutcome::Queued]);
+    assert_eq!(again, [InsertOutcome::Duplicate, InsertOutcome::Duplicate]);
+    assert_eq!(h.drain(), 0);
+    assert_eq!(h.loyalty.calls_for("evt-1"), 1);
+    assert_eq!(h.balance("c-1"), 10);
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.deliveries, 3);
+    assert_eq!(results(&d), ["ok"]);
+}
+
+#[test]
+fn a_bad_payload_fails_at_once_naming_the_field() {
+    let h = Harness::new(5, 30);
+    h.insert(&[
+        (
+            "shop",
+            "no-order",
+            ORDER,
+            r#"{"data": {"customer_id": "c", "points": 1}}"#.into(),
+        ),
+        (
+            "shop",
+            "no-customer",
+            ORDER,
+            r#"{"order_id": "o", "points": 1}"#.into(),
+        ),
+        (
+            "shop",
+            "bad-points",
+            ORDER,
+            r#"{"order_id": "o", "customer_id": "c", "points": -3}"#.into(),
+        ),
+        (
+            "shop",
+            "str-points",
+            ORDER,
+            r#"{"order_id": "o", "customer_id": "c", "points": "3"}"#.into(),
+        ),
+    ]);
+    h.drain();
+    for (id, field) in [
+        ("no-order", "order_id"),
+        ("no-customer", "customer_id"),
+        ("bad-points", "points"),
+        ("str-points", "points"),
+    ] {
+        let d = h.detail("shop", id);
+        assert_eq!(d.event.status, Status::Failed, "{id}");
+        assert_eq!(
+            d.event.attempts, 1,
+            "{id}: permanent errors are not retried"
+        );
+        assert!(
+            d.event.last_error.as_deref().unwrap().contains(field),
+            "{id}: {:?}",
+            d.event.last_error
+        );
+        assert_eq!(results(&d), ["permanent_error"]);
+    }
+    assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 0);
+}
+
+#[test]
+fn a_transient_failure_is_retried_with_backoff_to_success() {
+    let h = Harness::new(5, 30);
+    h.loyalty
+        .fail_first
+        .store(2, std::sync::atomic::Ordering::SeqCst);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    h.drain();
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.status, Status::Completed);
+    assert_eq!(d.event.attempts, 3);
+    assert_eq!(results(&d), ["retryable_error", "retryable_error", "ok"]);
+    assert!(d.history[0].error.as_deref().unwrap().contains("transient"));
+    assert_eq!(h.balance("c-1"), 10);
+}
+
+#[test]
+fn a_failure_that_persists_ends_failed_after_max_attempts() {
+    let h = Harness::new(4, 30);
+    h.audit
+        .fail_first
+        .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+    h.insert(&[("shop", "evt-1", "ping", "{}".into())]);
+    h.drain();
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.status, Status::Failed);
+    assert_eq!(d.event.attempts, 4);
+    assert_eq!(results(&d), ["retryable_error"; 4]);
+    assert!(
+        d.event
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("gave up after 4 attempts")
+    );
+    assert_eq!(d.event.next_attempt_at, None);
+    assert_eq!(h.audit.calls_for("evt-1"), 4);
+}
+
+#[test]
+fn an_expired_lease_on_the_last_attempt_fails_the_event() {
+    let h = Harness::new(1, 30);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(h.consumer.sweep().unwrap(), 1);
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.status, Status::Failed);
+    assert_eq!(results(&d), ["lease_expired"]);
+    // A terminal state is never overwritten: nothing is due, the sweeper finds nothing.
+    assert_eq!(h.drain(), 0);
+    assert_eq!(h.consumer.sweep().unwrap(), 0);
+}
+
+#[test]
+fn at_most_once_events_whose_lease_expires_are_abandoned_not_retried() {
+    let h = Harness::with_mode(5, 30, DeliveryMode::AtMostOnce);
+    h.insert(&[("requests", "req-1", "request.submitted", "{}".into())]);
+    assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(h.consumer.sweep().unwrap(), 1);
+    let d = h.detail("requests", "req-1");
+    assert_eq!(d.event.status, Status::Failed);
+    assert!(d.event.abandoned);
+    assert!(d.event.last_error.as_deref().unwrap().contains("abandoned"));
+    assert_eq!(h.drain(), 0);
+    assert!(h.downstream.calls().is_empty());
+}
+
+#[test]
+fn shutdown_releases_claims_whose_handler_never_started() {
+    let h = Harness::new(5, 30);
+    h.insert(&[
+        ("shop", "a", "ping", "{}".into()),
+        ("shop", "b", "ping", "{}".into()),
+        ("shop", "c", "ping", "{}".into()),
+    ]);
+    let started = std::sync::atomic::AtomicUsize::new(0);
+    let claimed = h
+        .consumer
+        .run_once("w", 10, &|| {
+            started.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 1
+        })
+        .unwrap();
+    assert_eq!(claimed, 3);
+    assert_eq!(h.audit.total_calls(), 1, "only the first handler started");
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE status = 'pending'"),
+        2
+    );
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE status = 'completed'"),
+        1
+    );
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE status = 'claimed'"),
+        0
+    );
+    h.drain();
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE status = 'completed'"),
+        3
+    );
+    assert_eq!(h.audit.total_calls(), 3);
+}
+
+#[test]
+fn a_forced_rerun_of_a_completed_credit_moves_nothing() {
+    let h = Harness::new(5, 30);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    h.drain();
+    let r = h.store.retry("shop", "evt-1", false, now_ms()).unwrap();
+    assert!(matches!(
+        r,
+        webhook_inbox::store::RetryOutcome::NeedsForce(_)
+    ));
+    let r = h.store.retry("shop", "evt-1", true, now_ms()).unwrap();
+    assert!(matches!(r, webhook_inbox::store::RetryOutcome::Retried(_)));
+    h.drain();
+    assert_eq!(h.balance("c-1"), 10);
+    let d = h.detail("shop", "evt-1");
+    assert_eq!(d.event.status, Status::Completed);
+    assert_eq!(d.event.outcome.as_deref(), Some("credited"));
+    assert_eq!(results(&d), ["ok", "already_processed"]);
+    assert_eq!(h.loyalty.calls_for("evt-1"), 2);
+}
+
+#[test]
+fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
+    let h = Harness::new(5, 30);
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            webhook_inbox::store::sqlite::CLAIM
+        ))
+        .unwrap()
+        .query_map(rusqlite::params!["w", 0, 0, 5], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
+    assert!(
+        !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+        "the claim sorts: {plan:?}"
+    );
+}
