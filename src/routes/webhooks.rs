@@ -14,16 +14,16 @@ use crate::config::{MismatchPolicy, SourceSettings};
 use crate::domain::EventId;
 use crate::domain::payload::{PayloadError, payload_json};
 use crate::domain::time::{now_ms, now_secs};
-use crate::signature::{BodyField, Headers};
+use crate::signature::{BodyField, Headers, NotAscii};
 use crate::store::{InsertOutcome, NewDelivery};
 
 struct ActixHeaders<'a>(&'a HeaderMap);
 
 impl Headers for ActixHeaders<'_> {
-    fn get(&self, name: &str) -> Result<Option<&str>, ()> {
+    fn get(&self, name: &str) -> Result<Option<&str>, NotAscii> {
         match self.0.get(name) {
             None => Ok(None),
-            Some(v) => v.to_str().map(Some).map_err(|_| ()),
+            Some(v) => v.to_str().map(Some).map_err(|_| NotAscii),
         }
     }
 }

@@ -47,14 +47,18 @@ pub enum SignatureError {
     TooNew(i64),
 }
 
+/// A header value that is not visible ASCII.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAscii;
+
 /// Header lookup, so that verification does not depend on the HTTP framework.
 pub trait Headers {
     /// The header's value; `Err` when it is present but not visible ASCII.
-    fn get(&self, name: &str) -> Result<Option<&str>, ()>;
+    fn get(&self, name: &str) -> Result<Option<&str>, NotAscii>;
 }
 
 impl Headers for Vec<(String, String)> {
-    fn get(&self, name: &str) -> Result<Option<&str>, ()> {
+    fn get(&self, name: &str) -> Result<Option<&str>, NotAscii> {
         Ok(self
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -179,7 +183,7 @@ fn required<'a>(headers: &'a dyn Headers, name: &'static str) -> Result<&'a str,
     match headers.get(name) {
         Ok(Some(v)) if !v.trim().is_empty() => Ok(v.trim()),
         Ok(_) => Err(SignatureError::MissingHeader(name)),
-        Err(()) => Err(malformed(name, "not visible ASCII")),
+        Err(NotAscii) => Err(malformed(name, "not visible ASCII")),
     }
 }
 
@@ -187,7 +191,7 @@ fn required<'a>(headers: &'a dyn Headers, name: &'static str) -> Result<&'a str,
 fn optional(headers: &dyn Headers, name: &'static str) -> Result<Option<String>, SignatureError> {
     match headers.get(name) {
         Ok(v) => Ok(v.map(str::trim).filter(|v| !v.is_empty()).map(String::from)),
-        Err(()) => Err(malformed(name, "not visible ASCII")),
+        Err(NotAscii) => Err(malformed(name, "not visible ASCII")),
     }
 }
 

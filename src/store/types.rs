@@ -316,7 +316,7 @@ pub struct RequestRecord {
 pub enum AddDocument {
     NotFound,
     Submitted,
-    Added(RequestRecord),
+    Added(Box<RequestRecord>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

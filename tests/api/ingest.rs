@@ -354,7 +354,8 @@ async fn malformed_signature_headers_get_401_with_the_error_shape() {
             ("webhook-signature".to_string(), sig.to_string()),
         ]
     };
-    let cases: Vec<(&str, Vec<(String, String)>, &str)> = vec![
+    type Case<'a> = (&'a str, Vec<(String, String)>, &'a str);
+    let cases: Vec<Case> = vec![
         ("shop", sw("m", &now, "v1AAAA"), "invalid_signature"),
         (
             "shop",

@@ -5,5 +5,8 @@ mod helpers;
 
 mod concurrency;
 mod consumers;
+mod crash;
 mod ingest;
+mod pipeline;
+mod process;
 mod schemes;

@@ -149,7 +149,7 @@ impl Store for SqliteStore {
     }
 
     fn ready(&self) -> StoreResult<bool> {
-        self.read(|c| migrations::is_current(c))
+        self.read(migrations::is_current)
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {

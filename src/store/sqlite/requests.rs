@@ -105,7 +105,7 @@ pub(super) fn add_document(
     )?;
     if added == 1 {
         let record = get(tx, request_id)?.expect("the request exists: a document was just added");
-        return Ok(AddDocument::Added(record));
+        return Ok(AddDocument::Added(Box::new(record)));
     }
     let exists: bool = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM requests WHERE id = ?1)",

@@ -1,0 +1,115 @@
+//! The real binary as a child process, for crash and shutdown tests. Every process started here
+//! is killed on drop, whatever the test's outcome.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct ServerProcess {
+    child: Option<Child>,
+    pub base: String,
+    pub log: PathBuf,
+}
+
+/// A port that was free a moment ago (the child binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl ServerProcess {
+    /// Start `webhook-inbox serve --config <config>` in `dir` and wait until it answers.
+    pub fn start(dir: &Path, config: &Path, port: u16, log_name: &str) -> ServerProcess {
+        let log = dir.join(log_name);
+        let child = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .current_dir(dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the webhook-inbox binary");
+        let mut server = ServerProcess {
+            child: Some(child),
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&mut self) {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("server exited early ({status}): {}", self.logs());
+            }
+            if client
+                .get(format!("{}/readyz", self.base))
+                .send()
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server did not become ready: {}", self.logs());
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit; returns the exit status.
+    pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server did not exit within {within:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
