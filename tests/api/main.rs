@@ -9,4 +9,5 @@ mod crash;
 mod ingest;
 mod pipeline;
 mod process;
+mod requests;
 mod schemes;
