@@ -1,7 +1,12 @@
 //! The command line: `serve`, `migrate`, `sign`, `events`, `replay`. `main.rs` only calls
-//! [`run`].
+//! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
+//! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
 
+pub mod client;
+mod events;
+mod replay;
 mod sign;
+mod table;
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +40,11 @@ enum Command {
     Migrate,
     /// Print the headers that sign a body read from stdin, for curl (`curl -H @headers`).
     Sign(sign::SignArgs),
+    /// Inspect, retry and export events through the HTTP API.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
+    /// Redeliver a replay file (from `events export`), re-signed with fresh timestamps.
+    Replay(replay::ReplayArgs),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -73,6 +83,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
+        Command::Events(command) => events::run(command),
+        Command::Replay(args) => replay::run(cli.config.as_deref(), args),
     }
 }
 
@@ -114,4 +126,12 @@ Then look at it:
   curl -H \"Authorization: Bearer $(cat {d}/admin-token)\" http://{listen}/loyalty/c-1
 "
     );
+}
+
+/// The process exit code for an error of [`run`].
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    error
+        .downcast_ref::<client::CliError>()
+        .map(client::CliError::exit_code)
+        .unwrap_or(2)
 }

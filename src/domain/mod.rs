@@ -2,6 +2,7 @@
 
 mod order;
 pub mod payload;
+pub mod replay;
 pub mod time;
 
 pub use order::{OrderCredit, OrderError};

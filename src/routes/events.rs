@@ -9,6 +9,7 @@ use serde_json::json;
 use super::auth::Admin;
 use super::body::{parse_json, read_limited};
 use super::{ApiError, AppState, blocking, views};
+use crate::domain::replay::ReplayLine;
 use crate::domain::time::{now_ms, parse_rfc3339};
 use crate::store::{EventFilter, Page, RetryOutcome, Status};
 
@@ -119,6 +120,74 @@ pub async fn list(
     };
     let events: Vec<_> = events.iter().map(views::event).collect();
     Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
+}
+
+/// `GET /events/export`: the replay file of every matching event, newest first, streamed page
+/// by page so that a large export is never held in memory whole.
+pub async fn export(
+    _: Admin,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let filter = query::<FilterParams>(&req)?.parse()?;
+    // The first page is read before answering, so a store error is still a proper error.
+    let first = export_page(&state, &filter, None).await?;
+    let pages = futures_util::stream::unfold(
+        (Some(Ok::<_, ApiError>(first)), state, filter),
+        |(page, state, filter)| async move {
+            let (chunk, next) = match page? {
+                Ok(ExportPage { lines, next }) => (lines, next),
+                Err(e) => return Some((Err(e), (None, state, filter))),
+            };
+            let following = match next {
+                Some(before) => Some(export_page(&state, &filter, Some(before)).await),
+                None => None,
+            };
+            Some((Ok(chunk), (following, state, filter)))
+        },
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .streaming(pages))
+}
+
+const EXPORT_PAGE: usize = 500;
+
+struct ExportPage {
+    lines: web::Bytes,
+    next: Option<i64>,
+}
+
+async fn export_page(
+    state: &AppState,
+    filter: &EventFilter,
+    before_seq: Option<i64>,
+) -> Result<ExportPage, ApiError> {
+    let filter = filter.clone();
+    let page = Page {
+        limit: EXPORT_PAGE,
+        before_seq,
+    };
+    let events = blocking(state, move |s| s.export_events(&filter, page)).await?;
+    let mut lines = Vec::new();
+    for e in &events {
+        let line = ReplayLine::new(
+            &e.event.source,
+            &e.event.event_id,
+            &e.event.event_type,
+            &e.payload,
+            e.content_type.as_deref(),
+        );
+        serde_json::to_writer(&mut lines, &line).expect("a replay line serialises");
+        lines.push(b'\n');
+    }
+    let next = (events.len() == EXPORT_PAGE)
+        .then(|| events.last().map(|e| e.event.seq))
+        .flatten();
+    Ok(ExportPage {
+        lines: lines.into(),
+        next,
+    })
 }
 
 pub async fn show(

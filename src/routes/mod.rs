@@ -69,6 +69,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/webhooks/{source}").route(web::post().to(webhooks::receive)))
     .service(resource("/events").route(web::get().to(events::list)))
     .service(resource("/events/retry").route(web::post().to(events::retry_bulk)))
+    .service(resource("/events/export").route(web::get().to(events::export)))
     .service(resource("/events/run").route(web::post().to(events::run)))
     .service(resource("/events/{source}/{event_id}").route(web::get().to(events::show)))
     .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
@@ -122,7 +123,14 @@ pub async fn request_id(
     );
     let mut response = next.call(req).instrument(span.clone()).await?;
     let status = response.status();
-    span.in_scope(|| tracing::debug!(status = status.as_u16(), "answered"));
+    // Refusals are worth a line each; successes only at debug (one per delivery is noise).
+    span.in_scope(|| {
+        if status.is_client_error() || status.is_server_error() {
+            tracing::info!(status = status.as_u16(), "refused");
+        } else {
+            tracing::debug!(status = status.as_u16(), "answered");
+        }
+    });
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }

@@ -43,6 +43,8 @@ pub trait Store: Send + Sync + 'static {
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>>;
     fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>>;
     fn status_counts(&self) -> StoreResult<StatusCounts>;
+    /// Like `list_events`, with each event's stored body (for export and replay).
+    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>>;
 
     // Consuming.
     /// Move up to `limit` due pending events to `claimed` in one statement, count the attempt

@@ -150,6 +150,14 @@ pub struct EventDetail {
     pub history: Vec<AttemptRecord>,
 }
 
+/// An event with the body exactly as received.
+#[derive(Debug, Clone)]
+pub struct ExportedEvent {
+    pub event: EventRecord,
+    pub payload: Vec<u8>,
+    pub content_type: Option<String>,
+}
+
 /// Filters of `GET /events` and bulk retry; every field optional.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {

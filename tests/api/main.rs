@@ -3,10 +3,12 @@
 
 mod helpers;
 
+mod cli;
 mod concurrency;
 mod consumers;
 mod crash;
 mod ingest;
+mod ops;
 mod pipeline;
 mod process;
 mod requests;

@@ -168,3 +168,93 @@ fn sigterm_stops_the_binary_cleanly_and_a_restart_finishes_the_work() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn json_logs_carry_the_request_id_and_never_a_secret_or_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("t.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"sqlite://t.db\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
+             log_format = \"json\"\nsubmission_tokens = [\"{SUBMIT_TOKEN}\"]\n\
+             [consumers]\nworkers = 1\n\
+             [[sources]]\nname = \"shop\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut server = ServerProcess::start(dir.path(), &config, port, "json.log");
+    let client = reqwest::blocking::Client::new();
+    let settings = webhook_inbox::config::Settings::from_toml(
+        &std::fs::read_to_string(&config).unwrap(),
+        "t",
+        vec![],
+    )
+    .unwrap();
+    // The audit handler logs each event it records, inside the event's span.
+    let body = r#"{"type":"customer.created"}"#;
+    let mut req = client
+        .post(format!("{}/webhooks/shop", server.base))
+        .body(body);
+    for (k, v) in sign_for(&settings, "shop", "logged-1", body.as_bytes()) {
+        req = req.header(k, v);
+    }
+    assert_eq!(req.send().unwrap().status(), 200);
+    // A refused delivery and a refused token, with our own request id.
+    let r = client
+        .post(format!("{}/webhooks/shop", server.base))
+        .header("x-request-id", "trace-me-42")
+        .header("webhook-signature", "v1,AAAA")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .get(format!("{}/events", server.base))
+        .bearer_auth("not-the-token")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .get(format!("{}/events", server.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    client
+        .post(format!("{}/requests", server.base))
+        .bearer_auth(SUBMIT_TOKEN)
+        .send()
+        .unwrap();
+    // Let the worker process the event, then stop so that the log is complete.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.logs().contains("event received") {
+        assert!(Instant::now() < deadline, "{}", server.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(server.terminate(Duration::from_secs(30)).success());
+    let logs = server.logs();
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
+    assert!(
+        logs.contains("trace-me-42"),
+        "the caller's request id is logged: {logs}"
+    );
+    let received = logs.lines().find(|l| l.contains("event received")).unwrap();
+    assert!(
+        received.contains("\"event_id\":\"logged-1\"") && received.contains("\"source\":\"shop\""),
+        "{received}"
+    );
+    for secret in [
+        ADMIN_TOKEN,
+        SUBMIT_TOKEN,
+        SW_SECRET,
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "not-the-token",
+    ] {
+        assert!(!logs.contains(secret), "{secret} leaked into the logs");
+    }
+}

@@ -5,7 +5,8 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_i
 
 use super::rows::{self, EVENT_COLUMNS};
 use crate::store::{
-    EventDetail, EventFilter, EventRecord, Page, RetryOutcome, Status, StatusCounts, StoreResult,
+    EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
+    StoreResult,
 };
 
 fn get(conn: &Connection, source: &str, event_id: &str) -> StoreResult<Option<EventRecord>> {
@@ -81,6 +82,32 @@ pub(super) fn list(
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<EventRecord>> {
+    page_query(conn, filter, page, EVENT_COLUMNS, rows::event)
+}
+
+/// A page with the stored bodies; the payload columns follow the event's.
+pub(super) fn export(
+    conn: &Connection,
+    filter: &EventFilter,
+    page: Page,
+) -> StoreResult<Vec<ExportedEvent>> {
+    let columns = format!("{EVENT_COLUMNS}, payload, content_type");
+    page_query(conn, filter, page, &columns, |r| {
+        Ok(ExportedEvent {
+            event: rows::event(r)?,
+            payload: r.get(rows::EVENT_COLUMN_COUNT)?,
+            content_type: r.get(rows::EVENT_COLUMN_COUNT + 1)?,
+        })
+    })
+}
+
+fn page_query<T>(
+    conn: &Connection,
+    filter: &EventFilter,
+    page: Page,
+    columns: &str,
+    map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
     let mut values = Vec::new();
     let mut clause = where_clause(filter, &[], &mut values);
     if let Some(before) = page.before_seq {
@@ -89,12 +116,12 @@ pub(super) fn list(
     }
     values.push(Value::Integer(page.limit as i64));
     let sql = format!(
-        "SELECT {EVENT_COLUMNS} FROM events WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
+        "SELECT {columns} FROM events WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
         values.len()
     );
     Ok(conn
         .prepare_cached(&sql)?
-        .query_map(params_from_iter(values), rows::event)?
+        .query_map(params_from_iter(values), map)?
         .collect::<Result<Vec<_>, _>>()?)
 }
 

@@ -22,9 +22,10 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 use super::{
-    AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord, Finish,
-    Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery, NewDocument, Page, RequestRecord,
-    RetryOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord,
+    ExportedEvent, Finish, Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery,
+    NewDocument, Page, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
+    SubmitOutcome,
 };
 
 pub use consume::CLAIM;
@@ -166,6 +167,10 @@ impl Store for SqliteStore {
 
     fn status_counts(&self) -> StoreResult<StatusCounts> {
         self.read(events::status_counts)
+    }
+
+    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
+        self.read(|c| events::export(c, filter, page))
     }
 
     fn claim(

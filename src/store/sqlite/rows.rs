@@ -10,6 +10,8 @@ pub(super) const EVENT_COLUMNS: &str = "seq, source, event_id, event_type, statu
      deliveries, payload_mismatches, received_at, last_delivered_at, next_attempt_at, \
      completed_at, outcome, last_error, abandoned";
 
+pub(super) const EVENT_COLUMN_COUNT: usize = 15;
+
 pub(super) fn event(row: &Row<'_>) -> rusqlite::Result<EventRecord> {
     let status: String = row.get(4)?;
     Ok(EventRecord {

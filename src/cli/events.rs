@@ -1,0 +1,327 @@
+//! `webhook-inbox events list|show|retry|export`: ops from a terminal or a script, over the
+//! HTTP API. `--json` prints the API's answer for scripts.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::client::{ApiClient, Remote, segment};
+use super::table::{clip, render};
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// List events, newest first.
+    List(ListArgs),
+    /// One event with its payload and attempt history.
+    Show(ShowArgs),
+    /// Retry one event, or every failed event matching a filter (`--failed`).
+    Retry(RetryArgs),
+    /// Write matching events as a replay file (JSON lines) for `webhook-inbox replay`.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct FilterArgs {
+    /// pending, claimed, completed or failed.
+    #[arg(long)]
+    status: Option<String>,
+    #[arg(long)]
+    source: Option<String>,
+    #[arg(long = "type")]
+    event_type: Option<String>,
+    /// RFC 3339, e.g. 2026-11-30T00:00:00Z.
+    #[arg(long)]
+    received_after: Option<String>,
+    #[arg(long)]
+    received_before: Option<String>,
+}
+
+impl FilterArgs {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        [
+            ("status", &self.status),
+            ("source", &self.source),
+            ("type", &self.event_type),
+            ("received_after", &self.received_after),
+            ("received_before", &self.received_before),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+        .collect()
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Events per page (1 to 500).
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Follow the cursor to the last page.
+    #[arg(long)]
+    all: bool,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    source: String,
+    event_id: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// With EVENT_ID: the event to retry.
+    #[arg(required_unless_present = "failed")]
+    source: Option<String>,
+    #[arg(requires = "source")]
+    event_id: Option<String>,
+    /// Run a completed (or abandoned at-most-once) event again.
+    #[arg(long, requires = "event_id")]
+    force: bool,
+    /// Retry every failed event matching --source/--type/--received-* (abandoned ones excluded).
+    #[arg(long, conflicts_with_all = ["source", "event_id", "force"])]
+    failed: bool,
+    #[arg(long = "source", requires = "failed")]
+    source_filter: Option<String>,
+    #[arg(long = "type", requires = "failed")]
+    event_type: Option<String>,
+    #[arg(long, requires = "failed")]
+    received_after: Option<String>,
+    #[arg(long, requires = "failed")]
+    received_before: Option<String>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Write here instead of stdout.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+pub fn run(command: EventsCommand) -> anyhow::Result<()> {
+    match command {
+        EventsCommand::List(args) => list(args),
+        EventsCommand::Show(args) => show(args),
+        EventsCommand::Retry(args) => retry(args),
+        EventsCommand::Export(args) => export(args),
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn list(args: ListArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote)?;
+    let mut query = args.filter.query();
+    query.push(("limit", args.limit.to_string()));
+    let mut events: Vec<Value> = Vec::new();
+    let mut next = Value::Null;
+    // Bounded: at most 10,000 pages.
+    for _ in 0..10_000 {
+        let mut q = query.clone();
+        if let Value::String(cursor) = &next {
+            q.push(("cursor", cursor.clone()));
+        }
+        let page = client.get("/events", &q)?;
+        events.extend(page["events"].as_array().cloned().unwrap_or_default());
+        next = page["next_cursor"].clone();
+        if !args.all || next.is_null() {
+            break;
+        }
+    }
+    if args.json {
+        println!("{}", json!({"events": events, "next_cursor": next}));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                text(&e["source"]),
+                text(&e["event_id"]),
+                text(&e["type"]),
+                text(&e["status"]),
+                text(&e["attempts"]),
+                text(&e["received_at"]),
+                clip(
+                    &text(if e["status"] == "failed" {
+                        &e["last_error"]
+                    } else {
+                        &e["outcome"]
+                    }),
+                    60,
+                ),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        render(
+            &[
+                "SOURCE",
+                "EVENT_ID",
+                "TYPE",
+                "STATUS",
+                "ATTEMPTS",
+                "RECEIVED",
+                "OUTCOME/ERROR"
+            ],
+            &rows
+        )
+    );
+    if !next.is_null() {
+        eprintln!("more events: add --all, or narrow the filter");
+    }
+    Ok(())
+}
+
+fn show(args: ShowArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote)?;
+    let e = client.get(
+        &format!(
+            "/events/{}/{}",
+            segment(&args.source),
+            segment(&args.event_id)
+        ),
+        &[],
+    )?;
+    if args.json {
+        println!("{e}");
+        return Ok(());
+    }
+    for key in [
+        "source",
+        "event_id",
+        "type",
+        "status",
+        "outcome",
+        "last_error",
+        "attempts",
+        "deliveries",
+        "payload_mismatches",
+        "received_at",
+        "last_delivered_at",
+        "next_attempt_at",
+        "completed_at",
+        "abandoned",
+    ] {
+        println!("{key:<19} {}", text(&e[key]));
+    }
+    println!(
+        "\npayload:\n{}",
+        serde_json::to_string_pretty(&e["payload"])?
+    );
+    let history: Vec<Vec<String>> = e["history"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|a| {
+            [
+                "attempt",
+                "worker",
+                "started_at",
+                "finished_at",
+                "result",
+                "error",
+            ]
+            .iter()
+            .map(|k| text(&a[*k]))
+            .collect()
+        })
+        .collect();
+    println!(
+        "\nhistory:\n{}",
+        render(
+            &["#", "WORKER", "STARTED", "FINISHED", "RESULT", "ERROR"],
+            &history
+        )
+    );
+    Ok(())
+}
+
+fn retry(args: RetryArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote)?;
+    if args.failed {
+        let filter: serde_json::Map<String, Value> = [
+            ("source", &args.source_filter),
+            ("type", &args.event_type),
+            ("received_after", &args.received_after),
+            ("received_before", &args.received_before),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), Value::String(v))))
+        .collect();
+        let answer = client.post("/events/retry", &[], Some(&Value::Object(filter)))?;
+        if args.json {
+            println!("{answer}");
+        } else {
+            println!("retried {} failed event(s)", text(&answer["retried"]));
+        }
+        return Ok(());
+    }
+    let (source, event_id) = (
+        args.source.expect("clap requires it"),
+        args.event_id
+            .ok_or_else(|| anyhow::anyhow!("give SOURCE EVENT_ID, or --failed for a bulk retry"))?,
+    );
+    let query = if args.force {
+        vec![("force", "true".to_string())]
+    } else {
+        vec![]
+    };
+    let e = client.post(
+        &format!("/events/{}/{}/retry", segment(&source), segment(&event_id)),
+        &query,
+        None,
+    )?;
+    if args.json {
+        println!("{e}");
+    } else {
+        println!(
+            "{source}/{event_id}: {} (attempts so far: {})",
+            text(&e["status"]),
+            text(&e["attempts"])
+        );
+    }
+    Ok(())
+}
+
+fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote)?;
+    let mut response = client.get_stream("/events/export", &args.filter.query())?;
+    let mut out: Box<dyn std::io::Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let bytes = std::io::copy(&mut response, &mut out)?;
+    out.flush()?;
+    if let Some(path) = &args.output {
+        eprintln!("exported {} bytes to {}", bytes, path.display());
+    }
+    Ok(())
+}
