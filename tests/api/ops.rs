@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::Store;
 
 use crate::helpers::*;
 
