@@ -4,6 +4,7 @@
 
 pub mod client;
 mod events;
+mod loadgen;
 mod replay;
 mod sign;
 mod table;
@@ -45,6 +46,8 @@ enum Command {
     Events(events::EventsCommand),
     /// Redeliver a replay file (from `events export`), re-signed with fresh timestamps.
     Replay(replay::ReplayArgs),
+    /// Send unique signed deliveries at a fixed concurrency; report throughput and latency.
+    Loadgen(loadgen::LoadgenArgs),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -85,6 +88,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
         Command::Events(command) => events::run(command),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
+        Command::Loadgen(args) => loadgen::run(args),
     }
 }
 

@@ -7,7 +7,7 @@
 //! straight away (backpressure) instead of waiting without limit.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
@@ -19,7 +19,8 @@ pub struct IngestOptions {
     pub max_batch: usize,
     /// Deliveries waiting for the writer before new ones are refused.
     pub queue: usize,
-    /// Longest a caller waits for its commit before it is answered 503.
+    /// Longest a delivery may wait in the queue; one still waiting then is answered 503 by the
+    /// writer and never written. Its commit may take the store's bounded wait on top.
     pub wait: Duration,
 }
 
@@ -28,7 +29,7 @@ impl Default for IngestOptions {
         IngestOptions {
             max_batch: 256,
             queue: 8192,
-            wait: Duration::from_secs(3),
+            wait: Duration::from_secs(2),
         }
     }
 }
@@ -48,7 +49,13 @@ pub enum IngestError {
 struct Job {
     delivery: NewDelivery,
     reply: oneshot::Sender<Result<InsertOutcome, IngestError>>,
+    /// Past this, the writer answers 503 instead of writing the delivery.
+    deadline: Instant,
 }
+
+/// How long a caller waits for the writer beyond its job's deadline: the store's own bounded
+/// wait for the write lock, plus a margin. Only a stuck writer makes a caller give up first.
+const BACKSTOP: Duration = Duration::from_secs(5);
 
 /// The handle routes use; cheap to clone.
 #[derive(Clone)]
@@ -76,17 +83,23 @@ impl Ingestor {
     /// Store one delivery; returns after the transaction holding it has committed.
     pub async fn ingest(&self, delivery: NewDelivery) -> Result<InsertOutcome, IngestError> {
         let (reply, answer) = oneshot::channel();
+        let deadline = Instant::now() + self.wait;
         self.jobs
-            .try_send(Job { delivery, reply })
+            .try_send(Job {
+                delivery,
+                reply,
+                deadline,
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => IngestError::QueueFull,
                 mpsc::error::TrySendError::Closed(_) => IngestError::Stopped,
             })?;
-        match tokio::time::timeout(self.wait, answer).await {
+        // The writer's answer is authoritative: a 503 from it means the delivery was not
+        // written. Only if the writer itself is stuck does the caller give up (503); the
+        // delivery may then still be committed, and the provider's retry is a duplicate.
+        match tokio::time::timeout(self.wait + BACKSTOP, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(IngestError::Stopped),
-            // The commit may still happen: the caller answers 503 and the provider's retry is
-            // then a duplicate. What must never happen, a 2xx before the commit, cannot.
             Err(_) => Err(IngestError::Timeout),
         }
     }
@@ -107,11 +120,19 @@ fn writer(
                 Err(_) => break,
             }
         }
-        // Callers that gave up (timed out) are dropped here rather than written for nobody.
+        // Deliveries that waited past their deadline are answered 503 and not written, so
+        // that a 503 from here always means "not stored".
+        let now = Instant::now();
         let (batch, replies): (Vec<NewDelivery>, Vec<_>) = jobs
             .drain(..)
-            .filter(|j| !j.reply.is_closed())
-            .map(|j| (j.delivery, j.reply))
+            .filter_map(|j| {
+                if j.deadline < now || j.reply.is_closed() {
+                    let _ = j.reply.send(Err(IngestError::Timeout));
+                    None
+                } else {
+                    Some((j.delivery, j.reply))
+                }
+            })
             .unzip();
         if batch.is_empty() {
             continue;

@@ -7,6 +7,7 @@ mod cli;
 mod concurrency;
 mod consumers;
 mod crash;
+mod group_commit;
 mod ingest;
 mod ops;
 mod pipeline;

@@ -1,0 +1,297 @@
+//! `webhook-inbox loadgen`: unique, correctly signed deliveries at a fixed concurrency for a
+//! given time or count, with throughput and latency percentiles.
+//!
+//! It speaks HTTP/1.1 over keep-alive connections directly (one request in flight per
+//! connection) rather than through a client library, so that the generator costs little CPU
+//! beside the server it measures on the same machine.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use super::sign::parse_scheme;
+use crate::config::Secret;
+use crate::domain::time::now_secs;
+use crate::signature::Scheme;
+
+#[derive(Debug, Args)]
+pub struct LoadgenArgs {
+    /// Target, e.g. http://127.0.0.1:8080/webhooks/demo (plain HTTP on this machine).
+    #[arg(long)]
+    url: String,
+    #[arg(long, value_parser = parse_scheme, default_value = "standard-webhooks")]
+    scheme: Scheme,
+    #[arg(long)]
+    secret: String,
+    /// Concurrent connections, one request in flight each.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds to run (ignored when --requests is given).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Stop after this many requests instead of after --duration.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Approximate body size in bytes.
+    #[arg(long, default_value_t = 300)]
+    body_size: usize,
+    /// Event ids are `<prefix>-<n>`; give each run its own prefix to keep deliveries unique.
+    #[arg(long, default_value = "load")]
+    id_prefix: String,
+    /// Customers the generated orders spread over.
+    #[arg(long, default_value_t = 1000)]
+    customers: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Target {
+    host: String,
+    path: String,
+}
+
+fn parse_url(url: &str) -> anyhow::Result<Target> {
+    let rest = url
+        .strip_prefix("http://")
+        .context("loadgen speaks plain http:// to a server on this machine")?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    Ok(Target {
+        host: host.to_string(),
+        path: format!("/{path}"),
+    })
+}
+
+/// One order body of about `size` bytes.
+fn body(n: u64, customers: u64, size: usize) -> String {
+    let base = json!({
+        "type": "order.completed",
+        "data": {"order_id": format!("ord-{n}"), "customer_id": format!("cust-{}", n % customers),
+                 "points": n % 50 + 1},
+    })
+    .to_string();
+    let pad = size.saturating_sub(base.len() + 10);
+    // `pad` keeps the body near the requested size, like real provider payloads.
+    format!(
+        "{}, \"pad\": \"{}\"}}",
+        &base[..base.len() - 1],
+        "x".repeat(pad)
+    )
+}
+
+fn request(target: &Target, headers: &[(String, String)], body: &str) -> Vec<u8> {
+    let mut r = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        target.path,
+        target.host,
+        body.len()
+    );
+    for (k, v) in headers {
+        r.push_str(&format!("{k}: {v}\r\n"));
+    }
+    r.push_str("\r\n");
+    r.push_str(body);
+    r.into_bytes()
+}
+
+/// Read one response; returns its status.
+async fn read_response(conn: &mut BufReader<TcpStream>, line: &mut String) -> anyhow::Result<u16> {
+    line.clear();
+    if conn.read_line(line).await? == 0 {
+        bail!("connection closed");
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("bad status line")?;
+    let mut length = 0usize;
+    loop {
+        line.clear();
+        conn.read_line(line).await?;
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().context("bad content-length")?;
+        }
+    }
+    let mut sink = vec![0u8; length];
+    conn.read_exact(&mut sink).await?;
+    Ok(status)
+}
+
+struct Shared {
+    next: AtomicU64,
+    limit: u64,
+    deadline: Instant,
+}
+
+struct ConnResult {
+    latencies_us: Vec<u32>,
+    statuses: std::collections::BTreeMap<u16, u64>,
+    io_errors: u64,
+}
+
+async fn connection(
+    args: Arc<LoadgenArgs>,
+    target: Arc<Target>,
+    shared: Arc<Shared>,
+) -> ConnResult {
+    let mut result = ConnResult {
+        latencies_us: Vec::new(),
+        statuses: Default::default(),
+        io_errors: 0,
+    };
+    let secret = Secret::new(args.secret.clone());
+    let mut conn: Option<BufReader<TcpStream>> = None;
+    let mut line = String::new();
+    loop {
+        let n = shared.next.fetch_add(1, Ordering::Relaxed);
+        if n >= shared.limit || Instant::now() >= shared.deadline {
+            break;
+        }
+        let id = format!("{}-{n}", args.id_prefix);
+        let body = body(n, args.customers, args.body_size);
+        let headers =
+            match args
+                .scheme
+                .sign(&secret, &id, "order.completed", body.as_bytes(), now_secs())
+            {
+                Ok(h) => h,
+                Err(_) => break,
+            };
+        let bytes = request(&target, &headers, &body);
+        if conn.is_none() {
+            match TcpStream::connect(&target.host).await {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    conn = Some(BufReader::new(s));
+                }
+                Err(_) => {
+                    result.io_errors += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        let started = Instant::now();
+        let outcome = async {
+            c.get_mut().write_all(&bytes).await?;
+            read_response(c, &mut line).await
+        }
+        .await;
+        match outcome {
+            Ok(status) => {
+                let us = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                result.latencies_us.push(us);
+                *result.statuses.entry(status).or_default() += 1;
+            }
+            Err(_) => {
+                result.io_errors += 1;
+                conn = None;
+            }
+        }
+    }
+    result
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    f64::from(sorted[rank.min(sorted.len() - 1)]) / 1000.0
+}
+
+pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
+    if args.connections == 0 || args.connections > 4096 {
+        bail!("--connections must be from 1 to 4096");
+    }
+    let target = Arc::new(parse_url(&args.url)?);
+    let args = Arc::new(args);
+    // One thread: the generator should leave the other core to the server.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let started = Instant::now();
+    let shared = Arc::new(Shared {
+        next: AtomicU64::new(0),
+        limit: args.requests.unwrap_or(u64::MAX),
+        deadline: started
+            + if args.requests.is_some() {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_secs_f64(args.duration)
+            },
+    });
+    let results: Vec<ConnResult> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..args.connections)
+            .map(|_| tokio::spawn(connection(args.clone(), target.clone(), shared.clone())))
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("connection task"));
+        }
+        out
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut latencies: Vec<u32> = results
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
+    latencies.sort_unstable();
+    let mut statuses = std::collections::BTreeMap::new();
+    for r in &results {
+        for (s, n) in &r.statuses {
+            *statuses.entry(s.to_string()).or_insert(0u64) += n;
+        }
+    }
+    let io_errors: u64 = results.iter().map(|r| r.io_errors).sum();
+    let answered = latencies.len() as u64;
+    let ok = statuses.get("200").copied().unwrap_or(0);
+    let report = json!({
+        "requests": answered,
+        "ok": ok,
+        "statuses": statuses,
+        "io_errors": io_errors,
+        "seconds": elapsed,
+        "rps": answered as f64 / elapsed,
+        "latency_ms": {
+            "p50": percentile(&latencies, 50.0),
+            "p90": percentile(&latencies, 90.0),
+            "p99": percentile(&latencies, 99.0),
+            "p999": percentile(&latencies, 99.9),
+            "max": latencies.last().map(|m| f64::from(*m) / 1000.0).unwrap_or(0.0),
+        },
+        "connections": args.connections,
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "{answered} requests in {elapsed:.1} s: {:.0} req/s; {ok} answered 200, statuses {}, {io_errors} I/O errors",
+            answered as f64 / elapsed,
+            report["statuses"]
+        );
+        println!(
+            "latency ms: p50 {} p90 {} p99 {} p99.9 {} max {}",
+            report["latency_ms"]["p50"],
+            report["latency_ms"]["p90"],
+            report["latency_ms"]["p99"],
+            report["latency_ms"]["p999"],
+            report["latency_ms"]["max"]
+        );
+    }
+    Ok(())
+}

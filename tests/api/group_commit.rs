@@ -1,0 +1,131 @@
+//! Correctness of the group commit: concurrent duplicates that share a batch get the right
+//! answers, and a failed commit answers 503 to every delivery of its batch and stores none.
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use webhook_inbox::ingest::{IngestOptions, Ingestor};
+use webhook_inbox::store::{InsertOutcome, Store};
+
+use crate::helpers::*;
+
+#[test]
+fn duplicates_inside_one_batch_are_answered_in_order() {
+    let h = Harness::new(5, 30);
+    let a = order_body("o-1", "c-1", 1);
+    let outcomes = h.insert(&[
+        ("shop", "a", "t", a.clone()),
+        ("shop", "a", "t", a.clone()),
+        ("shop", "b", "t", a.clone()),
+        ("shop", "a", "t", order_body("o-1", "c-1", 2)),
+        ("other", "a", "t", a.clone()),
+    ]);
+    assert_eq!(
+        outcomes,
+        [
+            InsertOutcome::Queued,
+            InsertOutcome::Duplicate,
+            InsertOutcome::Queued,
+            InsertOutcome::Mismatch,
+            InsertOutcome::Queued
+        ]
+    );
+    assert_eq!(h.count("SELECT count(*) FROM events"), 3);
+    assert_eq!(
+        h.count("SELECT deliveries FROM events WHERE source = 'shop' AND event_id = 'a'"),
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_identical_deliveries_through_the_writer_get_one_queued() {
+    let h = Harness::new(5, 30);
+    let store: Arc<dyn Store> = h.store.clone();
+    let ingest = Ingestor::start(store, IngestOptions::default(), Arc::new(Notify::new()));
+    let barrier = Arc::new(tokio::sync::Barrier::new(64));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let (ingest, barrier) = (ingest.clone(), barrier.clone());
+            tokio::spawn(async move {
+                // Half send one key, half another, all at once: they share batches.
+                let id = if i % 2 == 0 { "even" } else { "odd" };
+                barrier.wait().await;
+                ingest
+                    .ingest(new_delivery("shop", id, "t", "{}"))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let queued = outcomes
+        .iter()
+        .filter(|o| **o == InsertOutcome::Queued)
+        .count();
+    let duplicate = outcomes
+        .iter()
+        .filter(|o| **o == InsertOutcome::Duplicate)
+        .count();
+    assert_eq!((queued, duplicate), (2, 62));
+    assert_eq!(h.count("SELECT sum(deliveries) FROM events"), 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_answers_503_to_its_whole_batch_and_stores_none() {
+    let app = spawn_app().await;
+    let lock = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let client = app.client.clone();
+        let url = app.url("/webhooks/shop");
+        let body = order_body(&format!("o-{i}"), "c", 1);
+        let headers = sign_for(
+            &app.settings,
+            "shop",
+            &format!("batch-{i}"),
+            body.as_bytes(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut req = client.post(url).body(body);
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let r = req.send().await.unwrap();
+            let retry_after = r.headers().get("retry-after").is_some();
+            let body: serde_json::Value = r.json().await.unwrap();
+            (
+                body["error"].as_str().unwrap_or("").to_string(),
+                retry_after,
+            )
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    lock.execute_batch("ROLLBACK").unwrap();
+    assert!(
+        answers.iter().all(|(e, ra)| e == "unavailable" && *ra),
+        "{answers:?}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM events"),
+        0,
+        "nothing of the failed batches is stored"
+    );
+    // The same deliveries, retried by the provider, now succeed.
+    for i in 0..24 {
+        let r = app
+            .deliver(
+                "shop",
+                &format!("batch-{i}"),
+                &order_body(&format!("o-{i}"), "c", 1),
+            )
+            .await;
+        assert_eq!(r.body["status"], "queued");
+    }
+}
