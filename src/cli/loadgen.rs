@@ -1,10 +1,13 @@
 //! `webhook-inbox loadgen`: unique, correctly signed deliveries at a fixed concurrency for a
 //! given time or count, with throughput and latency percentiles.
 //!
-//! It speaks HTTP/1.1 over keep-alive connections directly (one request in flight per
-//! connection) rather than through a client library, so that the generator costs little CPU
-//! beside the server it measures on the same machine.
+//! Every request is built and signed before the clock starts (timestamps stay well inside the
+//! 300 s tolerance of a run), and it speaks HTTP/1.1 over keep-alive connections directly (one
+//! request in flight per connection) rather than through a client library: during the run the
+//! generator only writes bytes and reads answers, so it takes little of the CPU that the server
+//! it measures shares on the same machine.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -38,6 +41,10 @@ pub struct LoadgenArgs {
     /// Stop after this many requests instead of after --duration.
     #[arg(long)]
     requests: Option<u64>,
+    /// Requests signed in advance for a --duration run; the run stops early if they run out
+    /// (the report says so).
+    #[arg(long, default_value_t = 1_500_000)]
+    prepared: u64,
     /// Approximate body size in bytes.
     #[arg(long, default_value_t = 300)]
     body_size: usize,
@@ -132,7 +139,7 @@ async fn read_response(conn: &mut BufReader<TcpStream>, line: &mut String) -> an
 
 struct Shared {
     next: AtomicU64,
-    limit: u64,
+    requests: Vec<Vec<u8>>,
     deadline: Instant,
 }
 
@@ -142,35 +149,22 @@ struct ConnResult {
     io_errors: u64,
 }
 
-async fn connection(
-    args: Arc<LoadgenArgs>,
-    target: Arc<Target>,
-    shared: Arc<Shared>,
-) -> ConnResult {
+async fn connection(target: Arc<Target>, shared: Arc<Shared>) -> ConnResult {
     let mut result = ConnResult {
         latencies_us: Vec::new(),
         statuses: Default::default(),
         io_errors: 0,
     };
-    let secret = Secret::new(args.secret.clone());
     let mut conn: Option<BufReader<TcpStream>> = None;
     let mut line = String::new();
     loop {
-        let n = shared.next.fetch_add(1, Ordering::Relaxed);
-        if n >= shared.limit || Instant::now() >= shared.deadline {
+        let n = shared.next.fetch_add(1, Ordering::Relaxed) as usize;
+        let Some(bytes) = shared.requests.get(n) else {
+            break;
+        };
+        if Instant::now() >= shared.deadline {
             break;
         }
-        let id = format!("{}-{n}", args.id_prefix);
-        let body = body(n, args.customers, args.body_size);
-        let headers =
-            match args
-                .scheme
-                .sign(&secret, &id, "order.completed", body.as_bytes(), now_secs())
-            {
-                Ok(h) => h,
-                Err(_) => break,
-            };
-        let bytes = request(&target, &headers, &body);
         if conn.is_none() {
             match TcpStream::connect(&target.host).await {
                 Ok(s) => {
@@ -187,7 +181,7 @@ async fn connection(
         let c = conn.as_mut().expect("connected above");
         let started = Instant::now();
         let outcome = async {
-            c.get_mut().write_all(&bytes).await?;
+            c.get_mut().write_all(bytes).await?;
             read_response(c, &mut line).await
         }
         .await;
@@ -206,6 +200,24 @@ async fn connection(
     result
 }
 
+/// Build and sign every request of the run.
+fn prepare(args: &LoadgenArgs, target: &Target) -> anyhow::Result<Vec<Vec<u8>>> {
+    let count = args.requests.unwrap_or(args.prepared);
+    let secret = Secret::new(args.secret.clone());
+    let now = now_secs();
+    (0..count)
+        .map(|n| {
+            let id = format!("{}-{n}", args.id_prefix);
+            let body = body(n, args.customers, args.body_size);
+            let headers = args
+                .scheme
+                .sign(&secret, &id, "order.completed", body.as_bytes(), now)
+                .map_err(anyhow::Error::msg)?;
+            Ok(request(target, &headers, &body))
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[u32], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -219,7 +231,8 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         bail!("--connections must be from 1 to 4096");
     }
     let target = Arc::new(parse_url(&args.url)?);
-    let args = Arc::new(args);
+    let requests = prepare(&args, &target)?;
+    let prepared = requests.len() as u64;
     // One thread: the generator should leave the other core to the server.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -227,7 +240,7 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let shared = Arc::new(Shared {
         next: AtomicU64::new(0),
-        limit: args.requests.unwrap_or(u64::MAX),
+        requests,
         deadline: started
             + if args.requests.is_some() {
                 Duration::from_secs(3600)
@@ -237,7 +250,7 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     });
     let results: Vec<ConnResult> = runtime.block_on(async {
         let tasks: Vec<_> = (0..args.connections)
-            .map(|_| tokio::spawn(connection(args.clone(), target.clone(), shared.clone())))
+            .map(|_| tokio::spawn(connection(target.clone(), shared.clone())))
             .collect();
         let mut out = Vec::new();
         for t in tasks {
@@ -275,23 +288,29 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             "max": latencies.last().map(|m| f64::from(*m) / 1000.0).unwrap_or(0.0),
         },
         "connections": args.connections,
+        "exhausted": args.requests.is_none() && answered + io_errors >= prepared,
     });
-    if args.json {
-        println!("{report}");
+    let text = if args.json {
+        report.to_string()
     } else {
-        println!(
-            "{answered} requests in {elapsed:.1} s: {:.0} req/s; {ok} answered 200, statuses {}, {io_errors} I/O errors",
+        format!(
+            "{answered} requests in {elapsed:.1} s: {:.0} req/s; {ok} answered 200, statuses {}, \
+             {io_errors} I/O errors{}\nlatency ms: p50 {} p90 {} p99 {} p99.9 {} max {}",
             answered as f64 / elapsed,
-            report["statuses"]
-        );
-        println!(
-            "latency ms: p50 {} p90 {} p99 {} p99.9 {} max {}",
+            report["statuses"],
+            if report["exhausted"] == true {
+                " (ran out of prepared requests: raise --prepared)"
+            } else {
+                ""
+            },
             report["latency_ms"]["p50"],
             report["latency_ms"]["p90"],
             report["latency_ms"]["p99"],
             report["latency_ms"]["p999"],
             report["latency_ms"]["max"]
-        );
-    }
+        )
+    };
+    // A closed stdout (`| head`) is not worth a panic.
+    let _ = writeln!(std::io::stdout(), "{text}");
     Ok(())
 }

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc, oneshot};
+use std::sync::mpsc;
+
+use tokio::sync::{Notify, oneshot};
 
 use crate::store::{InsertOutcome, NewDelivery, Store, StoreError};
 
@@ -60,7 +62,7 @@ const BACKSTOP: Duration = Duration::from_secs(5);
 /// The handle routes use; cheap to clone.
 #[derive(Clone)]
 pub struct Ingestor {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::SyncSender<Job>,
     wait: Duration,
 }
 
@@ -68,7 +70,7 @@ impl Ingestor {
     /// Start the writer thread. It stops when the last `Ingestor` is dropped. `queued` is
     /// notified after each commit that queued a new event, so idle consumers wake up.
     pub fn start(store: Arc<dyn Store>, options: IngestOptions, queued: Arc<Notify>) -> Ingestor {
-        let (tx, rx) = mpsc::channel(options.queue.max(1));
+        let (tx, rx) = mpsc::sync_channel(options.queue.max(1));
         let max_batch = options.max_batch.max(1);
         std::thread::Builder::new()
             .name("ingest-writer".into())
@@ -91,8 +93,8 @@ impl Ingestor {
                 deadline,
             })
             .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => IngestError::QueueFull,
-                mpsc::error::TrySendError::Closed(_) => IngestError::Stopped,
+                mpsc::TrySendError::Full(_) => IngestError::QueueFull,
+                mpsc::TrySendError::Disconnected(_) => IngestError::Stopped,
             })?;
         // The writer's answer is authoritative: a 503 from it means the delivery was not
         // written. Only if the writer itself is stuck does the caller give up (503); the
@@ -105,14 +107,9 @@ impl Ingestor {
     }
 }
 
-fn writer(
-    store: Arc<dyn Store>,
-    mut rx: mpsc::Receiver<Job>,
-    max_batch: usize,
-    queued: Arc<Notify>,
-) {
+fn writer(store: Arc<dyn Store>, rx: mpsc::Receiver<Job>, max_batch: usize, queued: Arc<Notify>) {
     let mut jobs = Vec::with_capacity(max_batch);
-    while let Some(first) = rx.blocking_recv() {
+    while let Ok(first) = rx.recv() {
         jobs.push(first);
         while jobs.len() < max_batch {
             match rx.try_recv() {
