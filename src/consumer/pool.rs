@@ -74,7 +74,7 @@ async fn work(
             let flag = stopped.clone();
             let limit = options.batch_size;
             tokio::task::spawn_blocking(move || {
-                consumer.run_once(&worker, limit, &|| *flag.borrow())
+                consumer.run_until_idle(&worker, limit, &|| *flag.borrow())
             })
             .await
         };

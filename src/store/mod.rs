@@ -59,6 +59,15 @@ pub trait Store: Send + Sync + 'static {
     /// Apply finished attempts in one transaction, each in its own savepoint and fenced by its
     /// claim token.
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>>;
+    /// `finish`, then `claim`, in one transaction: a busy worker commits once per batch.
+    fn finish_and_claim(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)>;
     /// Give back claims whose handler never started (shutdown).
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
     /// Expired leases: back to pending, or failed for at-most-once handlers and spent budgets.

@@ -14,6 +14,16 @@ const ORDER: &str = "order.completed";
 
 #[test]
 fn six_workers_released_together_handle_each_of_240_events_exactly_once() {
+    six_workers_handle_each_event_once(false);
+}
+
+/// The pool's loop: each batch's completion and the next claim share a transaction.
+#[test]
+fn six_pipelined_workers_released_together_handle_each_event_exactly_once() {
+    six_workers_handle_each_event_once(true);
+}
+
+fn six_workers_handle_each_event_once(pipelined: bool) {
     let h = Harness::new(5, 30);
     let deliveries: Vec<_> = (0..240)
         .map(|i| {
@@ -42,7 +52,11 @@ fn six_workers_released_together_handle_each_of_240_events_exactly_once() {
                 let mut claimed = 0;
                 // Small batches so that the workers really interleave; bounded passes.
                 for _ in 0..500 {
-                    let n = consumer.run_once(&format!("w{w}"), 4, &|| false).unwrap();
+                    let n = if pipelined {
+                        consumer.run_until_idle(&format!("w{w}"), 4, &|| false).unwrap()
+                    } else {
+                        consumer.run_once(&format!("w{w}"), 4, &|| false).unwrap()
+                    };
                     if n == 0 {
                         break;
                     }

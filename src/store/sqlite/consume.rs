@@ -144,21 +144,22 @@ fn finish_one(conn: &Connection, item: &Finish, now: i64) -> StoreResult<Finishe
             if !fenced(conn, claim, set, &outcome.as_str(), &Null, now, Lease::Live)? {
                 return lost;
             }
+            let proposed = *outcome;
             let (outcome, result) = match effect {
-                None => (*outcome, AttemptResult::Ok),
-                Some(effect) => {
-                    let (outcome, result) = apply_effect(conn, claim, effect, now)?;
-                    conn.prepare_cached(
-                        "UPDATE events SET outcome = ?3 WHERE source = ?1 AND event_id = ?2",
-                    )?
-                    .execute(params![
-                        claim.source,
-                        claim.event_id,
-                        outcome.as_str()
-                    ])?;
-                    (outcome, result)
-                }
+                None => (proposed, AttemptResult::Ok),
+                Some(effect) => apply_effect(conn, claim, effect, now)?,
             };
+            // The fence wrote the handler's expected outcome; the guards may say otherwise.
+            if outcome != proposed {
+                conn.prepare_cached(
+                    "UPDATE events SET outcome = ?3 WHERE source = ?1 AND event_id = ?2",
+                )?
+                .execute(params![
+                    claim.source,
+                    claim.event_id,
+                    outcome.as_str()
+                ])?;
+            }
             close_attempt(conn, claim, result, None, now)?;
             Ok(Finished::Completed { outcome, result })
         }

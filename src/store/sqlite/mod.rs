@@ -38,12 +38,14 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
 pub struct SqliteStore {
     pool: Pool<SqliteConnectionManager>,
     path: PathBuf,
-    /// Writers of this process queue here, first come first served, before `BEGIN IMMEDIATE`.
+    /// The one connection every write transaction of this process runs on, taken in turn.
+    /// One connection keeps its page cache and prepared statements warm: in WAL mode a
+    /// connection drops its whole cache whenever another connection has written, so writers on
+    /// pooled connections would re-read their pages at every transaction. The lock is fair:
     /// SQLite's busy handler polls with sleeps, so a thread that commits and begins again at
-    /// once wins the lock over and over: one busy consumer could starve ingest. A fair lock
-    /// hands the write lock over in arrival order; the busy timeout still bounds waits on
-    /// other processes.
-    writers: FairMutex<()>,
+    /// once would win over and over, and one busy consumer could starve ingest. The busy
+    /// timeout still bounds waits on other processes.
+    writer: FairMutex<Connection>,
     wait: Duration,
 }
 
@@ -89,7 +91,6 @@ impl SqliteStore {
             .with_context(|| format!("opening SQLite database {}", path.display()))?;
         init_connection(&mut first, wait)
             .with_context(|| format!("configuring SQLite database {}", path.display()))?;
-        drop(first);
         let manager =
             SqliteConnectionManager::file(path).with_init(move |c| init_connection(c, wait));
         let pool = Pool::builder()
@@ -101,7 +102,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
-            writers: FairMutex::new(()),
+            writer: FairMutex::new(first),
             wait,
         })
     }
@@ -118,10 +119,9 @@ impl SqliteStore {
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction and commit.
     fn write<T>(&self, f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
-        let _turn = self.writers.try_lock_for(self.wait).ok_or_else(|| {
+        let mut conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
-        let mut conn = self.conn()?;
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         tx.commit()?;
@@ -147,7 +147,9 @@ impl From<rusqlite::Error> for StoreError {
 
 impl Store for SqliteStore {
     fn migrate(&self) -> StoreResult<Vec<u32>> {
-        let mut conn = self.conn()?;
+        let mut conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
+            StoreError::Unavailable("timed out waiting for the database write lock".into())
+        })?;
         migrations::apply(&mut conn)
     }
 
@@ -187,6 +189,21 @@ impl Store for SqliteStore {
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
         self.write(|tx| consume::finish_all(tx, items, now))
+    }
+
+    fn finish_and_claim(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
+        self.write(|tx| {
+            let finished = consume::finish_all(tx, items, now)?;
+            let claimed = consume::claim(tx, worker, limit, lease_ms, now)?;
+            Ok((finished, claimed))
+        })
     }
 
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
