@@ -53,7 +53,9 @@ fn six_workers_handle_each_event_once(pipelined: bool) {
                 // Small batches so that the workers really interleave; bounded passes.
                 for _ in 0..500 {
                     let n = if pipelined {
-                        consumer.run_until_idle(&format!("w{w}"), 4, &|| false).unwrap()
+                        consumer
+                            .run_until_idle(&format!("w{w}"), 4, &|| false)
+                            .unwrap()
                     } else {
                         consumer.run_once(&format!("w{w}"), 4, &|| false).unwrap()
                     };

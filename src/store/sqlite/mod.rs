@@ -14,6 +14,7 @@ mod requests;
 mod rows;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::FairMutex;
@@ -46,6 +47,13 @@ pub struct SqliteStore {
     /// once would win over and over, and one busy consumer could starve ingest. The busy
     /// timeout still bounds waits on other processes.
     writer: FairMutex<Connection>,
+    /// Consumer transactions queue here first, so that at most one of them waits for the
+    /// writer at a time: ingest then waits behind one consumer transaction, not one per worker,
+    /// and keeps most of its speed while the consumers drain a backlog.
+    consumer_turn: FairMutex<()>,
+    /// Ingest and ops writes waiting for the writer right now. While any wait, consumers claim
+    /// smaller batches, so that their transactions stay short and ingest keeps its pace.
+    others_waiting: AtomicUsize,
     wait: Duration,
 }
 
@@ -103,6 +111,8 @@ impl SqliteStore {
             pool,
             path: path.to_path_buf(),
             writer: FairMutex::new(first),
+            consumer_turn: FairMutex::new(()),
+            others_waiting: AtomicUsize::new(0),
             wait,
         })
     }
@@ -117,15 +127,49 @@ impl SqliteStore {
             .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))
     }
 
-    /// Run `f` in a `BEGIN IMMEDIATE` transaction and commit.
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction and commit (ingest and ops writes).
     fn write<T>(&self, f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
-        let mut conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
+        self.others_waiting.fetch_add(1, Ordering::SeqCst);
+        let conn = self.writer.try_lock_for(self.wait);
+        self.others_waiting.fetch_sub(1, Ordering::SeqCst);
+        let conn = conn.ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
+        Self::transaction(conn, f)
+    }
+
+    fn transaction<T>(
+        mut conn: parking_lot::FairMutexGuard<'_, Connection>,
+        f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         tx.commit()?;
         Ok(value)
+    }
+
+    /// `write` for the consumer side, one consumer transaction in the writer's queue at a time.
+    fn consumer_write<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let _turn = self.consumer_turn.try_lock_for(self.wait).ok_or_else(|| {
+            StoreError::Unavailable("timed out waiting for a consumer turn".into())
+        })?;
+        let conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
+            StoreError::Unavailable("timed out waiting for the database write lock".into())
+        })?;
+        Self::transaction(conn, f)
+    }
+
+    /// How many events a consumer may claim now: a quarter of its batch while other writes
+    /// wait for the writer (decided once the consumer holds it).
+    fn claim_limit(&self, limit: usize) -> usize {
+        if self.others_waiting.load(Ordering::SeqCst) > 0 {
+            limit.div_ceil(4)
+        } else {
+            limit
+        }
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
@@ -184,11 +228,11 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
-        self.write(|tx| consume::claim(tx, worker, limit, lease_ms, now))
+        self.consumer_write(|tx| consume::claim(tx, worker, self.claim_limit(limit), lease_ms, now))
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
-        self.write(|tx| consume::finish_all(tx, items, now))
+        self.consumer_write(|tx| consume::finish_all(tx, items, now))
     }
 
     fn finish_and_claim(
@@ -199,19 +243,19 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
-        self.write(|tx| {
+        self.consumer_write(|tx| {
             let finished = consume::finish_all(tx, items, now)?;
-            let claimed = consume::claim(tx, worker, limit, lease_ms, now)?;
+            let claimed = consume::claim(tx, worker, self.claim_limit(limit), lease_ms, now)?;
             Ok((finished, claimed))
         })
     }
 
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
-        self.write(|tx| consume::release(tx, claims, now))
+        self.consumer_write(|tx| consume::release(tx, claims, now))
     }
 
     fn sweep(&self, now: i64, max_attempts: u32, mode_of: ModeOf<'_>) -> StoreResult<usize> {
-        self.write(|tx| consume::sweep(tx, now, max_attempts, mode_of))
+        self.consumer_write(|tx| consume::sweep(tx, now, max_attempts, mode_of))
     }
 
     fn retry(
