@@ -43,10 +43,11 @@ CREATE INDEX events_leases ON events (claimed_until) WHERE status = 'claimed';
 CREATE INDEX events_failed ON events (seq) WHERE status = 'failed';
 CREATE INDEX events_source_seq ON events (source, seq);
 
--- One row per claim of an event; `result` stays NULL while the attempt runs.
+-- One row per claim of an event; `result` stays NULL while the attempt runs. Keyed by the
+-- event's sequence rather than its (random) id, so that the rows of recent events sit together
+-- and stay in cache however long the history grows.
 CREATE TABLE event_attempts (
-    source      TEXT    NOT NULL,
-    event_id    TEXT    NOT NULL,
+    event_seq   INTEGER NOT NULL REFERENCES events (seq),
     attempt     INTEGER NOT NULL,
     worker      TEXT    NOT NULL,
     started_at  INTEGER NOT NULL,
@@ -54,8 +55,7 @@ CREATE TABLE event_attempts (
     result      TEXT CHECK (result IN ('ok', 'already_processed', 'retryable_error',
                                        'permanent_error', 'lease_expired')),
     error       TEXT,
-    PRIMARY KEY (source, event_id, attempt),
-    FOREIGN KEY (source, event_id) REFERENCES events (source, event_id)
+    PRIMARY KEY (event_seq, attempt)
 ) WITHOUT ROWID;
 
 -- Consumer-side dedup: an effect's transaction inserts here first; a second run of the same

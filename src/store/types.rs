@@ -190,6 +190,9 @@ pub struct StatusCounts {
 pub struct ClaimRef {
     pub source: String,
     pub event_id: String,
+    /// The event's store sequence: later transitions find the row by it (recent events' rows
+    /// are adjacent and cached, unlike lookups by the random event id).
+    pub seq: i64,
     pub claim_token: String,
     pub attempt: i64,
 }

@@ -24,7 +24,7 @@ pub const CLAIM: &str = "UPDATE events
                    WHERE status = 'pending' AND next_attempt_at <= ?3
                    ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, payload, content_type, attempts,
-          attempts - budget_floor, claim_token, claimed_until";
+          attempts - budget_floor, claim_token, claimed_until, seq";
 
 pub(super) fn claim(
     tx: &Transaction<'_>,
@@ -41,6 +41,7 @@ pub(super) fn claim(
                 claim: ClaimRef {
                     source: r.get(0)?,
                     event_id: r.get(1)?,
+                    seq: r.get(9)?,
                     attempt: r.get(5)?,
                     claim_token: r.get(7)?,
                 },
@@ -53,17 +54,11 @@ pub(super) fn claim(
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut history = tx.prepare_cached(
-        "INSERT INTO event_attempts (source, event_id, attempt, worker, started_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
+         VALUES (?1, ?2, ?3, ?4)",
     )?;
     for c in &claimed {
-        history.execute(params![
-            c.claim.source,
-            c.claim.event_id,
-            c.claim.attempt,
-            worker,
-            now
-        ])?;
+        history.execute(params![c.claim.seq, c.claim.attempt, worker, now])?;
     }
     Ok(claimed)
 }
@@ -94,13 +89,11 @@ fn fenced(
     };
     let sql = format!(
         "UPDATE events SET {set}, claim_token = NULL, claimed_until = NULL, claimed_by = NULL
-          WHERE source = :source AND event_id = :event_id AND claim_token = :token
-            AND status = 'claimed' AND {live}"
+          WHERE seq = :seq AND claim_token = :token AND status = 'claimed' AND {live}"
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut named: Vec<(&str, &dyn rusqlite::ToSql)> = vec![
-        (":source", &claim.source),
-        (":event_id", &claim.event_id),
+        (":seq", &claim.seq),
         (":token", &claim.claim_token),
         (":now", &now),
     ];
@@ -121,12 +114,11 @@ fn close_attempt(
     now: i64,
 ) -> StoreResult<()> {
     conn.prepare_cached(
-        "UPDATE event_attempts SET finished_at = ?4, result = ?5, error = ?6
-          WHERE source = ?1 AND event_id = ?2 AND attempt = ?3",
+        "UPDATE event_attempts SET finished_at = ?3, result = ?4, error = ?5
+          WHERE event_seq = ?1 AND attempt = ?2",
     )?
     .execute(params![
-        claim.source,
-        claim.event_id,
+        claim.seq,
         claim.attempt,
         now,
         result.as_str(),
@@ -151,14 +143,8 @@ fn finish_one(conn: &Connection, item: &Finish, now: i64) -> StoreResult<Finishe
             };
             // The fence wrote the handler's expected outcome; the guards may say otherwise.
             if outcome != proposed {
-                conn.prepare_cached(
-                    "UPDATE events SET outcome = ?3 WHERE source = ?1 AND event_id = ?2",
-                )?
-                .execute(params![
-                    claim.source,
-                    claim.event_id,
-                    outcome.as_str()
-                ])?;
+                conn.prepare_cached("UPDATE events SET outcome = ?2 WHERE seq = ?1")?
+                    .execute(params![claim.seq, outcome.as_str()])?;
             }
             close_attempt(conn, claim, result, None, now)?;
             Ok(Finished::Completed { outcome, result })
@@ -290,7 +276,8 @@ pub(super) fn sweep(
 ) -> StoreResult<usize> {
     let expired = tx
         .prepare_cached(
-            "SELECT source, event_id, event_type, claim_token, attempts, attempts - budget_floor
+            "SELECT source, event_id, event_type, claim_token, attempts, attempts - budget_floor,
+                    seq
                FROM events WHERE status = 'claimed' AND claimed_until <= ?1",
         )?
         .query_map([now], |r| {
@@ -298,6 +285,7 @@ pub(super) fn sweep(
                 ClaimRef {
                     source: r.get(0)?,
                     event_id: r.get(1)?,
+                    seq: r.get(6)?,
                     claim_token: r.get(3)?,
                     attempt: r.get(4)?,
                 },

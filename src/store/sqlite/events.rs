@@ -34,9 +34,9 @@ pub(super) fn detail(
     let history = conn
         .prepare_cached(
             "SELECT attempt, worker, started_at, finished_at, result, error
-               FROM event_attempts WHERE source = ?1 AND event_id = ?2 ORDER BY attempt",
+               FROM event_attempts WHERE event_seq = ?1 ORDER BY attempt",
         )?
-        .query_map(params![source, event_id], rows::attempt)?
+        .query_map(params![event.seq], rows::attempt)?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some(EventDetail {
         event,
