@@ -211,3 +211,32 @@ async fn export_then_replay_into_the_same_server_is_all_duplicates_and_moves_no_
         stderr(&o)
     );
 }
+
+#[test]
+fn serve_refuses_a_config_with_a_bad_key_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, key) in [
+        (
+            "listen = \"127.0.0.1:0\"\n[consumers]\nworkerz = 2\n",
+            "workerz",
+        ),
+        (
+            "listen = \"127.0.0.1:0\"\n[consumers]\nbatch_size = 0\n",
+            "consumers.batch_size",
+        ),
+        (
+            "[[sources]]\nname = \"requests\"\nscheme = \"github\"\nsecrets = [\"x\"]\n",
+            "sources[0].name",
+        ),
+    ] {
+        std::fs::write(dir.path().join("bad.toml"), text).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+            .args(["serve", "--config", "bad.toml"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        assert!(stderr(&o).contains(key), "{text}: {}", stderr(&o));
+    }
+    assert!(!dir.path().join("data").exists(), "nothing was created");
+}

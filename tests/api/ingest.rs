@@ -482,3 +482,27 @@ async fn ops_routes_need_the_bearer_token_and_unknown_routes_are_json_404() {
         .unwrap();
     assert_eq!(r.headers().get("x-request-id").unwrap(), "abc-123");
 }
+
+#[tokio::test]
+async fn checks_run_in_the_spec_order() {
+    let app = spawn_app().await;
+    let big_garbage = "x".repeat(5000);
+    // Unknown source comes first, even for an oversized unsigned body.
+    app.post_webhook("nope", &[], big_garbage.as_bytes())
+        .await
+        .assert_error(404, "unknown_source");
+    // Size before signature: an oversized unsigned body is 413, not 401.
+    app.post_webhook("shop", &[], big_garbage.as_bytes())
+        .await
+        .assert_error(413, "payload_too_large");
+    // Signature before body: an unsigned body that is not JSON is 401, not 400.
+    app.post_webhook("shop", &[], b"not json")
+        .await
+        .assert_error(401, "missing_signature");
+    // A signed body that is not JSON and has no id: the body check answers.
+    let headers = sign_for(&app.settings, "hmac", "x", b"not json");
+    app.post_webhook("hmac", &headers, b"not json")
+        .await
+        .assert_error(400, "invalid_json");
+    assert_eq!(event_rows(&app), 0);
+}

@@ -84,3 +84,50 @@ pub(super) fn is_current(conn: &Connection) -> StoreResult<bool> {
     let known = MIGRATIONS.last().map(|m| m.0);
     Ok(latest_applied(conn)? == known)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_cleanly_to_an_empty_database_and_only_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        assert!(!is_current(&conn).unwrap());
+        let all: Vec<u32> = MIGRATIONS.iter().map(|m| m.0).collect();
+        assert_eq!(apply(&mut conn).unwrap(), all);
+        assert!(is_current(&conn).unwrap());
+        assert_eq!(
+            apply(&mut conn).unwrap(),
+            Vec::<u32>::new(),
+            "a second run applies nothing"
+        );
+        let recorded: i64 = conn
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(recorded, all.len() as i64);
+        let integrity: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(integrity, "ok");
+        // Versions are numbered in order, with their files named to match.
+        for (i, (version, _, _)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(*version as usize, i + 1);
+        }
+    }
+
+    #[test]
+    fn a_database_newer_than_the_binary_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        apply(&mut conn).unwrap();
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES (999, 'future')",
+            [],
+        )
+        .unwrap();
+        let err = apply(&mut conn).unwrap_err().to_string();
+        assert!(err.contains("newer"), "{err}");
+    }
+}
