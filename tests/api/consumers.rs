@@ -2,11 +2,9 @@
 //! concurrency, fenced completion, the sweeper, retries, and the loyalty guards.
 
 use std::sync::{Arc, Barrier};
-use std::time::Duration;
 
-use webhook_inbox::config::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Effect, Finish, Finished, InsertOutcome, Next, Outcome, Status, Store};
+use webhook_inbox::store::{InsertOutcome, Status, Store};
 
 use crate::helpers::*;
 
@@ -99,99 +97,6 @@ fn six_workers_handle_each_event_once(pipelined: bool) {
         h.count("SELECT sum(balance) FROM loyalty_balances"),
         expected
     );
-}
-
-#[test]
-fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
-    let h = Harness::new(5, 30);
-    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
-    let credit = Next::Complete {
-        effect: Some(Effect::LoyaltyCredit {
-            consumer: "loyalty_credit",
-            order_id: "o-1".into(),
-            customer_id: "c-1".into(),
-            points: 10,
-        }),
-        outcome: Outcome::Credited,
-    };
-    // Worker A claims with a short lease and is slow.
-    let a = h.store.claim("A", 10, 50, now_ms()).unwrap();
-    assert_eq!(a.len(), 1);
-    std::thread::sleep(Duration::from_millis(80));
-    // Even before any sweep, the expired lease stops A's completion and effect.
-    let late = Finish {
-        claim: a[0].claim.clone(),
-        next: credit.clone(),
-    };
-    assert_eq!(
-        h.store
-            .finish(std::slice::from_ref(&late), now_ms())
-            .unwrap(),
-        vec![Finished::LeaseLost]
-    );
-    assert_eq!(h.balance("c-1"), 0);
-    // The sweeper gives the event back; B claims it and credits.
-    assert_eq!(h.consumer.sweep().unwrap(), 1);
-    let b = h.store.claim("B", 10, 30_000, now_ms()).unwrap();
-    assert_eq!(b.len(), 1);
-    assert_ne!(b[0].claim.claim_token, a[0].claim.claim_token);
-    // A's claim is still refused while B holds the event.
-    assert_eq!(
-        h.store
-            .finish(std::slice::from_ref(&late), now_ms())
-            .unwrap(),
-        vec![Finished::LeaseLost]
-    );
-    let done = h
-        .store
-        .finish(
-            &[Finish {
-                claim: b[0].claim.clone(),
-                next: credit,
-            }],
-            now_ms(),
-        )
-        .unwrap();
-    assert!(matches!(
-        done[0],
-        Finished::Completed {
-            outcome: Outcome::Credited,
-            ..
-        }
-    ));
-    assert_eq!(h.balance("c-1"), 10);
-    let d = h.detail("shop", "evt-1");
-    assert_eq!(d.event.status, Status::Completed);
-    assert_eq!(d.event.attempts, 2);
-    assert_eq!(results(&d), ["lease_expired", "ok"]);
-    assert_eq!(d.history[0].worker, "A");
-    assert_eq!(d.history[1].worker, "B");
-}
-
-#[test]
-fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once() {
-    let h = Harness::new(5, 1);
-    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
-    *h.loyalty.delay.lock().unwrap() = Duration::from_millis(1300);
-    let slow = {
-        let consumer = Arc::clone(&h.consumer);
-        std::thread::spawn(move || consumer.run_once("slow", 1, &|| false).unwrap())
-    };
-    std::thread::sleep(Duration::from_millis(1100));
-    // The lease (1 s) has run out while the slow worker still handles the event.
-    assert_eq!(h.consumer.sweep().unwrap(), 1);
-    *h.loyalty.delay.lock().unwrap() = Duration::ZERO;
-    assert_eq!(h.consumer.run_once("fast", 1, &|| false).unwrap(), 1);
-    assert_eq!(slow.join().unwrap(), 1);
-    assert_eq!(
-        h.loyalty.calls_for("evt-1"),
-        2,
-        "delivered twice (at-least-once)..."
-    );
-    assert_eq!(h.balance("c-1"), 10, "...but credited once");
-    let d = h.detail("shop", "evt-1");
-    assert_eq!(d.event.status, Status::Completed);
-    assert_eq!(results(&d), ["lease_expired", "ok"]);
 }
 
 #[test]
@@ -339,36 +244,6 @@ fn a_failure_that_persists_ends_failed_after_max_attempts() {
     );
     assert_eq!(d.event.next_attempt_at, None);
     assert_eq!(h.audit.calls_for("evt-1"), 4);
-}
-
-#[test]
-fn an_expired_lease_on_the_last_attempt_fails_the_event() {
-    let h = Harness::new(1, 30);
-    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
-    assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
-    std::thread::sleep(Duration::from_millis(5));
-    assert_eq!(h.consumer.sweep().unwrap(), 1);
-    let d = h.detail("shop", "evt-1");
-    assert_eq!(d.event.status, Status::Failed);
-    assert_eq!(results(&d), ["lease_expired"]);
-    // A terminal state is never overwritten: nothing is due, the sweeper finds nothing.
-    assert_eq!(h.drain(), 0);
-    assert_eq!(h.consumer.sweep().unwrap(), 0);
-}
-
-#[test]
-fn at_most_once_events_whose_lease_expires_are_abandoned_not_retried() {
-    let h = Harness::with_mode(5, 30, DeliveryMode::AtMostOnce);
-    h.insert(&[("requests", "req-1", "request.submitted", "{}".into())]);
-    assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
-    std::thread::sleep(Duration::from_millis(5));
-    assert_eq!(h.consumer.sweep().unwrap(), 1);
-    let d = h.detail("requests", "req-1");
-    assert_eq!(d.event.status, Status::Failed);
-    assert!(d.event.abandoned);
-    assert!(d.event.last_error.as_deref().unwrap().contains("abandoned"));
-    assert_eq!(h.drain(), 0);
-    assert!(h.downstream.calls().is_empty());
 }
 
 #[test]

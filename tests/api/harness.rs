@@ -1,0 +1,227 @@
+//! Fakes and a store-level harness: a recording `DownstreamSystem` (the one seam to the
+//! outside), a wrapper that counts a real handler's calls, and a store plus consumer over a
+//! fresh SQLite file for tests of the consumer side without HTTP.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use webhook_inbox::config::ConsumerSettings;
+use webhook_inbox::consumer::Consumer;
+use webhook_inbox::handlers::{DownstreamError, DownstreamSystem, Handled, Handler, Registry};
+use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
+use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, NewDelivery, Store};
+
+use crate::helpers::{drain_blocking, init_logs};
+
+/// A downstream that records every call and answers as told.
+#[derive(Default)]
+pub struct RecordingDownstream {
+    pub calls: Mutex<Vec<String>>,
+    pub fail_with: Mutex<Option<String>>,
+    /// Held for this long inside each call (to let a lease run out).
+    pub delay: Mutex<Duration>,
+}
+
+impl RecordingDownstream {
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl DownstreamSystem for RecordingDownstream {
+    fn submit(&self, key: &str, _body: &[u8]) -> Result<String, DownstreamError> {
+        self.calls.lock().unwrap().push(key.to_string());
+        let delay = *self.delay.lock().unwrap();
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        match self.fail_with.lock().unwrap().clone() {
+            Some(e) => Err(DownstreamError(e)),
+            None => Ok("recorded".into()),
+        }
+    }
+}
+
+/// Wraps a real handler: counts calls per event, can fail the first `fail_first` calls with a
+/// retryable error (`usize::MAX`: always), and can hold each call for `delay`.
+pub struct Recording {
+    inner: Arc<dyn Handler>,
+    pub calls: Mutex<std::collections::HashMap<String, usize>>,
+    pub fail_first: std::sync::atomic::AtomicUsize,
+    pub delay: Mutex<Duration>,
+}
+
+impl Recording {
+    pub fn wrap(inner: &Arc<dyn Handler>) -> Arc<Recording> {
+        Arc::new(Recording {
+            inner: Arc::clone(inner),
+            calls: Mutex::default(),
+            fail_first: Default::default(),
+            delay: Mutex::new(Duration::ZERO),
+        })
+    }
+
+    pub fn total_calls(&self) -> usize {
+        self.calls.lock().unwrap().values().sum()
+    }
+
+    pub fn calls_for(&self, event_id: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(event_id)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Handler for Recording {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn mode(&self) -> webhook_inbox::config::DeliveryMode {
+        self.inner.mode()
+    }
+
+    fn external(&self) -> bool {
+        self.inner.external()
+    }
+
+    fn handle(&self, event: &Claimed) -> Handled {
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry(event.claim.event_id.clone())
+            .or_default() += 1;
+        let delay = *self.delay.lock().unwrap();
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        use std::sync::atomic::Ordering;
+        let failing = self
+            .fail_first
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+                0 => None,
+                usize::MAX => Some(usize::MAX),
+                n => Some(n - 1),
+            })
+            .is_ok();
+        if failing {
+            return Handled::Retryable("transient failure (injected)".into());
+        }
+        self.inner.handle(event)
+    }
+}
+
+/// A store and a consumer over a fresh SQLite file, without HTTP: for tests of the consumer
+/// side itself. The loyalty and audit handlers are wrapped in `Recording`.
+pub struct Harness {
+    pub dir: TempDir,
+    pub store: Arc<SqliteStore>,
+    pub consumer: Arc<Consumer>,
+    pub loyalty: Arc<Recording>,
+    pub audit: Arc<Recording>,
+    pub downstream: Arc<RecordingDownstream>,
+}
+
+impl Harness {
+    pub fn new(max_attempts: u32, lease_seconds: u64) -> Harness {
+        Harness::with_mode(
+            max_attempts,
+            lease_seconds,
+            webhook_inbox::config::DeliveryMode::AtMostOnce,
+        )
+    }
+
+    pub fn with_mode(
+        max_attempts: u32,
+        lease_seconds: u64,
+        mode: webhook_inbox::config::DeliveryMode,
+    ) -> Harness {
+        init_logs();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            SqliteStore::open(&dir.path().join("inbox.db"), SqliteOptions::default()).unwrap(),
+        );
+        store.migrate().unwrap();
+        let downstream = Arc::new(RecordingDownstream::default());
+        let real = Registry::new(store.clone(), downstream.clone(), mode);
+        let loyalty = Recording::wrap(real.loyalty());
+        let audit = Recording::wrap(real.audit());
+        let registry =
+            Registry::from_parts(loyalty.clone(), audit.clone(), real.downstream().clone());
+        let settings = ConsumerSettings {
+            workers: 0,
+            batch_size: 16,
+            lease_seconds,
+            max_attempts,
+            backoff_base_ms: 1,
+            backoff_max_ms: 4,
+        };
+        let consumer = Arc::new(Consumer::new(
+            store.clone(),
+            Arc::new(registry),
+            Arc::new(webhook_inbox::metrics::Metrics::new()),
+            &settings,
+        ));
+        Harness {
+            dir,
+            store,
+            consumer,
+            loyalty,
+            audit,
+            downstream,
+        }
+    }
+
+    /// Store deliveries as the ingest path would.
+    pub fn insert(&self, deliveries: &[(&str, &str, &str, String)]) -> Vec<InsertOutcome> {
+        let batch: Vec<NewDelivery> = deliveries
+            .iter()
+            .map(|(source, id, ty, body)| new_delivery(source, id, ty, body))
+            .collect();
+        self.store.insert_deliveries(&batch).unwrap()
+    }
+
+    pub fn drain(&self) -> usize {
+        drain_blocking(&self.consumer, "harness")
+    }
+
+    pub fn detail(&self, source: &str, id: &str) -> EventDetail {
+        self.store.event(source, id).unwrap().expect("event exists")
+    }
+
+    pub fn balance(&self, customer: &str) -> i64 {
+        self.store.loyalty(customer).unwrap().balance
+    }
+
+    pub fn count(&self, sql: &str) -> i64 {
+        let conn = rusqlite::Connection::open(self.dir.path().join("inbox.db")).unwrap();
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+}
+
+pub fn new_delivery(source: &str, id: &str, ty: &str, body: &str) -> NewDelivery {
+    use sha2::Digest;
+    NewDelivery {
+        source: source.into(),
+        event_id: id.into(),
+        event_type: ty.into(),
+        payload: body.as_bytes().to_vec(),
+        content_type: Some("application/json".into()),
+        sha256: sha2::Sha256::digest(body.as_bytes()).into(),
+        received_at: webhook_inbox::domain::time::now_ms(),
+        reject_mismatch: false,
+    }
+}
+
+pub fn results(detail: &EventDetail) -> Vec<String> {
+    detail
+        .history
+        .iter()
+        .map(|a| a.result.clone().unwrap_or_else(|| "open".into()))
+        .collect()
+}
