@@ -43,3 +43,93 @@ pub fn payload_json(raw: &[u8], content_type: Option<&str>) -> Result<Value, Pay
     }
     serde_json::from_slice(raw).map_err(|e| PayloadError::NotJson(e.to_string()))
 }
+
+/// The few top-level fields ingest needs (`id`, `event_id`, `type`), read without building the
+/// whole document: everything else is skipped, though still checked to be JSON.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct Peek {
+    #[serde(default)]
+    pub id: Option<Scalar>,
+    #[serde(default)]
+    pub event_id: Option<Scalar>,
+    #[serde(default, rename = "type")]
+    pub event_type: Option<Scalar>,
+}
+
+/// A string or a number; anything else in these fields is ignored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scalar(pub Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Scalar(match Value::deserialize(d)? {
+            Value::String(s) => Some(s),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }))
+    }
+}
+
+impl Peek {
+    pub fn id(&self) -> Option<String> {
+        self.id.as_ref().and_then(|s| s.0.clone())
+    }
+
+    pub fn event_id(&self) -> Option<String> {
+        self.event_id.as_ref().and_then(|s| s.0.clone())
+    }
+
+    /// Types are names: a number there is not a type.
+    pub fn event_type(&self) -> Option<String> {
+        self.event_type
+            .as_ref()
+            .and_then(|s| s.0.clone())
+            .filter(|t| t.parse::<f64>().is_err())
+    }
+}
+
+/// Check that the body is JSON (or a form carrying JSON) and read its id and type fields.
+pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError> {
+    let media = media_type(content_type);
+    if media.starts_with("multipart/") {
+        return Err(PayloadError::UnsupportedContentType(media));
+    }
+    if is_form(content_type) {
+        let json = payload_json(raw, content_type)?;
+        return Ok(serde_json::from_value(json).unwrap_or_default());
+    }
+    match serde_json::from_slice::<Peek>(raw) {
+        Ok(p) => Ok(p),
+        // Valid JSON that is not an object (an array, a string): no fields to read.
+        Err(e) if e.is_data() => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(raw)
+                .map_err(|e| PayloadError::NotJson(e.to_string()))?;
+            Ok(Peek::default())
+        }
+        Err(e) => Err(PayloadError::NotJson(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peek_reads_ids_and_type_and_checks_the_rest_is_json() {
+        let p = peek(br#"{"id":"evt_1","type":"a.b","data":{"x":[1,2]}}"#, None).unwrap();
+        assert_eq!((p.id(), p.event_type()), (Some("evt_1".into()), Some("a.b".into())));
+        let p = peek(br#"{"event_id":42,"type":7}"#, Some("application/json")).unwrap();
+        assert_eq!((p.event_id(), p.event_type()), (Some("42".into()), None));
+        let p = peek(br#"[1, 2, 3]"#, None).unwrap();
+        assert_eq!(p.id(), None);
+        assert!(matches!(peek(b"{\"id\": ", None), Err(PayloadError::NotJson(_))));
+        assert!(matches!(peek(b"not json", None), Err(PayloadError::NotJson(_))));
+        let form = b"payload=%7B%22type%22%3A%22push%22%7D";
+        let p = peek(form, Some("application/x-www-form-urlencoded")).unwrap();
+        assert_eq!(p.event_type(), Some("push".into()));
+        assert!(matches!(
+            peek(b"--x", Some("multipart/form-data; boundary=x")),
+            Err(PayloadError::UnsupportedContentType(_))
+        ));
+    }
+}

@@ -5,14 +5,14 @@ use std::time::Instant;
 
 use actix_web::http::header::HeaderMap;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::body::read_limited;
 use super::{ApiError, AppState};
 use crate::config::{MismatchPolicy, SourceSettings};
 use crate::domain::EventId;
-use crate::domain::payload::{PayloadError, payload_json};
+use crate::domain::payload::peek;
 use crate::domain::time::{now_ms, now_secs};
 use crate::signature::{BodyField, Headers, NotAscii};
 use crate::store::{InsertOutcome, NewDelivery};
@@ -88,22 +88,20 @@ async fn store_delivery(
         .get("Content-Type")
         .and_then(|v| v.to_str().ok())
         .map(String::from);
-    let json = payload_json(&body, content_type.as_deref()).map_err(|e| match e {
-        PayloadError::NotJson(_) | PayloadError::UnsupportedContentType(_) => {
-            ApiError::InvalidJson(e.to_string())
-        }
-        PayloadError::NoPayloadField => ApiError::InvalidJson(e.to_string()),
-    })?;
-    let event_id = match verified.event_id {
-        Some(id) => Some(id),
-        None => body_string(&json, source.scheme.body_id_field()),
+    let fields =
+        peek(&body, content_type.as_deref()).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let event_id = match (verified.event_id, source.scheme.body_id_field()) {
+        (Some(id), _) => Some(id),
+        (None, BodyField::Id) => fields.id(),
+        (None, BodyField::EventId) => fields.event_id(),
+        (None, _) => None,
     }
     .ok_or_else(|| ApiError::MissingEventId("the delivery carries no event id".into()))?;
     let event_id = EventId::parse(&event_id)
         .map_err(|e| ApiError::MissingEventId(format!("event id {e}")))?
         .into_string();
     let event_type = if source.scheme.type_from_body() {
-        body_string(&json, BodyField::Type)
+        fields.event_type()
     } else {
         verified.event_type
     }
@@ -120,19 +118,4 @@ async fn store_delivery(
     };
     let outcome = state.ingest.ingest(delivery).await?;
     Ok((event_id, outcome))
-}
-
-/// A top-level string (or integer, for ids) field of the body.
-fn body_string(json: &Value, field: BodyField) -> Option<String> {
-    let name = match field {
-        BodyField::None => return None,
-        BodyField::Id => "id",
-        BodyField::EventId => "event_id",
-        BodyField::Type => "type",
-    };
-    match json.get(name)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) if field != BodyField::Type => Some(n.to_string()),
-        _ => None,
-    }
 }

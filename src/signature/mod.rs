@@ -74,13 +74,12 @@ pub struct Verified {
     pub timestamp: Option<i64>,
 }
 
-/// Where the verifier looks for the event id and type once the signature holds.
+/// Which body field carries the event id when no header does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyField {
     None,
     Id,
     EventId,
-    Type,
 }
 
 impl Scheme {
