@@ -98,15 +98,14 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
         let json = payload_json(raw, content_type)?;
         return Ok(serde_json::from_value(json).unwrap_or_default());
     }
-    match serde_json::from_slice::<Peek>(raw) {
-        Ok(p) => Ok(p),
-        // Valid JSON that is not an object (an array, a string): no fields to read.
-        Err(e) if e.is_data() => {
-            serde_json::from_slice::<serde::de::IgnoredAny>(raw)
-                .map_err(|e| PayloadError::NotJson(e.to_string()))?;
-            Ok(Peek::default())
-        }
-        Err(e) => Err(PayloadError::NotJson(e.to_string())),
+    // Only an object has fields. (A derived struct would also read an array positionally.)
+    let is_object = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if is_object {
+        serde_json::from_slice::<Peek>(raw).map_err(|e| PayloadError::NotJson(e.to_string()))
+    } else {
+        serde_json::from_slice::<serde::de::IgnoredAny>(raw)
+            .map_err(|e| PayloadError::NotJson(e.to_string()))?;
+        Ok(Peek::default())
     }
 }
 
