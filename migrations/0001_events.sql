@@ -10,8 +10,6 @@ CREATE TABLE events (
     event_type         TEXT    NOT NULL,
     status             TEXT    NOT NULL DEFAULT 'pending'
                        CHECK (status IN ('pending', 'claimed', 'completed', 'failed')),
-    payload            BLOB    NOT NULL,
-    content_type       TEXT,
     payload_sha256     BLOB    NOT NULL CHECK (length(payload_sha256) = 32),
     deliveries         INTEGER NOT NULL DEFAULT 1 CHECK (deliveries >= 1),
     payload_mismatches INTEGER NOT NULL DEFAULT 0,
@@ -32,6 +30,14 @@ CREATE TABLE events (
     PRIMARY KEY (source, event_id),
     CHECK ((status = 'claimed') = (claim_token IS NOT NULL)),
     CHECK (status <> 'pending' OR next_attempt_at IS NOT NULL)
+);
+
+-- The body exactly as received, beside its event rather than in it: an event's row is rewritten
+-- at every state transition, and a large body would be copied each time.
+CREATE TABLE event_payloads (
+    seq          INTEGER NOT NULL PRIMARY KEY REFERENCES events (seq),
+    payload      BLOB    NOT NULL,
+    content_type TEXT
 );
 
 -- The claim query reads only due pending rows: its cost does not grow with completed history.

@@ -116,13 +116,22 @@ mod tests {
     #[test]
     fn peek_reads_ids_and_type_and_checks_the_rest_is_json() {
         let p = peek(br#"{"id":"evt_1","type":"a.b","data":{"x":[1,2]}}"#, None).unwrap();
-        assert_eq!((p.id(), p.event_type()), (Some("evt_1".into()), Some("a.b".into())));
+        assert_eq!(
+            (p.id(), p.event_type()),
+            (Some("evt_1".into()), Some("a.b".into()))
+        );
         let p = peek(br#"{"event_id":42,"type":7}"#, Some("application/json")).unwrap();
         assert_eq!((p.event_id(), p.event_type()), (Some("42".into()), None));
         let p = peek(br#"[1, 2, 3]"#, None).unwrap();
         assert_eq!(p.id(), None);
-        assert!(matches!(peek(b"{\"id\": ", None), Err(PayloadError::NotJson(_))));
-        assert!(matches!(peek(b"not json", None), Err(PayloadError::NotJson(_))));
+        assert!(matches!(
+            peek(b"{\"id\": ", None),
+            Err(PayloadError::NotJson(_))
+        ));
+        assert!(matches!(
+            peek(b"not json", None),
+            Err(PayloadError::NotJson(_))
+        ));
         let form = b"payload=%7B%22type%22%3A%22push%22%7D";
         let p = peek(form, Some("application/x-www-form-urlencoded")).unwrap();
         assert_eq!(p.event_type(), Some("push".into()));

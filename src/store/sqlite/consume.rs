@@ -23,8 +23,8 @@ pub const CLAIM: &str = "UPDATE events
   WHERE rowid IN (SELECT rowid FROM events INDEXED BY events_due
                    WHERE status = 'pending' AND next_attempt_at <= ?3
                    ORDER BY next_attempt_at LIMIT ?4)
-RETURNING source, event_id, event_type, payload, content_type, attempts,
-          attempts - budget_floor, claim_token, claimed_until, seq";
+RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim_token,
+          claimed_until, seq";
 
 pub(super) fn claim(
     tx: &Transaction<'_>,
@@ -34,25 +34,32 @@ pub(super) fn claim(
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
-    let claimed = tx
+    let mut claimed = tx
         .prepare_cached(CLAIM)?
         .query_map(params![worker, claimed_until, now, limit as i64], |r| {
             Ok(Claimed {
                 claim: ClaimRef {
                     source: r.get(0)?,
                     event_id: r.get(1)?,
-                    seq: r.get(9)?,
-                    attempt: r.get(5)?,
-                    claim_token: r.get(7)?,
+                    seq: r.get(7)?,
+                    attempt: r.get(3)?,
+                    claim_token: r.get(5)?,
                 },
                 event_type: r.get(2)?,
-                payload: r.get(3)?,
-                content_type: r.get(4)?,
-                budget_used: r.get(6)?,
-                claimed_until: r.get(8)?,
+                // Read below from event_payloads.
+                payload: Vec::new(),
+                content_type: None,
+                budget_used: r.get(4)?,
+                claimed_until: r.get(6)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    let mut body =
+        tx.prepare_cached("SELECT payload, content_type FROM event_payloads WHERE seq = ?1")?;
+    for c in &mut claimed {
+        (c.payload, c.content_type) =
+            body.query_row([c.claim.seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    }
     let mut history = tx.prepare_cached(
         "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
          VALUES (?1, ?2, ?3, ?4)",

@@ -27,8 +27,8 @@ pub(super) fn detail(
         return Ok(None);
     };
     let (payload, content_type) = conn.query_row(
-        "SELECT payload, content_type FROM events WHERE source = ?1 AND event_id = ?2",
-        params![source, event_id],
+        "SELECT payload, content_type FROM event_payloads WHERE seq = ?1",
+        [event.seq],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     let history = conn
@@ -82,7 +82,7 @@ pub(super) fn list(
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<EventRecord>> {
-    page_query(conn, filter, page, EVENT_COLUMNS, rows::event)
+    page_query(conn, filter, page, EVENT_COLUMNS, "events", rows::event)
 }
 
 /// A page with the stored bodies; the payload columns follow the event's.
@@ -92,7 +92,8 @@ pub(super) fn export(
     page: Page,
 ) -> StoreResult<Vec<ExportedEvent>> {
     let columns = format!("{EVENT_COLUMNS}, payload, content_type");
-    page_query(conn, filter, page, &columns, |r| {
+    let from = "events JOIN event_payloads USING (seq)";
+    page_query(conn, filter, page, &columns, from, |r| {
         Ok(ExportedEvent {
             event: rows::event(r)?,
             payload: r.get(rows::EVENT_COLUMN_COUNT)?,
@@ -106,6 +107,7 @@ fn page_query<T>(
     filter: &EventFilter,
     page: Page,
     columns: &str,
+    from: &str,
     map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> StoreResult<Vec<T>> {
     let mut values = Vec::new();
@@ -116,7 +118,7 @@ fn page_query<T>(
     }
     values.push(Value::Integer(page.limit as i64));
     let sql = format!(
-        "SELECT {columns} FROM events WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
+        "SELECT {columns} FROM {from} WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
         values.len()
     );
     Ok(conn

@@ -2,7 +2,7 @@
 //! branch on the rows changed. There is no SELECT before the INSERT, so no interleaving of
 //! concurrent deliveries can make two rows or two `queued` answers.
 
-use rusqlite::{Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
 use crate::store::{InsertOutcome, NewDelivery, StoreResult};
 
@@ -14,10 +14,14 @@ pub(super) fn insert_all(
 ) -> StoreResult<Vec<InsertOutcome>> {
     // seq: writes are serialised (BEGIN IMMEDIATE), so max + 1 is unique and commit-ordered.
     let mut insert = tx.prepare_cached(
-        "INSERT INTO events (source, event_id, seq, event_type, payload, content_type,
-                             payload_sha256, received_at, last_delivered_at, next_attempt_at)
-         VALUES (?1, ?2, (SELECT ifnull(max(seq), 0) + 1 FROM events), ?3, ?4, ?5, ?6, ?7, ?7, ?7)
-         ON CONFLICT (source, event_id) DO NOTHING",
+        "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
+                             last_delivered_at, next_attempt_at)
+         VALUES (?1, ?2, (SELECT ifnull(max(seq), 0) + 1 FROM events), ?3, ?4, ?5, ?5, ?5)
+         ON CONFLICT (source, event_id) DO NOTHING
+         RETURNING seq",
+    )?;
+    let mut body = tx.prepare_cached(
+        "INSERT INTO event_payloads (seq, payload, content_type) VALUES (?1, ?2, ?3)",
     )?;
     let mut redelivered = tx.prepare_cached(
         "UPDATE events
@@ -29,16 +33,20 @@ pub(super) fn insert_all(
     )?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for d in batch {
-        let inserted = insert.execute(params![
-            d.source,
-            d.event_id,
-            d.event_type,
-            d.payload,
-            d.content_type,
-            &d.sha256[..],
-            d.received_at,
-        ])?;
-        let outcome = if inserted == 1 {
+        let inserted: Option<i64> = insert
+            .query_row(
+                params![
+                    d.source,
+                    d.event_id,
+                    d.event_type,
+                    &d.sha256[..],
+                    d.received_at
+                ],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let outcome = if let Some(seq) = inserted {
+            body.execute(params![seq, d.payload, d.content_type])?;
             InsertOutcome::Queued
         } else {
             let same: bool = redelivered.query_row(
