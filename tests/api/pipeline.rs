@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::helpers::*;
-use crate::process::{ServerProcess, free_port};
+use crate::process::{ServerProcess, free_port, send_signed, write_config};
 
 #[tokio::test]
 async fn a_drain_pass_credits_orders_and_records_history() {
@@ -109,34 +109,15 @@ async fn the_worker_pool_processes_deliveries_without_being_asked() {
 fn sigterm_stops_the_binary_cleanly_and_a_restart_finishes_the_work() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let config = dir.path().join("t.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"sqlite://t.db\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
-             [consumers]\nworkers = 2\n\
-             [[sources]]\nname = \"shop\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
-        ),
-    )
-    .unwrap();
+    let (config, settings) = write_config(dir.path(), port, "", "workers = 2");
     let mut server = ServerProcess::start(dir.path(), &config, port, "a.log");
     let client = reqwest::blocking::Client::new();
-    let settings = webhook_inbox::config::Settings::from_toml(
-        &std::fs::read_to_string(&config).unwrap(),
-        "t",
-        vec![],
-    )
-    .unwrap();
     for i in 0..50 {
         let body = order_body(&format!("o-{i}"), "c-t", 1);
-        let id = format!("e{i}");
-        let mut req = client
-            .post(format!("{}/webhooks/shop", server.base))
-            .body(body.clone());
-        for (k, v) in sign_for(&settings, "shop", &id, body.as_bytes()) {
-            req = req.header(k, v);
-        }
-        assert_eq!(req.send().unwrap().status(), 200);
+        assert_eq!(
+            send_signed(&client, &server.base, &settings, &format!("e{i}"), &body),
+            200
+        );
     }
     let status = server.terminate(Duration::from_secs(40));
     assert!(status.success(), "exit status {status}: {}", server.logs());
@@ -173,34 +154,16 @@ fn sigterm_stops_the_binary_cleanly_and_a_restart_finishes_the_work() {
 fn json_logs_carry_the_request_id_and_never_a_secret_or_token() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let config = dir.path().join("t.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"sqlite://t.db\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
-             log_format = \"json\"\nsubmission_tokens = [\"{SUBMIT_TOKEN}\"]\n\
-             [consumers]\nworkers = 1\n\
-             [[sources]]\nname = \"shop\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
-        ),
-    )
-    .unwrap();
+    let top = format!("log_format = \"json\"\nsubmission_tokens = [\"{SUBMIT_TOKEN}\"]");
+    let (config, settings) = write_config(dir.path(), port, &top, "workers = 1");
     let mut server = ServerProcess::start(dir.path(), &config, port, "json.log");
     let client = reqwest::blocking::Client::new();
-    let settings = webhook_inbox::config::Settings::from_toml(
-        &std::fs::read_to_string(&config).unwrap(),
-        "t",
-        vec![],
-    )
-    .unwrap();
     // The audit handler logs each event it records, inside the event's span.
     let body = r#"{"type":"customer.created"}"#;
-    let mut req = client
-        .post(format!("{}/webhooks/shop", server.base))
-        .body(body);
-    for (k, v) in sign_for(&settings, "shop", "logged-1", body.as_bytes()) {
-        req = req.header(k, v);
-    }
-    assert_eq!(req.send().unwrap().status(), 200);
+    assert_eq!(
+        send_signed(&client, &server.base, &settings, "logged-1", body),
+        200
+    );
     // A refused delivery and a refused token, with our own request id.
     let r = client
         .post(format!("{}/webhooks/shop", server.base))

@@ -11,6 +11,44 @@ pub struct ServerProcess {
     pub log: PathBuf,
 }
 
+/// Write a config for the binary in `dir`: database `t.db`, the test admin token, one
+/// standard-webhooks source `shop`, plus the given top-level and `[consumers]` lines. Returns
+/// its path and the parsed settings (for signing).
+pub fn write_config(
+    dir: &Path,
+    port: u16,
+    top: &str,
+    consumers: &str,
+) -> (PathBuf, webhook_inbox::config::Settings) {
+    use crate::helpers::{ADMIN_TOKEN, SW_SECRET};
+    let text = format!(
+        "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"sqlite://t.db\"\n\
+         admin_token = \"{ADMIN_TOKEN}\"\n{top}\n[consumers]\n{consumers}\n\
+         [[sources]]\nname = \"shop\"\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
+    );
+    let path = dir.join("t.toml");
+    std::fs::write(&path, &text).unwrap();
+    let settings = webhook_inbox::config::Settings::from_toml(&text, "t", vec![]).unwrap();
+    (path, settings)
+}
+
+/// POST a delivery signed for `shop` with a blocking client; returns the status.
+pub fn send_signed(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    settings: &webhook_inbox::config::Settings,
+    id: &str,
+    body: &str,
+) -> u16 {
+    let mut req = client
+        .post(format!("{base}/webhooks/shop"))
+        .body(body.to_string());
+    for (k, v) in crate::helpers::sign_for(settings, "shop", id, body.as_bytes()) {
+        req = req.header(k, v);
+    }
+    req.send().unwrap().status().as_u16()
+}
+
 /// A port that was free a moment ago (the child binds it right after).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
