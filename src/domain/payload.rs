@@ -60,13 +60,19 @@ pub struct Peek {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scalar(pub Option<String>);
 
-impl<'de> serde::Deserialize<'de> for Scalar {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Scalar(match Value::deserialize(d)? {
-            Value::String(s) => Some(s),
+impl Scalar {
+    fn of(value: &Value) -> Scalar {
+        Scalar(match value {
+            Value::String(s) => Some(s.clone()),
             Value::Number(n) => Some(n.to_string()),
             _ => None,
-        }))
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Scalar::of(&Value::deserialize(d)?))
     }
 }
 
@@ -101,7 +107,22 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
     // Only an object has fields. (A derived struct would also read an array positionally.)
     let is_object = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     if is_object {
-        serde_json::from_slice::<Peek>(raw).map_err(|e| PayloadError::NotJson(e.to_string()))
+        match serde_json::from_slice::<Peek>(raw) {
+            Ok(p) => Ok(p),
+            // Valid JSON the fast path refuses (a repeated key): read it whole, the last value
+            // of a key winning, rather than refuse an authentic delivery.
+            Err(e) if e.is_data() => {
+                let value: Value = serde_json::from_slice(raw)
+                    .map_err(|e| PayloadError::NotJson(e.to_string()))?;
+                let scalar = |name: &str| value.get(name).map(Scalar::of);
+                Ok(Peek {
+                    id: scalar("id"),
+                    event_id: scalar("event_id"),
+                    event_type: scalar("type"),
+                })
+            }
+            Err(e) => Err(PayloadError::NotJson(e.to_string())),
+        }
     } else {
         serde_json::from_slice::<serde::de::IgnoredAny>(raw)
             .map_err(|e| PayloadError::NotJson(e.to_string()))?;
