@@ -129,3 +129,45 @@ async fn a_failed_commit_answers_503_to_its_whole_batch_and_stores_none() {
         assert_eq!(r.body["status"], "queued");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_refuses_at_once_instead_of_waiting() {
+    let h = Harness::new(5, 30);
+    let store: Arc<dyn Store> = h.store.clone();
+    let options = IngestOptions {
+        queue: 2,
+        ..IngestOptions::default()
+    };
+    let ingest = Ingestor::start(store, options, Arc::new(Notify::new()));
+    // Another connection holds the write lock: the writer blocks on its first batch.
+    let lock = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let ingest = ingest.clone();
+        waiting.push(tokio::spawn(async move {
+            ingest
+                .ingest(new_delivery("shop", &format!("q{i}"), "t", "{}"))
+                .await
+        }));
+        // Let the writer take the first one before the queue fills.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // QueueFull comes only from the non-blocking send: the delivery did not wait.
+    let refused = ingest
+        .ingest(new_delivery("shop", "q-last", "t", "{}"))
+        .await;
+    assert!(
+        matches!(refused, Err(webhook_inbox::ingest::IngestError::QueueFull)),
+        "{refused:?}"
+    );
+    lock.execute_batch("ROLLBACK").unwrap();
+    for w in waiting {
+        // Each of those either committed after the lock went or was answered 503; none hangs.
+        let _ = w.await.unwrap();
+    }
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE event_id = 'q-last'"),
+        0
+    );
+}
