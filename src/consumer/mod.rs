@@ -20,6 +20,20 @@ use crate::handlers::{Handled, Registry};
 use crate::metrics::Metrics;
 use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Store, StoreResult};
 
+/// Finished attempts waiting to be committed, with the handler each came from (for metrics).
+#[derive(Default)]
+struct Pending {
+    items: Vec<Finish>,
+    handlers: Vec<&'static str>,
+}
+
+impl Pending {
+    fn push(&mut self, finish: Finish, handler: &'static str) {
+        self.items.push(finish);
+        self.handlers.push(handler);
+    }
+}
+
 /// One claim-handle-finish pass over the store; shared by the pool's workers and by
 /// `POST /events/run`.
 pub struct Consumer {
@@ -71,8 +85,8 @@ impl Consumer {
     ) -> StoreResult<usize> {
         let claimed = self.store.claim(worker, limit, self.lease_ms, now_ms())?;
         let count = claimed.len();
-        let mut finishes = self.handle_batch(claimed, stopping)?;
-        self.flush(&mut finishes)?;
+        let mut pending = self.handle_batch(claimed, stopping)?;
+        self.flush(&mut pending)?;
         Ok(count)
     }
 
@@ -93,24 +107,25 @@ impl Consumer {
                 return Ok(total);
             }
             total += claimed.len();
-            let mut finishes = self.handle_batch(claimed, stopping)?;
+            let mut pending = self.handle_batch(claimed, stopping)?;
             if stopping() {
-                self.flush(&mut finishes)?;
+                self.flush(&mut pending)?;
                 return Ok(total);
             }
-            let items: Vec<Finish> = finishes.iter().map(|(f, _)| f.clone()).collect();
-            let (results, next) =
-                self.store
-                    .finish_and_claim(&items, worker, limit, self.lease_ms, now_ms())?;
-            for ((finish, handler), result) in finishes.drain(..).zip(results) {
-                self.record(&finish, handler, result);
-            }
+            let (results, next) = self.store.finish_and_claim(
+                &pending.items,
+                worker,
+                limit,
+                self.lease_ms,
+                now_ms(),
+            )?;
+            self.record_all(&mut pending, results);
             claimed = next;
         }
         // The bound on rounds: finish what is claimed, claim nothing more.
         total += claimed.len();
-        let mut finishes = self.handle_batch(claimed, stopping)?;
-        self.flush(&mut finishes)?;
+        let mut pending = self.handle_batch(claimed, stopping)?;
+        self.flush(&mut pending)?;
         Ok(total)
     }
 
@@ -121,8 +136,8 @@ impl Consumer {
         &self,
         claimed: Vec<Claimed>,
         stopping: &dyn Fn() -> bool,
-    ) -> StoreResult<Vec<(Finish, &'static str)>> {
-        let mut finishes: Vec<(Finish, &'static str)> = Vec::new();
+    ) -> StoreResult<Pending> {
+        let mut pending = Pending::default();
         let mut events = claimed.into_iter();
         while let Some(event) = events.next() {
             if stopping() {
@@ -148,18 +163,18 @@ impl Consumer {
             self.metrics
                 .observe_processing(started.elapsed().as_secs_f64());
             let next = self.next_state(&event, handled);
-            finishes.push((
+            pending.push(
                 Finish {
                     claim: event.claim,
                     next,
                 },
                 handler.name(),
-            ));
+            );
             if handler.external() {
-                self.flush(&mut finishes)?;
+                self.flush(&mut pending)?;
             }
         }
-        Ok(finishes)
+        Ok(pending)
     }
 
     fn next_state(&self, event: &Claimed, handled: Handled) -> Next {
@@ -182,16 +197,24 @@ impl Consumer {
         }
     }
 
-    fn flush(&self, finishes: &mut Vec<(Finish, &'static str)>) -> StoreResult<()> {
-        if finishes.is_empty() {
+    fn flush(&self, pending: &mut Pending) -> StoreResult<()> {
+        if pending.items.is_empty() {
             return Ok(());
         }
-        let items: Vec<Finish> = finishes.iter().map(|(f, _)| f.clone()).collect();
-        let results = self.store.finish(&items, now_ms())?;
-        for ((finish, handler), result) in finishes.drain(..).zip(results) {
+        let results = self.store.finish(&pending.items, now_ms())?;
+        self.record_all(pending, results);
+        Ok(())
+    }
+
+    fn record_all(&self, pending: &mut Pending, results: Vec<Finished>) {
+        for ((finish, handler), result) in pending
+            .items
+            .drain(..)
+            .zip(pending.handlers.drain(..))
+            .zip(results)
+        {
             self.record(&finish, handler, result);
         }
-        Ok(())
     }
 
     fn record(&self, finish: &Finish, handler: &'static str, result: Finished) {

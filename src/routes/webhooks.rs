@@ -111,7 +111,7 @@ async fn store_delivery(
         event_id: event_id.clone(),
         event_type,
         sha256: Sha256::digest(&body).into(),
-        payload: body.to_vec(),
+        payload: body.into(),
         content_type,
         received_at: now_ms(),
         reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,

@@ -200,6 +200,12 @@ impl TestApp {
         self.post_webhook(source, &headers, body.as_bytes()).await
     }
 
+    /// The `/metrics` text (an open route).
+    pub async fn metrics_text(&self) -> String {
+        let r = self.client.get(self.url("/metrics")).send().await.unwrap();
+        r.text().await.unwrap()
+    }
+
     pub async fn get(&self, path: &str) -> Reply {
         let r = self
             .client

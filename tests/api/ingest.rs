@@ -82,15 +82,7 @@ async fn same_key_with_a_different_body_is_a_flagged_duplicate_keeping_the_first
         event["payload"]["data"]["points"], 10,
         "the stored body is the first one"
     );
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains(
             r#"webhook_inbox_deliveries_total{source="shop",result="payload_mismatch"} 1"#

@@ -293,18 +293,7 @@ fn parse_metrics(text: &str) -> HashMap<String, f64> {
 #[tokio::test]
 async fn metrics_parse_as_prometheus_text_and_move_with_traffic() {
     let app = spawn_app().await;
-    let scrape = || async {
-        parse_metrics(
-            &app.client
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap(),
-        )
-    };
+    let scrape = || async { parse_metrics(&app.metrics_text().await) };
     let before = scrape().await;
     assert_eq!(
         before.get(r#"webhook_inbox_events{status="pending"}"#),
