@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 use webhook_inbox::ingest::{IngestOptions, Ingestor};
-use webhook_inbox::store::{InsertOutcome, Store};
+use webhook_inbox::store::{InsertOutcome, Pending, Store, StoreError};
 
 use crate::helpers::*;
 
@@ -169,5 +169,31 @@ async fn a_full_queue_refuses_at_once_instead_of_waiting() {
     assert_eq!(
         h.count("SELECT count(*) FROM events WHERE event_id = 'q-last'"),
         0
+    );
+}
+
+#[test]
+fn a_wal_that_cannot_be_made_durable_refuses_every_later_write() {
+    let h = Harness::new(5, 30);
+    h.insert(&[("shop", "a", "t", "{}".into())]);
+    // The WAL file vanishes under the live store (an operator's `rm`): an fsync can no longer
+    // reach what SQLite writes, so nothing may be acknowledged from now on.
+    std::fs::remove_file(h.dir.path().join("inbox.db-wal")).unwrap();
+    let unsynced = h
+        .store
+        .insert_deliveries(&[new_delivery("shop", "b", "t", "{}")])
+        .and_then(Pending::wait);
+    assert!(
+        matches!(unsynced, Err(StoreError::Unavailable(_))),
+        "{unsynced:?}"
+    );
+    assert!(!h.store.ready().unwrap(), "readiness reports it");
+    let refused = h
+        .store
+        .insert_deliveries(&[new_delivery("shop", "c", "t", "{}")]);
+    assert!(matches!(refused, Err(StoreError::Unavailable(_))));
+    assert!(
+        h.store.event("shop", "c").unwrap().is_none(),
+        "a poisoned store writes nothing"
     );
 }

@@ -7,6 +7,7 @@
 //! `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
 mod consume;
+mod durable;
 mod events;
 mod ingest;
 mod migrations;
@@ -14,6 +15,7 @@ mod requests;
 mod rows;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -25,11 +27,12 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{
     AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord,
     ExportedEvent, Finish, Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery,
-    NewDocument, Page, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
-    SubmitOutcome,
+    NewDocument, Page, Pending, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError,
+    StoreResult, SubmitOutcome,
 };
 
 pub use consume::CLAIM;
+use durable::{Ticket, WalSync};
 pub use migrations::MIGRATIONS;
 
 /// How long a caller may wait for a pooled connection or the write lock before the request is
@@ -46,7 +49,10 @@ pub struct SqliteStore {
     /// SQLite's busy handler polls with sleeps, so a thread that commits and begins again at
     /// once would win over and over, and one busy consumer could starve ingest. The busy
     /// timeout still bounds waits on other processes.
+    /// It commits with `synchronous = NORMAL`, and `sync` makes commits durable with a shared
+    /// fsync outside the lock (see `durable`).
     writer: FairMutex<Connection>,
+    sync: Arc<WalSync>,
     /// Consumer transactions queue here first, so that at most one of them waits for the
     /// writer at a time: ingest then waits behind one consumer transaction, not one per worker,
     /// and keeps most of its speed while the consumers drain a backlog.
@@ -100,7 +106,10 @@ impl SqliteStore {
         let mut first = Connection::open(path)
             .with_context(|| format!("opening SQLite database {}", path.display()))?;
         init_connection(&mut first, wait)
+            .and_then(|()| first.execute_batch("PRAGMA synchronous = NORMAL"))
             .with_context(|| format!("configuring SQLite database {}", path.display()))?;
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
         let manager =
             SqliteConnectionManager::file(path).with_init(move |c| init_connection(c, wait));
         let pool = Pool::builder()
@@ -113,6 +122,7 @@ impl SqliteStore {
             pool,
             path: path.to_path_buf(),
             writer: FairMutex::new(first),
+            sync: Arc::new(WalSync::new(wal.into())),
             consumer_turn: FairMutex::new(()),
             others_waiting: AtomicUsize::new(0),
             wait,
@@ -129,25 +139,44 @@ impl SqliteStore {
             .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))
     }
 
-    /// Run `f` in a `BEGIN IMMEDIATE` transaction and commit (ingest and ops writes).
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction, commit, and wait until the commit is durable
+    /// (ingest and ops writes).
     fn write<T>(&self, f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        let (value, ticket) = self.write_pending(f)?;
+        self.sync.wait(ticket)?;
+        Ok(value)
+    }
+
+    /// `write` without the wait: the caller must `self.sync.wait` the ticket before acting.
+    fn write_pending<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<(T, Ticket)> {
         self.others_waiting.fetch_add(1, Ordering::SeqCst);
         let conn = self.writer.try_lock_for(self.wait);
         self.others_waiting.fetch_sub(1, Ordering::SeqCst);
         let conn = conn.ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
-        Self::transaction(conn, f)
+        self.commit(conn, f)
     }
 
-    fn transaction<T>(
+    /// Commit `f`'s transaction and take its ticket, then release the write lock (the fsync
+    /// happens outside it). A poisoned store writes nothing: it could not promise durability.
+    fn commit<T>(
+        &self,
         mut conn: parking_lot::FairMutexGuard<'_, Connection>,
         f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
-    ) -> StoreResult<T> {
+    ) -> StoreResult<(T, Ticket)> {
+        if let Some(why) = self.sync.poisoned() {
+            return Err(StoreError::Unavailable(format!(
+                "the database could not be made durable ({why}); restart the service"
+            )));
+        }
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         tx.commit()?;
-        Ok(value)
+        Ok((value, self.sync.committed()))
     }
 
     /// `write` for the consumer side, one consumer transaction in the writer's queue at a time.
@@ -161,7 +190,11 @@ impl SqliteStore {
         let conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
-        Self::transaction(conn, f)
+        let (value, ticket) = self.commit(conn, f)?;
+        // The next consumer may take its turn while this one waits for the disk.
+        drop(_turn);
+        self.sync.wait(ticket)?;
+        Ok(value)
     }
 
     /// How many events a consumer may claim now: a quarter of its batch while other writes
@@ -196,15 +229,21 @@ impl Store for SqliteStore {
         let mut conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
-        migrations::apply(&mut conn)
+        let applied = migrations::apply(&mut conn)?;
+        let ticket = self.sync.committed();
+        drop(conn);
+        self.sync.wait(ticket)?;
+        Ok(applied)
     }
 
     fn ready(&self) -> StoreResult<bool> {
-        self.read(migrations::is_current)
+        Ok(self.sync.poisoned().is_none() && self.read(migrations::is_current)?)
     }
 
-    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        self.write(|tx| ingest::insert_all(tx, batch))
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Pending<Vec<InsertOutcome>>> {
+        let (outcomes, ticket) = self.write_pending(|tx| ingest::insert_all(tx, batch))?;
+        let sync = Arc::clone(&self.sync);
+        Ok(Pending::new(outcomes, move || sync.wait(ticket)))
     }
 
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {

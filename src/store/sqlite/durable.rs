@@ -1,0 +1,217 @@
+//! Group flush: commits are made durable by a shared fsync of the WAL file, outside the write
+//! lock.
+//!
+//! The writer connection commits with `synchronous = NORMAL`: in WAL mode a commit then appends
+//! its frames to the `-wal` file with `write()` and returns without an fsync, so the write lock
+//! is free again at once. A caller that must not go on before its commit is durable (answering
+//! 2xx, calling a downstream system, reporting a retry) then waits here, and one `fdatasync` of
+//! the WAL file covers every commit written before it began. While it runs, the next
+//! transaction already builds and commits, and commits that queued up meanwhile share the next
+//! fsync: the commit pipeline is no longer "work, then wait for the disk, then work".
+//!
+//! Why this is as durable as `synchronous = FULL`: FULL makes exactly this fsync, of the same
+//! file, inside the commit. Checkpoints and WAL restarts sync in NORMAL mode as in FULL (only
+//! `OFF` skips them). A commit is acted on only after an fsync that began after its frames were
+//! written; Linux `fsync` of any descriptor flushes the file's data, whoever wrote it.
+//!
+//! A failed fsync poisons the store: Linux may have dropped the dirty pages, so a later fsync
+//! that succeeds proves nothing. Every later wait fails (503) and readiness goes false until the
+//! process restarts and SQLite recovers the WAL from the disk.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::store::{StoreError, StoreResult};
+
+/// A commit's place in the order of commits made through the writer connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+pub struct WalSync {
+    wal: PathBuf,
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+struct State {
+    /// Commits written to the WAL so far (the last ticket handed out).
+    written: u64,
+    /// Commits known durable.
+    synced: u64,
+    /// An fsync is running (by one of the waiters).
+    syncing: bool,
+    file: Option<File>,
+    poisoned: Option<String>,
+    /// fsyncs made (for tests and metrics).
+    syncs: u64,
+}
+
+impl WalSync {
+    pub fn new(wal: PathBuf) -> WalSync {
+        WalSync {
+            wal,
+            state: Mutex::new(State {
+                written: 0,
+                synced: 0,
+                syncing: false,
+                file: None,
+                poisoned: None,
+                syncs: 0,
+            }),
+            done: Condvar::new(),
+        }
+    }
+
+    /// Record a commit. Call it after the commit returned and before the write lock is
+    /// released, so that tickets follow the order of the frames in the WAL.
+    pub fn committed(&self) -> Ticket {
+        let mut st = self.state.lock();
+        st.written += 1;
+        Ticket(st.written)
+    }
+
+    /// Return once the commit of `ticket` is durable: at once if an fsync that began after it
+    /// has finished, else after the running fsync or one made here.
+    pub fn wait(&self, ticket: Ticket) -> StoreResult<()> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(why) = &st.poisoned {
+                return Err(poisoned(why));
+            }
+            if st.synced >= ticket.0 {
+                return Ok(());
+            }
+            if st.syncing {
+                self.done.wait(&mut st);
+                continue;
+            }
+            st.syncing = true;
+            let target = st.written;
+            let file = match st.file.take() {
+                Some(f) => Ok(f),
+                None => File::options().read(true).write(true).open(&self.wal),
+            };
+            // The fsync runs with the state unlocked: commits go on taking tickets meanwhile.
+            let result = MutexGuard::unlocked(&mut st, || {
+                let file = file?;
+                file.sync_data()?;
+                linked(&file)?;
+                Ok::<File, std::io::Error>(file)
+            });
+            st.syncing = false;
+            st.syncs += 1;
+            match result {
+                Ok(file) => {
+                    st.file = Some(file);
+                    st.synced = st.synced.max(target);
+                }
+                Err(e) => {
+                    let why = format!("syncing {}: {e}", self.wal.display());
+                    tracing::error!(error = %why, "the WAL could not be made durable; \
+                        refusing writes until restart");
+                    st.poisoned = Some(why);
+                }
+            }
+            self.done.notify_all();
+        }
+    }
+
+    /// Why the store refuses writes, if it does.
+    pub fn poisoned(&self) -> Option<String> {
+        self.state.lock().poisoned.clone()
+    }
+
+    /// fsyncs made so far.
+    #[cfg(test)]
+    fn syncs(&self) -> u64 {
+        self.state.lock().syncs
+    }
+}
+
+fn poisoned(why: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "the database could not be made durable ({why}); restart the service"
+    ))
+}
+
+/// The descriptor must still name the live WAL file: if it was unlinked, the fsync synced a
+/// dead file, and nothing can be promised.
+#[cfg(unix)]
+fn linked(file: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    if file.metadata()?.nlink() == 0 {
+        return Err(std::io::Error::other("the WAL file was deleted"));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn linked(_: &File) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    use super::*;
+
+    #[test]
+    fn concurrent_commits_share_fsyncs_and_each_waits_for_one_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let sync = Arc::new(WalSync::new(wal));
+        let barrier = Arc::new(Barrier::new(16));
+        let threads: Vec<_> = (0..16)
+            .map(|_| {
+                let (sync, barrier) = (Arc::clone(&sync), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let ticket = sync.committed();
+                    sync.wait(ticket).unwrap();
+                    // Durable means: an fsync that began after this commit has finished.
+                    assert!(sync.state.lock().synced >= ticket.0);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let shared = sync.syncs();
+        assert!((1..=16).contains(&shared), "{shared} fsyncs");
+        // Waiting again on a durable ticket costs nothing; a new commit needs a new fsync.
+        sync.wait(Ticket(16)).unwrap();
+        assert_eq!(sync.syncs(), shared);
+        let later = sync.committed();
+        sync.wait(later).unwrap();
+        assert_eq!(sync.syncs(), shared + 1);
+    }
+
+    #[test]
+    fn a_failed_fsync_poisons_every_later_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let sync = WalSync::new(dir.path().join("missing-wal"));
+        let ticket = sync.committed();
+        let err = sync.wait(ticket).unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(sync.poisoned().unwrap().contains("missing-wal"));
+        // Even a later file would not help: what the failed sync covered may be lost.
+        std::fs::write(dir.path().join("missing-wal"), b"").unwrap();
+        assert!(sync.wait(sync.committed()).is_err());
+    }
+
+    #[test]
+    fn a_deleted_wal_file_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let sync = WalSync::new(wal.clone());
+        sync.wait(sync.committed()).unwrap();
+        std::fs::remove_file(&wal).unwrap();
+        assert!(sync.wait(sync.committed()).is_err());
+        assert!(sync.poisoned().unwrap().contains("deleted"));
+    }
+}
