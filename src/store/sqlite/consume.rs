@@ -240,19 +240,22 @@ fn apply_effect(
 }
 
 /// One transaction for the batch, one savepoint per event: an event whose fence fails is rolled
-/// back alone (its effect with it) and the others still commit.
+/// back alone (its effect with it) and the others still commit. The savepoint statements are
+/// cached (rusqlite's `Savepoint` parses them anew each time).
 pub(super) fn finish_all(
-    tx: &mut Transaction<'_>,
+    tx: &Transaction<'_>,
     items: &[Finish],
     now: i64,
 ) -> StoreResult<Vec<Finished>> {
     let mut results = Vec::with_capacity(items.len());
     for item in items {
-        let sp = tx.savepoint()?;
-        let finished = finish_one(&sp, item, now)?;
-        if finished != Finished::LeaseLost {
-            sp.commit()?;
-        } // else: dropping the savepoint rolls it back.
+        tx.prepare_cached("SAVEPOINT finish_event")?.execute([])?;
+        // An error fails the whole transaction, which the caller then rolls back.
+        let finished = finish_one(tx, item, now)?;
+        if finished == Finished::LeaseLost {
+            tx.prepare_cached("ROLLBACK TO finish_event")?.execute([])?;
+        }
+        tx.prepare_cached("RELEASE finish_event")?.execute([])?;
         results.push(finished);
     }
     Ok(results)

@@ -19,7 +19,7 @@
 //! process restarts and SQLite recovers the WAL from the disk.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -49,14 +49,18 @@ struct State {
 }
 
 impl WalSync {
+    /// `wal` is the `-wal` file of the database. It is opened now if it exists (the writer
+    /// connection creates it on its first read), so that a write-back error reported before
+    /// the first sync reaches this descriptor too; else at the first sync.
     pub fn new(wal: PathBuf) -> WalSync {
+        let file = open(&wal).ok();
         WalSync {
             wal,
             state: Mutex::new(State {
                 written: 0,
                 synced: 0,
                 syncing: false,
-                file: None,
+                file,
                 poisoned: None,
                 syncs: 0,
             }),
@@ -91,13 +95,13 @@ impl WalSync {
             let target = st.written;
             let file = match st.file.take() {
                 Some(f) => Ok(f),
-                None => File::options().read(true).write(true).open(&self.wal),
+                None => open(&self.wal),
             };
             // The fsync runs with the state unlocked: commits go on taking tickets meanwhile.
             let result = MutexGuard::unlocked(&mut st, || {
                 let file = file?;
                 file.sync_data()?;
-                linked(&file)?;
+                same_file(&file, &self.wal)?;
                 Ok::<File, std::io::Error>(file)
             });
             st.syncing = false;
@@ -136,19 +140,29 @@ fn poisoned(why: &str) -> StoreError {
     ))
 }
 
-/// The descriptor must still name the live WAL file: if it was unlinked, the fsync synced a
-/// dead file, and nothing can be promised.
+/// Never created here: SQLite creates the WAL, and a missing one is an error.
+fn open(wal: &Path) -> std::io::Result<File> {
+    File::options().read(true).write(true).open(wal)
+}
+
+/// The descriptor must still name the live WAL file: if that was deleted or replaced, the fsync
+/// synced a dead file, and nothing can be promised.
 #[cfg(unix)]
-fn linked(file: &File) -> std::io::Result<()> {
+fn same_file(file: &File, wal: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt as _;
-    if file.metadata()?.nlink() == 0 {
-        return Err(std::io::Error::other("the WAL file was deleted"));
+    let (ours, live) = (file.metadata()?, std::fs::metadata(wal));
+    match live {
+        Ok(live) if ours.nlink() > 0 && (ours.dev(), ours.ino()) == (live.dev(), live.ino()) => {
+            Ok(())
+        }
+        _ => Err(std::io::Error::other(
+            "the WAL file was deleted or replaced",
+        )),
     }
-    Ok(())
 }
 
 #[cfg(not(unix))]
-fn linked(_: &File) -> std::io::Result<()> {
+fn same_file(_: &File, _: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -212,6 +226,17 @@ mod tests {
         sync.wait(sync.committed()).unwrap();
         std::fs::remove_file(&wal).unwrap();
         assert!(sync.wait(sync.committed()).is_err());
-        assert!(sync.poisoned().unwrap().contains("deleted"));
+        assert!(sync.poisoned().unwrap().contains("deleted or replaced"));
+    }
+
+    #[test]
+    fn a_replaced_wal_file_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let sync = WalSync::new(wal.clone());
+        std::fs::write(dir.path().join("other"), b"").unwrap();
+        std::fs::rename(dir.path().join("other"), &wal).unwrap();
+        assert!(sync.wait(sync.committed()).is_err());
     }
 }

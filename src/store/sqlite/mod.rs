@@ -81,6 +81,10 @@ impl Default for SqliteOptions {
 
 fn init_connection(conn: &mut Connection, wait: Duration) -> rusqlite::Result<()> {
     conn.busy_timeout(wait)?;
+    // Room for every statement the store prepares (rusqlite keeps 16 by default): the writer
+    // runs ingest, claim, finish, sweep and ops statements in turn, and an evicted statement
+    // is parsed and planned again on its next use.
+    conn.set_prepared_statement_cache_capacity(64);
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
     // A larger page cache keeps the indexes' hot pages in memory under write load, and memory
     // mapping saves a copy per page read (measured: about 10% faster draining).
@@ -105,8 +109,10 @@ impl SqliteStore {
         // once: concurrent mode switches on a new file fail with "database is locked".
         let mut first = Connection::open(path)
             .with_context(|| format!("opening SQLite database {}", path.display()))?;
+        // A first read makes SQLite create the WAL file, which `WalSync` opens at once.
         init_connection(&mut first, wait)
             .and_then(|()| first.execute_batch("PRAGMA synchronous = NORMAL"))
+            .and_then(|()| first.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(())))
             .with_context(|| format!("configuring SQLite database {}", path.display()))?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
