@@ -5,10 +5,6 @@
 //! queue up, and the next batch takes all of them (up to `max_batch`). A lone delivery is
 //! committed at once. The queue is bounded: when it is full, the delivery is answered 503
 //! straight away (backpressure) instead of waiting without limit.
-//!
-//! Writing and flushing are pipelined: the writer commits a batch and hands it to the
-//! answerer thread, which waits until the commit is durable (the store's shared fsync) and only
-//! then answers its deliveries; meanwhile the writer already commits the next batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +13,7 @@ use std::sync::mpsc;
 
 use tokio::sync::{Notify, oneshot};
 
-use crate::store::{InsertOutcome, NewDelivery, Pending, Store, StoreError};
+use crate::store::{InsertOutcome, NewDelivery, Store, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct IngestOptions {
@@ -63,17 +59,6 @@ struct Job {
 /// wait for the write lock, plus a margin. Only a stuck writer makes a caller give up first.
 const BACKSTOP: Duration = Duration::from_secs(5);
 
-/// Committed batches that may wait for their fsync at once.
-const IN_FLIGHT: usize = 8;
-
-type Reply = oneshot::Sender<Result<InsertOutcome, IngestError>>;
-
-/// A committed batch, answered once durable.
-struct Committed {
-    outcomes: Result<Pending<Vec<InsertOutcome>>, StoreError>,
-    replies: Vec<Reply>,
-}
-
 /// The handle routes use; cheap to clone.
 #[derive(Clone)]
 pub struct Ingestor {
@@ -87,17 +72,10 @@ impl Ingestor {
     pub fn start(store: Arc<dyn Store>, options: IngestOptions, queued: Arc<Notify>) -> Ingestor {
         let (tx, rx) = mpsc::sync_channel(options.queue.max(1));
         let max_batch = options.max_batch.max(1);
-        // Committed batches waiting for their fsync: a few, so that a stalled disk stops the
-        // writer (and fills the queue, which answers 503) instead of piling up commits.
-        let (committed, flushing) = mpsc::sync_channel(IN_FLIGHT);
         std::thread::Builder::new()
             .name("ingest-writer".into())
-            .spawn(move || writer(store, rx, max_batch, committed))
+            .spawn(move || writer(store, rx, max_batch, queued))
             .expect("spawning the ingest writer thread");
-        std::thread::Builder::new()
-            .name("ingest-answer".into())
-            .spawn(move || answerer(flushing, queued))
-            .expect("spawning the ingest answer thread");
         Ingestor {
             jobs: tx,
             wait: options.wait,
@@ -129,12 +107,7 @@ impl Ingestor {
     }
 }
 
-fn writer(
-    store: Arc<dyn Store>,
-    rx: mpsc::Receiver<Job>,
-    max_batch: usize,
-    committed: mpsc::SyncSender<Committed>,
-) {
+fn writer(store: Arc<dyn Store>, rx: mpsc::Receiver<Job>, max_batch: usize, queued: Arc<Notify>) {
     let mut jobs = Vec::with_capacity(max_batch);
     while let Ok(first) = rx.recv() {
         jobs.push(first);
@@ -161,17 +134,7 @@ fn writer(
         if batch.is_empty() {
             continue;
         }
-        let outcomes = store.insert_deliveries(&batch);
-        if committed.send(Committed { outcomes, replies }).is_err() {
-            return;
-        }
-    }
-}
-
-/// Answer each committed batch once its commit is durable, in commit order.
-fn answerer(flushing: mpsc::Receiver<Committed>, queued: Arc<Notify>) {
-    while let Ok(Committed { outcomes, replies }) = flushing.recv() {
-        match outcomes.and_then(Pending::wait) {
+        match store.insert_deliveries(&batch) {
             Ok(outcomes) => {
                 if outcomes.contains(&InsertOutcome::Queued) {
                     queued.notify_waiters();
@@ -185,7 +148,7 @@ fn answerer(flushing: mpsc::Receiver<Committed>, queued: Arc<Notify>) {
                     StoreError::Unavailable(m) => m.clone(),
                     StoreError::Internal(err) => format!("{err:#}"),
                 };
-                tracing::error!(error = %message, batch = replies.len(), "group commit failed");
+                tracing::error!(error = %message, batch = batch.len(), "group commit failed");
                 for reply in replies {
                     let _ = reply.send(Err(IngestError::Store(message.clone())));
                 }

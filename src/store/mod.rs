@@ -25,29 +25,6 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// A committed result that may not be durable yet. Nothing may act on it (answer 2xx, call a
-/// downstream system) before [`Pending::wait`] has returned `Ok`.
-#[must_use = "a commit must be waited on before it is acted on"]
-pub struct Pending<T> {
-    value: T,
-    durable: Box<dyn FnOnce() -> StoreResult<()> + Send>,
-}
-
-impl<T> Pending<T> {
-    pub fn new(value: T, durable: impl FnOnce() -> StoreResult<()> + Send + 'static) -> Self {
-        Pending {
-            value,
-            durable: Box::new(durable),
-        }
-    }
-
-    /// Block until the commit is durable; then the value may be acted on.
-    pub fn wait(self) -> StoreResult<T> {
-        (self.durable)()?;
-        Ok(self.value)
-    }
-}
-
 /// Decides, per event, what the sweeper does with an expired lease.
 pub type ModeOf<'a> = &'a (dyn Fn(&str, &str) -> DeliveryMode + Sync);
 
@@ -58,11 +35,9 @@ pub trait Store: Send + Sync + 'static {
     fn ready(&self) -> StoreResult<bool>;
 
     // Ingest.
-    /// Insert deliveries in one transaction; each gets its own outcome. Later items see earlier
-    /// ones, so duplicates within a batch are answered correctly. The commit may not be durable
-    /// yet when this returns: answer only after [`Pending::wait`], so that the next batch can be
-    /// written while this one is flushed.
-    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Pending<Vec<InsertOutcome>>>;
+    /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items
+    /// see earlier ones, so duplicates within a batch are answered correctly.
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>>;
 
     // Reading events.
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>>;

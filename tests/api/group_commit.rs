@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 use webhook_inbox::ingest::{IngestOptions, Ingestor};
-use webhook_inbox::store::{InsertOutcome, Pending, Store, StoreError};
+use webhook_inbox::store::{InsertOutcome, Store, StoreError};
 
 use crate::helpers::*;
 
@@ -181,8 +181,7 @@ fn a_wal_that_cannot_be_made_durable_refuses_every_later_write() {
     std::fs::remove_file(h.dir.path().join("inbox.db-wal")).unwrap();
     let unsynced = h
         .store
-        .insert_deliveries(&[new_delivery("shop", "b", "t", "{}")])
-        .and_then(Pending::wait);
+        .insert_deliveries(&[new_delivery("shop", "b", "t", "{}")]);
     assert!(
         matches!(unsynced, Err(StoreError::Unavailable(_))),
         "{unsynced:?}"

@@ -10,7 +10,7 @@ use webhook_inbox::config::ConsumerSettings;
 use webhook_inbox::consumer::Consumer;
 use webhook_inbox::handlers::{DownstreamError, DownstreamSystem, Handled, Handler, Registry};
 use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
-use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, NewDelivery, Pending, Store};
+use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, NewDelivery, Store};
 
 use crate::helpers::{drain_blocking, init_logs};
 
@@ -183,10 +183,7 @@ impl Harness {
             .iter()
             .map(|(source, id, ty, body)| new_delivery(source, id, ty, body))
             .collect();
-        self.store
-            .insert_deliveries(&batch)
-            .and_then(Pending::wait)
-            .unwrap()
+        self.store.insert_deliveries(&batch).unwrap()
     }
 
     pub fn drain(&self) -> usize {

@@ -5,9 +5,9 @@
 //! its frames to the `-wal` file with `write()` and returns without an fsync, so the write lock
 //! is free again at once. A caller that must not go on before its commit is durable (answering
 //! 2xx, calling a downstream system, reporting a retry) then waits here, and one `fdatasync` of
-//! the WAL file covers every commit written before it began. While it runs, the next
-//! transaction already builds and commits, and commits that queued up meanwhile share the next
-//! fsync: the commit pipeline is no longer "work, then wait for the disk, then work".
+//! the WAL file covers every commit written before it began. While an ingest batch waits for
+//! the disk, a consumer transaction already runs (and the other way round), and commits that
+//! queued up meanwhile share the next fsync.
 //!
 //! Why this is as durable as `synchronous = FULL`: FULL makes exactly this fsync, of the same
 //! file, inside the commit. Checkpoints and WAL restarts sync in NORMAL mode as in FULL (only

@@ -15,7 +15,6 @@ mod requests;
 mod rows;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -27,8 +26,8 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{
     AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord,
     ExportedEvent, Finish, Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery,
-    NewDocument, Page, Pending, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError,
-    StoreResult, SubmitOutcome,
+    NewDocument, Page, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
+    SubmitOutcome,
 };
 
 pub use consume::CLAIM;
@@ -52,7 +51,7 @@ pub struct SqliteStore {
     /// It commits with `synchronous = NORMAL`, and `sync` makes commits durable with a shared
     /// fsync outside the lock (see `durable`).
     writer: FairMutex<Connection>,
-    sync: Arc<WalSync>,
+    sync: WalSync,
     /// Consumer transactions queue here first, so that at most one of them waits for the
     /// writer at a time: ingest then waits behind one consumer transaction, not one per worker,
     /// and keeps most of its speed while the consumers drain a backlog.
@@ -128,7 +127,7 @@ impl SqliteStore {
             pool,
             path: path.to_path_buf(),
             writer: FairMutex::new(first),
-            sync: Arc::new(WalSync::new(wal.into())),
+            sync: WalSync::new(wal.into()),
             consumer_turn: FairMutex::new(()),
             others_waiting: AtomicUsize::new(0),
             wait,
@@ -146,25 +145,17 @@ impl SqliteStore {
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction, commit, and wait until the commit is durable
-    /// (ingest and ops writes).
+    /// (ingest and ops writes). Other writers go on while this one waits for the disk.
     fn write<T>(&self, f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
-        let (value, ticket) = self.write_pending(f)?;
-        self.sync.wait(ticket)?;
-        Ok(value)
-    }
-
-    /// `write` without the wait: the caller must `self.sync.wait` the ticket before acting.
-    fn write_pending<T>(
-        &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
-    ) -> StoreResult<(T, Ticket)> {
         self.others_waiting.fetch_add(1, Ordering::SeqCst);
         let conn = self.writer.try_lock_for(self.wait);
         self.others_waiting.fetch_sub(1, Ordering::SeqCst);
         let conn = conn.ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
-        self.commit(conn, f)
+        let (value, ticket) = self.commit(conn, f)?;
+        self.sync.wait(ticket)?;
+        Ok(value)
     }
 
     /// Commit `f`'s transaction and take its ticket, then release the write lock (the fsync
@@ -246,10 +237,8 @@ impl Store for SqliteStore {
         Ok(self.sync.poisoned().is_none() && self.read(migrations::is_current)?)
     }
 
-    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Pending<Vec<InsertOutcome>>> {
-        let (outcomes, ticket) = self.write_pending(|tx| ingest::insert_all(tx, batch))?;
-        let sync = Arc::clone(&self.sync);
-        Ok(Pending::new(outcomes, move || sync.wait(ticket)))
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
+        self.write(|tx| ingest::insert_all(tx, batch))
     }
 
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
