@@ -62,7 +62,9 @@ impl Application {
     pub fn build(settings: Settings, options: BuildOptions) -> anyhow::Result<Application> {
         let settings = Arc::new(settings);
         let store: Arc<dyn Store> = open_store(&settings)?;
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_sources(
+            settings.sources.iter().map(|s| s.name.as_str()),
+        ));
         let queued = Arc::new(Notify::new());
         let ingest = Ingestor::start(Arc::clone(&store), options.ingest, Arc::clone(&queued));
         let downstream = options.downstream.unwrap_or_else(|| {

@@ -1,6 +1,8 @@
 //! Logging through `tracing`: readable text in a terminal, JSON for log shippers. The filter
 //! comes from `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal as _;
+
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
 
@@ -13,6 +15,8 @@ pub fn init(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(FmtSpan::NONE)
+        // Colour codes only for a terminal: log files and shippers get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().with_current_span(true).try_init(),

@@ -103,7 +103,9 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// A span per request with a request id, taken from `x-request-id` when it is sane, else
-/// generated, and echoed in the response. Headers are never logged: they carry secrets.
+/// generated, and echoed in the response. Headers are never logged: they carry secrets. The
+/// span holds only the id (its fields are formatted for every request, logged or not); method
+/// and path are on the line that logs a refusal, which every error answer gets.
 pub async fn request_id(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -115,20 +117,16 @@ pub async fn request_id(
         .filter(|v| !v.is_empty() && v.len() <= 128)
         .map(String::from)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method = %req.method(),
-        path = %req.path(),
-    );
+    let span = tracing::info_span!("request", request_id = %id);
     let mut response = next.call(req).instrument(span.clone()).await?;
     let status = response.status();
+    let (method, path) = (response.request().method(), response.request().path());
     // Refusals are worth a line each; successes only at debug (one per delivery is noise).
     span.in_scope(|| {
         if status.is_client_error() || status.is_server_error() {
-            tracing::info!(status = status.as_u16(), "refused");
+            tracing::info!(%method, %path, status = status.as_u16(), "refused");
         } else {
-            tracing::debug!(status = status.as_u16(), "answered");
+            tracing::debug!(%method, %path, status = status.as_u16(), "answered");
         }
     });
     if let Ok(value) = HeaderValue::from_str(&id) {

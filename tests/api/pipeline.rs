@@ -202,9 +202,15 @@ fn json_logs_carry_the_request_id_and_never_a_secret_or_token() {
         serde_json::from_str::<serde_json::Value>(line)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
     }
+    let refused = logs
+        .lines()
+        .find(|l| l.contains("trace-me-42"))
+        .unwrap_or_else(|| panic!("the caller's request id is logged: {logs}"));
     assert!(
-        logs.contains("trace-me-42"),
-        "the caller's request id is logged: {logs}"
+        refused.contains("\"path\":\"/webhooks/shop\"")
+            && refused.contains("\"method\":\"POST\"")
+            && refused.contains("\"status\":401"),
+        "the refusal says what was refused: {refused}"
     );
     let received = logs.lines().find(|l| l.contains("event received")).unwrap();
     assert!(
