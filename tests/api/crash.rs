@@ -216,6 +216,13 @@ fn sigkill_under_load_loses_no_acknowledged_delivery_and_credits_each_order_once
     }
 
     let conn = rusqlite::Connection::open(dir.path().join("crash.db")).unwrap();
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        integrity, "ok",
+        "the file survives the kill and the restart"
+    );
     let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
     assert_eq!(
         count("SELECT count(*) FROM events"),

@@ -125,6 +125,29 @@ pub struct Harness {
     pub loyalty: Arc<Recording>,
     pub audit: Arc<Recording>,
     pub downstream: Arc<RecordingDownstream>,
+    /// Off only for a test that damages the file on purpose.
+    pub check_integrity: bool,
+}
+
+/// Every test over a harness ends with the file checked: no store operation may leave a
+/// malformed database behind.
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if self.check_integrity && !std::thread::panicking() {
+            assert_integrity(&self.dir.path().join("inbox.db"));
+        }
+    }
+}
+
+pub fn assert_integrity(path: &std::path::Path) {
+    if !path.exists() {
+        return;
+    }
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok", "{}", path.display());
 }
 
 impl Harness {
@@ -174,6 +197,7 @@ impl Harness {
             loyalty,
             audit,
             downstream,
+            check_integrity: true,
         }
     }
 

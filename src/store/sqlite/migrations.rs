@@ -17,6 +17,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "requests",
         include_str!("../../../migrations/0002_requests.sql"),
     ),
+    (
+        3,
+        "checks_without_in_lists",
+        include_str!("../../../migrations/0003_checks_without_in_lists.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -35,10 +40,25 @@ fn latest_applied(conn: &Connection) -> rusqlite::Result<Option<u32>> {
 
 /// Apply what is missing, each migration in its own `BEGIN IMMEDIATE` transaction so that two
 /// processes starting at once cannot both apply one. Returns the versions applied now.
+///
+/// Foreign keys are off while migrations run (the pragma is a no-op inside a transaction), so
+/// that a migration can rebuild a table that others reference, as SQLite's documented
+/// procedure for schema changes asks; `PRAGMA foreign_key_check` must then find nothing
+/// before each migration commits. They are on again afterwards, whatever happened.
 pub(super) fn apply(conn: &mut Connection) -> StoreResult<Vec<u32>> {
+    let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+    conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+    let result = apply_all(conn, MIGRATIONS);
+    if enforced {
+        conn.execute_batch("PRAGMA foreign_keys = ON")?;
+    }
+    result
+}
+
+fn apply_all(conn: &mut Connection, migrations: &[(u32, &str, &str)]) -> StoreResult<Vec<u32>> {
     conn.execute_batch(BOOKKEEPING)?;
     let mut applied = Vec::new();
-    for &(version, name, sql) in MIGRATIONS {
+    for &(version, name, sql) in migrations {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let done: bool = tx.query_row(
             "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?1)",
@@ -46,12 +66,19 @@ pub(super) fn apply(conn: &mut Connection) -> StoreResult<Vec<u32>> {
             |r| r.get(0),
         )?;
         if !done {
-            tx.execute_batch(sql).map_err(|e| {
-                StoreError::Internal(
-                    anyhow::Error::new(e)
-                        .context(format!("applying migration {version:04}_{name}.sql")),
-                )
-            })?;
+            let context = || format!("applying migration {version:04}_{name}.sql");
+            tx.execute_batch(sql)
+                .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(context())))?;
+            let dangling: i64 =
+                tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                    r.get(0)
+                })?;
+            if dangling > 0 {
+                return Err(StoreError::Internal(anyhow::anyhow!(
+                    "{}: {dangling} rows would break a foreign key",
+                    context()
+                )));
+            }
             tx.execute(
                 "INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",
                 rusqlite::params![version, name],
@@ -60,7 +87,7 @@ pub(super) fn apply(conn: &mut Connection) -> StoreResult<Vec<u32>> {
         }
         tx.commit()?;
     }
-    let known = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+    let known = migrations.last().map(|m| m.0).unwrap_or(0);
     if let Some(latest) = latest_applied(conn)?
         && latest > known
     {
@@ -114,6 +141,111 @@ mod tests {
         // Versions are numbered in order, with their files named to match.
         for (i, (version, _, _)) in MIGRATIONS.iter().enumerate() {
             assert_eq!(*version as usize, i + 1);
+        }
+    }
+
+    /// Migration 3 rebuilds `events` and `event_attempts`: a database filled under migrations 1
+    /// and 2 keeps every row, its foreign keys and its indexes, and the constraints still hold.
+    #[test]
+    fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        apply_all(&mut conn, &MIGRATIONS[..2]).unwrap();
+        conn.execute_batch(
+            "INSERT INTO events (source, event_id, seq, event_type, status, payload_sha256,
+                                 received_at, last_delivered_at, next_attempt_at, attempts)
+             VALUES ('shop', 'a', 1, 'order.completed', 'pending', zeroblob(32), 10, 11, 12, 1),
+                    ('shop', 'b', 2, 't', 'failed', zeroblob(32), 20, 21, NULL, 2);
+             INSERT INTO event_payloads (seq, payload) VALUES (1, x'7b7d'), (2, x'7b7d');
+             INSERT INTO event_attempts (event_seq, attempt, worker, started_at, finished_at,
+                                         result, error)
+             VALUES (1, 1, 'w', 10, 11, 'retryable_error', 'boom'), (2, 1, 'w', 20, NULL, NULL,
+                     NULL);",
+        )
+        .unwrap();
+        let dump = |conn: &Connection| -> Vec<String> {
+            let mut out = Vec::new();
+            for table in ["events", "event_attempts"] {
+                let mut stmt = conn
+                    .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+                    .unwrap();
+                let n = stmt.column_count();
+                let rows = stmt
+                    .query_map([], |r| {
+                        (0..n)
+                            .map(|i| {
+                                r.get::<_, rusqlite::types::Value>(i)
+                                    .map(|v| format!("{v:?}"))
+                            })
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .unwrap();
+                for row in rows {
+                    out.push(format!("{table}: {}", row.unwrap().join(", ")));
+                }
+            }
+            out
+        };
+        let before = dump(&conn);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3]);
+        assert_eq!(dump(&conn), before, "every row and column survives");
+        let fk: bool = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert!(fk, "foreign keys are enforced again");
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'
+                   AND name IN ('events_due', 'events_leases', 'events_failed',
+                                'events_source_seq')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 4);
+        // The references from the other tables follow the new tables.
+        let orphan = conn.execute(
+            "INSERT INTO event_payloads (seq, payload) VALUES (99, x'00')",
+            [],
+        );
+        assert!(orphan.is_err(), "a payload still needs its event");
+        let bad_status = conn.execute("UPDATE events SET status = 'lost' WHERE seq = 2", []);
+        assert!(bad_status.is_err(), "the status CHECK still holds");
+        let bad_result = conn.execute("UPDATE event_attempts SET result = 'maybe'", []);
+        assert!(bad_result.is_err(), "the result CHECK still holds");
+        let integrity: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(integrity, "ok");
+    }
+
+    /// No statement that writes an event or an attempt builds a temporary b-tree per row (what
+    /// an `IN (…)` list in a CHECK costs).
+    #[test]
+    fn writing_events_and_attempts_builds_no_temporary_btree() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        apply(&mut conn).unwrap();
+        for sql in [
+            "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
+                                 last_delivered_at, next_attempt_at)
+             VALUES ('s', 'e', 1, 't', zeroblob(32), 1, 1, 1)",
+            "UPDATE events SET status = 'completed' WHERE seq = 1",
+            "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
+             VALUES (1, 1, 'w', 1)",
+            "UPDATE event_attempts SET result = 'ok' WHERE event_seq = 1 AND attempt = 1",
+        ] {
+            let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+            let ops: Vec<String> = stmt
+                .query_map([], |r| r.get::<_, String>(1))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                !ops.iter().any(|op| op == "OpenEphemeral"),
+                "{sql}: {ops:?}"
+            );
         }
     }
 
