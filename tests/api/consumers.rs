@@ -324,3 +324,44 @@ fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
         "the claim sorts: {plan:?}"
     );
 }
+
+/// `/metrics` reads the status counts at every scrape: they must not scan the event history
+/// (a GROUP BY over a table of millions of completed events costs a second per scrape).
+#[test]
+fn the_status_counts_read_only_the_partial_indexes() {
+    let h = Harness::new(5, 30);
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            webhook_inbox::store::sqlite::STATUS_COUNTS
+        ))
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for index in ["events_due", "events_leases", "events_failed"] {
+        assert!(plan.iter().any(|p| p.contains(index)), "{index}: {plan:?}");
+    }
+    assert!(
+        !plan
+            .iter()
+            .any(|p| p.contains("TEMP B-TREE") || p.trim_end() == "SCAN events"),
+        "{plan:?}"
+    );
+    // And they add up, on every status.
+    let counts = |h: &Harness| h.store.status_counts().unwrap();
+    assert_eq!(counts(&h).pending + counts(&h).completed, 0);
+    h.insert(&[
+        ("shop", "a", "order.completed", order_body("o-1", "c-1", 1)),
+        ("shop", "b", "customer.created", "{}".into()),
+    ]);
+    let c = counts(&h);
+    assert_eq!((c.pending, c.claimed, c.completed, c.failed), (2, 0, 0, 0));
+    assert!(c.oldest_pending_received_at.is_some());
+    h.drain();
+    let c = counts(&h);
+    assert_eq!((c.pending, c.claimed, c.completed, c.failed), (0, 0, 2, 0));
+    assert_eq!(c.oldest_pending_received_at, None);
+}

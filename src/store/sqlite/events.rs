@@ -127,26 +127,29 @@ fn page_query<T>(
         .collect::<Result<Vec<_>, _>>()?)
 }
 
+/// The counts `/metrics` reports, read in one statement (one snapshot). Each status but
+/// `completed` is counted in its own partial index, so a scrape costs what is pending, claimed
+/// or failed, not the whole history; `completed` is the rest of a `count(*)`, which SQLite
+/// answers from the page headers of the smallest index.
+pub const STATUS_COUNTS: &str = "SELECT
+    (SELECT count(*) FROM events),
+    (SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending'),
+    (SELECT count(*) FROM events INDEXED BY events_leases WHERE status = 'claimed'),
+    (SELECT count(*) FROM events INDEXED BY events_failed WHERE status = 'failed'),
+    (SELECT min(received_at) FROM events INDEXED BY events_due WHERE status = 'pending')";
+
 pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
-    let mut counts = StatusCounts::default();
-    let mut stmt = conn.prepare_cached("SELECT status, count(*) FROM events GROUP BY status")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-    for row in rows {
-        let (status, n) = row?;
-        match Status::parse(&status) {
-            Some(Status::Pending) => counts.pending = n,
-            Some(Status::Claimed) => counts.claimed = n,
-            Some(Status::Completed) => counts.completed = n,
-            Some(Status::Failed) => counts.failed = n,
-            None => {}
-        }
-    }
-    counts.oldest_pending_received_at = conn.query_row(
-        "SELECT min(received_at) FROM events WHERE status = 'pending'",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(counts)
+    let (all, pending, claimed, failed, oldest): (i64, i64, i64, i64, Option<i64>) =
+        conn.prepare_cached(STATUS_COUNTS)?.query_row([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
+    Ok(StatusCounts {
+        pending,
+        claimed,
+        completed: all - pending - claimed - failed,
+        failed,
+        oldest_pending_received_at: oldest,
+    })
 }
 
 /// The SET list of a retry: due now, a fresh budget (`budget_floor = attempts`), no outcome.

@@ -32,6 +32,7 @@ use super::{
 
 pub use consume::CLAIM;
 use durable::{Ticket, WalSync};
+pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;
 
 /// How long a caller may wait for a pooled connection or the write lock before the request is
