@@ -311,10 +311,10 @@ fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
     let plan: Vec<String> = conn
         .prepare(&format!(
             "EXPLAIN QUERY PLAN {}",
-            webhook_inbox::store::sqlite::CLAIM
+            webhook_inbox::store::sqlite::claim_sql(5)
         ))
         .unwrap()
-        .query_map(rusqlite::params!["w", 0, 0, 5], |r| r.get::<_, String>(3))
+        .query_map(rusqlite::params!["w", 0, 0], |r| r.get::<_, String>(3))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
@@ -364,4 +364,20 @@ fn the_status_counts_read_only_the_partial_indexes() {
     let c = counts(&h);
     assert_eq!((c.pending, c.claimed, c.completed, c.failed), (0, 0, 2, 0));
     assert_eq!(c.oldest_pending_received_at, None);
+}
+
+/// The claim runs for every batch: binding new values must not make SQLite parse and plan it
+/// again (a bound LIMIT does; the limit is in the text for that reason).
+#[test]
+fn the_claim_statement_is_not_prepared_again_at_each_claim() {
+    let h = Harness::new(5, 30);
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    let mut claim = conn
+        .prepare(&webhook_inbox::store::sqlite::claim_sql(5))
+        .unwrap();
+    for now in 1..=3_i64 {
+        let mut rows = claim.query(rusqlite::params!["w", now + 30, now]).unwrap();
+        while rows.next().unwrap().is_some() {}
+    }
+    assert_eq!(claim.get_status(rusqlite::StatementStatus::RePrepare), 0);
 }

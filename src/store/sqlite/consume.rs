@@ -16,15 +16,23 @@ use crate::store::{
 /// The claim: one statement moves due pending rows to `claimed` and returns them. The
 /// candidates come from the partial index of due pending rows (named, so that the planner
 /// cannot pick a status scan plus a sort whose cost grows with the backlog).
-pub const CLAIM: &str = "UPDATE events
+///
+/// The limit is part of the text, not a parameter: SQLite plans with a bound LIMIT's value
+/// and so re-prepares the statement at every new binding (measured: one full parse and plan
+/// per claim). A worker uses one or two limits, so the statement cache holds them all.
+pub fn claim_sql(limit: usize) -> String {
+    format!(
+        "UPDATE events
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
         attempts = attempts + 1, next_attempt_at = NULL,
         claim_token = lower(hex(randomblob(16)))
   WHERE rowid IN (SELECT rowid FROM events INDEXED BY events_due
                    WHERE status = 'pending' AND next_attempt_at <= ?3
-                   ORDER BY next_attempt_at LIMIT ?4)
+                   ORDER BY next_attempt_at LIMIT {limit})
 RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim_token,
-          claimed_until, seq";
+          claimed_until, seq"
+    )
+}
 
 pub(super) fn claim(
     tx: &Transaction<'_>,
@@ -35,8 +43,8 @@ pub(super) fn claim(
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
     let mut claimed = tx
-        .prepare_cached(CLAIM)?
-        .query_map(params![worker, claimed_until, now, limit as i64], |r| {
+        .prepare_cached(&claim_sql(limit))?
+        .query_map(params![worker, claimed_until, now], |r| {
             Ok(Claimed {
                 claim: ClaimRef {
                     source: r.get(0)?,

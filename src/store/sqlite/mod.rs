@@ -30,7 +30,7 @@ use super::{
     SubmitOutcome,
 };
 
-pub use consume::CLAIM;
+pub use consume::claim_sql;
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;
