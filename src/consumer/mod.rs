@@ -43,6 +43,10 @@ pub struct Consumer {
     lease_ms: i64,
     max_attempts: u32,
     backoff: Backoff,
+    /// While deliveries are being stored, workers drain one round at a time: ingest comes
+    /// first (a provider waits for its answer; the backlog can wait), and four workers at full
+    /// speed would take most of the CPU and the write lock from it.
+    ingest_first: parking_lot::Mutex<()>,
 }
 
 impl Consumer {
@@ -59,6 +63,7 @@ impl Consumer {
             lease_ms: (settings.lease_seconds * 1000) as i64,
             max_attempts: settings.max_attempts,
             backoff: Backoff::new(settings.backoff_base_ms, settings.backoff_max_ms),
+            ingest_first: parking_lot::Mutex::new(()),
         }
     }
 
@@ -107,6 +112,7 @@ impl Consumer {
                 return Ok(total);
             }
             total += claimed.len();
+            let _one_at_a_time = self.store.ingest_active().then(|| self.ingest_first.lock());
             let mut pending = self.handle_batch(claimed, stopping)?;
             if stopping() {
                 self.flush(&mut pending)?;

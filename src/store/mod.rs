@@ -33,6 +33,11 @@ pub trait Store: Send + Sync + 'static {
     fn migrate(&self) -> StoreResult<Vec<u32>>;
     /// Store reachable and migrations applied.
     fn ready(&self) -> StoreResult<bool>;
+    /// Deliveries (or ops writes) were committed a moment ago: consumers then keep their
+    /// transactions short and their pace down, so that ingest keeps its speed.
+    fn ingest_active(&self) -> bool {
+        false
+    }
 
     // Ingest.
     /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items

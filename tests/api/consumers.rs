@@ -381,3 +381,23 @@ fn the_claim_statement_is_not_prepared_again_at_each_claim() {
     }
     assert_eq!(claim.get_status(rusqlite::StatementStatus::RePrepare), 0);
 }
+
+/// Consumers hold back while deliveries are being stored: the store says so for a moment
+/// after each ingest commit, and not otherwise.
+#[test]
+fn the_store_reports_recent_ingest_for_a_moment_only() {
+    let h = Harness::new(5, 30);
+    assert!(!h.store.ingest_active(), "nothing stored yet");
+    h.insert(&[("shop", "a", "customer.created", "{}".into())]);
+    let after = std::time::Instant::now();
+    let active = h.store.ingest_active();
+    // The window is 20 ms; only a thread stalled longer than that could miss it.
+    if after.elapsed() < std::time::Duration::from_millis(10) {
+        assert!(active, "an ingest commit just happened");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    assert!(!h.store.ingest_active(), "a pause in ingest ends it");
+    // Consumer commits do not count as ingest.
+    h.drain();
+    assert!(!h.store.ingest_active());
+}

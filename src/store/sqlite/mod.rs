@@ -15,8 +15,8 @@ mod requests;
 mod rows;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::FairMutex;
 use r2d2::{Pool, PooledConnection};
@@ -60,8 +60,17 @@ pub struct SqliteStore {
     /// Ingest and ops writes waiting for the writer right now. While any wait, consumers claim
     /// smaller batches, so that their transactions stay short and ingest keeps its pace.
     others_waiting: AtomicUsize,
+    /// When an ingest or ops write last committed, in ms since `opened` plus one (0: never).
+    /// While such writes keep coming, consumers also claim smaller batches: the write lock is
+    /// free during each ingest fsync, and a full consumer batch taken then would hold up the
+    /// next ingest batch.
+    last_other_write: AtomicU64,
+    opened: Instant,
     wait: Duration,
 }
+
+/// How long after an ingest or ops write consumers keep their transactions short.
+const RECENT_WRITE: Duration = Duration::from_millis(20);
 
 /// Options of [`SqliteStore::open`].
 #[derive(Debug, Clone)]
@@ -131,6 +140,8 @@ impl SqliteStore {
             sync: WalSync::new(wal.into()),
             consumer_turn: FairMutex::new(()),
             others_waiting: AtomicUsize::new(0),
+            last_other_write: AtomicU64::new(0),
+            opened: Instant::now(),
             wait,
         })
     }
@@ -155,6 +166,9 @@ impl SqliteStore {
             StoreError::Unavailable("timed out waiting for the database write lock".into())
         })?;
         let (value, ticket) = self.commit(conn, f)?;
+        let since_open = self.opened.elapsed().as_millis() as u64;
+        self.last_other_write
+            .store(since_open + 1, Ordering::SeqCst);
         self.sync.wait(ticket)?;
         Ok(value)
     }
@@ -196,13 +210,20 @@ impl SqliteStore {
     }
 
     /// How many events a consumer may claim now: a quarter of its batch while other writes
-    /// wait for the writer (decided once the consumer holds it).
+    /// wait for the writer or have just committed (decided once the consumer holds it).
     fn claim_limit(&self, limit: usize) -> usize {
-        if self.others_waiting.load(Ordering::SeqCst) > 0 {
+        if self.recent_other_write() || self.others_waiting.load(Ordering::SeqCst) > 0 {
             limit.div_ceil(4)
         } else {
             limit
         }
+    }
+
+    fn recent_other_write(&self) -> bool {
+        let last = self.last_other_write.load(Ordering::SeqCst);
+        last > 0
+            && (self.opened.elapsed().as_millis() as u64 + 1).saturating_sub(last)
+                < RECENT_WRITE.as_millis() as u64
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
@@ -232,6 +253,10 @@ impl Store for SqliteStore {
         drop(conn);
         self.sync.wait(ticket)?;
         Ok(applied)
+    }
+
+    fn ingest_active(&self) -> bool {
+        self.recent_other_write()
     }
 
     fn ready(&self) -> StoreResult<bool> {
