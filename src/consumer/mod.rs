@@ -156,12 +156,12 @@ impl Consumer {
                 break;
             }
             let handler = self.registry.route(&event.claim.source, &event.event_type);
+            // The fields a handler's own lines need to be found; each field is formatted for
+            // every event, logged or not, so the span holds no more (handlers log the type).
             let span = tracing::info_span!(
                 "handle",
                 source = %event.claim.source,
                 event_id = %event.claim.event_id,
-                event_type = %event.event_type,
-                handler = handler.name(),
                 attempt = event.claim.attempt,
             );
             let started = Instant::now();

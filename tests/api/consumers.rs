@@ -304,20 +304,25 @@ fn a_forced_rerun_of_a_completed_credit_moves_nothing() {
     assert_eq!(h.loyalty.calls_for("evt-1"), 2);
 }
 
+/// The lines of `EXPLAIN QUERY PLAN` for `sql` on the harness's database.
+fn query_plan(h: &Harness, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params, |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[test]
 fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
     let h = Harness::new(5, 30);
-    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
-    let plan: Vec<String> = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            webhook_inbox::store::sqlite::claim_sql(5)
-        ))
-        .unwrap()
-        .query_map(rusqlite::params!["w", 0, 0], |r| r.get::<_, String>(3))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let plan = query_plan(
+        &h,
+        &webhook_inbox::store::sqlite::claim_sql(5),
+        rusqlite::params!["w", 0, 0],
+    );
     assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
     assert!(
         !plan.iter().any(|p| p.contains("TEMP B-TREE")),
@@ -330,17 +335,7 @@ fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
 #[test]
 fn the_status_counts_read_only_the_partial_indexes() {
     let h = Harness::new(5, 30);
-    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
-    let plan: Vec<String> = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            webhook_inbox::store::sqlite::STATUS_COUNTS
-        ))
-        .unwrap()
-        .query_map([], |r| r.get::<_, String>(3))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let plan = query_plan(&h, webhook_inbox::store::sqlite::STATUS_COUNTS, []);
     for index in ["events_due", "events_leases", "events_failed"] {
         assert!(plan.iter().any(|p| p.contains(index)), "{index}: {plan:?}");
     }
