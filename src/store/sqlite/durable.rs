@@ -127,6 +127,14 @@ impl WalSync {
         self.state.lock().poisoned.clone()
     }
 
+    /// Refuse a write up front once poisoned: its commit could not be promised.
+    pub fn check(&self) -> StoreResult<()> {
+        match &self.state.lock().poisoned {
+            Some(why) => Err(poisoned(why)),
+            None => Ok(()),
+        }
+    }
+
     /// fsyncs made so far.
     #[cfg(test)]
     fn syncs(&self) -> u64 {

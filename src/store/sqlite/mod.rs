@@ -180,11 +180,7 @@ impl SqliteStore {
         mut conn: parking_lot::FairMutexGuard<'_, Connection>,
         f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
     ) -> StoreResult<(T, Ticket)> {
-        if let Some(why) = self.sync.poisoned() {
-            return Err(StoreError::Unavailable(format!(
-                "the database could not be made durable ({why}); restart the service"
-            )));
-        }
+        self.sync.check()?;
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         tx.commit()?;
