@@ -1,10 +1,12 @@
 //! The embedded default store: SQLite through rusqlite (bundled) and an r2d2 pool.
 //!
-//! Durability settings live in the pool's connection init so that no connection can miss them:
-//! WAL, `synchronous = FULL` (a 2xx is only sent after a commit that survives power loss),
-//! `foreign_keys`, and a busy timeout that bounds every wait for the write lock. Every write
-//! transaction is `BEGIN IMMEDIATE`: a deferred one that reads then writes can fail with
-//! `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
+//! Durability settings live in the connection init so that no connection can miss them: WAL,
+//! `synchronous = FULL` (any connection may run a checkpoint, which syncs by its own setting),
+//! `foreign_keys`, and a busy timeout that bounds every wait for the write lock. The one write
+//! connection then commits with `synchronous = NORMAL` and makes its commits durable with a
+//! shared fsync outside the write lock (`durable`): a 2xx is only sent after a commit that
+//! survives power loss. Every write transaction is `BEGIN IMMEDIATE`: a deferred one that reads
+//! then writes can fail with `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
 mod consume;
 mod durable;
