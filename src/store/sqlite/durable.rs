@@ -123,7 +123,8 @@ impl WalSync {
     }
 
     /// Why the store refuses writes, if it does.
-    pub fn poisoned(&self) -> Option<String> {
+    #[cfg(test)]
+    fn poisoned(&self) -> Option<String> {
         self.state.lock().poisoned.clone()
     }
 

@@ -162,15 +162,10 @@ impl SqliteStore {
     /// (ingest and ops writes). Other writers go on while this one waits for the disk.
     fn write<T>(&self, f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
         self.others_waiting.fetch_add(1, Ordering::SeqCst);
-        let conn = self.writer.try_lock_for(self.wait);
+        let conn = self.lock_writer();
         self.others_waiting.fetch_sub(1, Ordering::SeqCst);
-        let conn = conn.ok_or_else(|| {
-            StoreError::Unavailable("timed out waiting for the database write lock".into())
-        })?;
-        let (value, ticket) = self.commit(conn, f)?;
-        let since_open = self.opened.elapsed().as_millis() as u64;
-        self.last_other_write
-            .store(since_open + 1, Ordering::SeqCst);
+        let (value, ticket) = self.commit(conn?, f)?;
+        self.last_other_write.store(self.tick(), Ordering::SeqCst);
         self.sync.wait(ticket)?;
         Ok(value)
     }
@@ -197,9 +192,7 @@ impl SqliteStore {
         let _turn = self.consumer_turn.try_lock_for(self.wait).ok_or_else(|| {
             StoreError::Unavailable("timed out waiting for a consumer turn".into())
         })?;
-        let conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
-            StoreError::Unavailable("timed out waiting for the database write lock".into())
-        })?;
+        let conn = self.lock_writer()?;
         let (value, ticket) = self.commit(conn, f)?;
         // The next consumer may take its turn while this one waits for the disk.
         drop(_turn);
@@ -217,11 +210,21 @@ impl SqliteStore {
         }
     }
 
+    /// The write lock, waited for at most `wait`.
+    fn lock_writer(&self) -> StoreResult<parking_lot::FairMutexGuard<'_, Connection>> {
+        self.writer.try_lock_for(self.wait).ok_or_else(|| {
+            StoreError::Unavailable("timed out waiting for the database write lock".into())
+        })
+    }
+
+    /// Milliseconds since the store opened, plus one: 0 in `last_other_write` means never.
+    fn tick(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64 + 1
+    }
+
     fn recent_other_write(&self) -> bool {
         let last = self.last_other_write.load(Ordering::SeqCst);
-        last > 0
-            && (self.opened.elapsed().as_millis() as u64 + 1).saturating_sub(last)
-                < RECENT_WRITE.as_millis() as u64
+        last > 0 && self.tick().saturating_sub(last) < RECENT_WRITE.as_millis() as u64
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
@@ -243,9 +246,7 @@ impl From<rusqlite::Error> for StoreError {
 
 impl Store for SqliteStore {
     fn migrate(&self) -> StoreResult<Vec<u32>> {
-        let mut conn = self.writer.try_lock_for(self.wait).ok_or_else(|| {
-            StoreError::Unavailable("timed out waiting for the database write lock".into())
-        })?;
+        let mut conn = self.lock_writer()?;
         let applied = migrations::apply(&mut conn)?;
         let ticket = self.sync.committed();
         drop(conn);
@@ -258,7 +259,7 @@ impl Store for SqliteStore {
     }
 
     fn ready(&self) -> StoreResult<bool> {
-        Ok(self.sync.poisoned().is_none() && self.read(migrations::is_current)?)
+        Ok(self.sync.check().is_ok() && self.read(migrations::is_current)?)
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
