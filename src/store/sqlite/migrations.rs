@@ -22,6 +22,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "checks_without_in_lists",
         include_str!("../../../migrations/0003_checks_without_in_lists.sql"),
     ),
+    (
+        4,
+        "seq_is_the_rowid",
+        include_str!("../../../migrations/0004_seq_is_the_rowid.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -144,8 +149,9 @@ mod tests {
         }
     }
 
-    /// Migration 3 rebuilds `events` and `event_attempts`: a database filled under migrations 1
-    /// and 2 keeps every row, its foreign keys and its indexes, and the constraints still hold.
+    /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`): a database filled under
+    /// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
+    /// constraints still hold.
     #[test]
     fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
         let dir = tempfile::tempdir().unwrap();
@@ -166,9 +172,22 @@ mod tests {
         .unwrap();
         let dump = |conn: &Connection| -> Vec<String> {
             let mut out = Vec::new();
-            for table in ["events", "event_attempts"] {
+            // By name: migration 4 moves `seq` to the first column.
+            for (table, columns) in [
+                (
+                    "events",
+                    "source, event_id, seq, event_type, status, payload_sha256, deliveries,
+                     payload_mismatches, received_at, last_delivered_at, attempts, budget_floor,
+                     next_attempt_at, claimed_until, claimed_by, claim_token, completed_at,
+                     outcome, last_error, abandoned",
+                ),
+                (
+                    "event_attempts",
+                    "event_seq, attempt, worker, started_at, finished_at, result, error",
+                ),
+            ] {
                 let mut stmt = conn
-                    .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+                    .prepare(&format!("SELECT {columns} FROM {table} ORDER BY 1, 2"))
                     .unwrap();
                 let n = stmt.column_count();
                 let rows = stmt
@@ -188,8 +207,21 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4]);
         assert_eq!(dump(&conn), before, "every row and column survives");
+        let seq_is_rowid: i64 = conn
+            .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(seq_is_rowid, 2, "seq is the rowid");
+        let duplicate = conn.execute(
+            "INSERT INTO events (source, event_id, event_type, payload_sha256, received_at,
+                                 last_delivered_at, next_attempt_at)
+             VALUES ('shop', 'a', 't', zeroblob(32), 1, 1, 1)",
+            [],
+        );
+        assert!(duplicate.is_err(), "(source, event_id) is still unique");
         let fk: bool = conn
             .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
             .unwrap();
