@@ -207,6 +207,47 @@ fn a_bad_payload_fails_at_once_naming_the_field() {
     assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 0);
 }
 
+/// One event whose effect the database refuses fails alone, with the database's reason: its
+/// savepoint undoes its own writes (the consumer dedup row included) and the other events of
+/// the same batch commit.
+#[test]
+fn an_effect_the_database_refuses_fails_that_event_alone() {
+    let h = Harness::new(5, 30);
+    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON loyalty_credits
+              WHEN NEW.order_id = 'o-poison'
+             BEGIN SELECT RAISE(ABORT, 'order o-poison is refused'); END;",
+        )
+        .unwrap();
+    h.insert(&[
+        ("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10)),
+        ("shop", "evt-2", ORDER, order_body("o-poison", "c-1", 100)),
+        ("shop", "evt-3", ORDER, order_body("o-3", "c-1", 5)),
+    ]);
+    assert_eq!(h.drain(), 3);
+    assert_eq!(h.balance("c-1"), 15);
+    for id in ["evt-1", "evt-3"] {
+        let d = h.detail("shop", id);
+        assert_eq!(d.event.status, Status::Completed, "{id}");
+        assert_eq!(results(&d), ["ok"], "{id}");
+    }
+    let d = h.detail("shop", "evt-2");
+    assert_eq!(d.event.status, Status::Failed);
+    assert_eq!(d.event.attempts, 1, "a refused effect is not retried");
+    let error = d.event.last_error.clone().unwrap();
+    assert!(error.contains("order o-poison is refused"), "{error}");
+    assert_eq!(results(&d), ["permanent_error"]);
+    assert_eq!(h.loyalty.calls_for("evt-2"), 1);
+    assert_eq!(
+        h.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt-2'"),
+        0,
+        "the refused event's dedup row went with its savepoint"
+    );
+    assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 2);
+}
+
 #[test]
 fn a_transient_failure_is_retried_with_backoff_to_success() {
     let h = Harness::new(5, 30);
