@@ -26,6 +26,12 @@ pub fn is_form(content_type: Option<&str>) -> bool {
     media_type(content_type) == "application/x-www-form-urlencoded"
 }
 
+/// Whether [`payload_json`] reads this body as it is (neither a form nor multipart).
+pub fn is_json(content_type: Option<&str>) -> bool {
+    let media = media_type(content_type);
+    !media.starts_with("multipart/") && media != "application/x-www-form-urlencoded"
+}
+
 /// Parse a body as JSON. A form-encoded body (GitHub's other delivery format) carries its JSON
 /// in the `payload` field; multipart is refused. Other types are tried as JSON, since providers
 /// label JSON in many ways (`text/plain`, vendor `+json` types).

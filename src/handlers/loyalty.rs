@@ -9,7 +9,7 @@
 use super::{Handled, Handler};
 use crate::config::DeliveryMode;
 use crate::domain::OrderCredit;
-use crate::domain::payload::payload_json;
+use crate::domain::payload::{is_json, payload_json};
 use crate::store::{Claimed, Effect, Outcome};
 
 pub struct LoyaltyCredit;
@@ -26,9 +26,16 @@ impl Handler for LoyaltyCredit {
     }
 
     fn handle(&self, event: &Claimed) -> Handled {
-        let credit = payload_json(&event.payload, event.content_type.as_deref())
-            .map_err(|e| e.to_string())
-            .and_then(|json| OrderCredit::parse(&json).map_err(|e| e.to_string()));
+        let content_type = event.content_type.as_deref();
+        let fast = is_json(content_type)
+            .then(|| OrderCredit::from_json(&event.payload))
+            .flatten();
+        let credit = match fast {
+            Some(credit) => credit.map_err(|e| e.to_string()),
+            None => payload_json(&event.payload, content_type)
+                .map_err(|e| e.to_string())
+                .and_then(|json| OrderCredit::parse(&json).map_err(|e| e.to_string())),
+        };
         match credit {
             Ok(credit) => Handled::Complete {
                 effect: Some(Effect::LoyaltyCredit {
