@@ -156,16 +156,22 @@ impl Consumer {
                 break;
             }
             let handler = self.registry.route(&event.claim.source, &event.event_type);
-            // The fields a handler's own lines need to be found; each field is formatted for
-            // every event, logged or not, so the span holds no more (handlers log the type).
-            let span = tracing::info_span!(
-                "handle",
-                source = %event.claim.source,
-                event_id = %event.claim.event_id,
-                attempt = event.claim.attempt,
-            );
             let started = Instant::now();
-            let handled = span.in_scope(|| handler.handle(&event));
+            // A handler that calls out runs in a span naming the event, for the lines its
+            // client may log. In-process handlers name the event on their own lines: a span's
+            // fields are formatted for every event, logged or not (about 5,000 instructions a
+            // credit, 4% of the drain).
+            let handled = if handler.external() {
+                tracing::info_span!(
+                    "handle",
+                    source = %event.claim.source,
+                    event_id = %event.claim.event_id,
+                    attempt = event.claim.attempt,
+                )
+                .in_scope(|| handler.handle(&event))
+            } else {
+                handler.handle(&event)
+            };
             self.metrics
                 .observe_processing(started.elapsed().as_secs_f64());
             let next = self.next_state(&event, handled);

@@ -24,6 +24,7 @@ impl Handler for AuditLog {
             target: "webhook_inbox::audit",
             source = %event.claim.source,
             event_id = %event.claim.event_id,
+            attempt = event.claim.attempt,
             event_type = %event.event_type,
             bytes = event.payload.len(),
             "event received"

@@ -158,7 +158,7 @@ fn json_logs_carry_the_request_id_and_never_a_secret_or_token() {
     let (config, settings) = write_config(dir.path(), port, &top, "workers = 1");
     let mut server = ServerProcess::start(dir.path(), &config, port, "json.log");
     let client = reqwest::blocking::Client::new();
-    // The audit handler logs each event it records, inside the event's span.
+    // The audit handler logs each event it records, naming it.
     let body = r#"{"type":"customer.created"}"#;
     assert_eq!(
         send_signed(&client, &server.base, &settings, "logged-1", body),
