@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{self, Settings};
 use crate::startup::{Application, BuildOptions, open_store, shutdown_signal};
 use crate::store::Store as _;
+use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::telemetry;
 
 #[derive(Debug, Parser)]
@@ -76,8 +77,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => {
             let loaded = load_settings(cli.config.as_deref())?;
             telemetry::init(loaded.settings.log_format);
-            let store = open_store(&loaded.settings)?;
-            let applied = store.migrate()?;
+            // Not `open_store`, which migrates already: this command reports what it applied.
+            let path = loaded.settings.sqlite_path()?;
+            let store = SqliteStore::open(&path, SqliteOptions::default())?;
+            let applied = store.migrate().context("applying migrations")?;
             println!(
                 "database {} is up to date (applied now: {:?})",
                 store.path().display(),
