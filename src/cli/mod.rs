@@ -15,7 +15,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::config::{self, Settings};
-use crate::startup::{Application, BuildOptions, open_store, shutdown_signal};
+use crate::startup::{Application, BuildOptions, shutdown_signal};
 use crate::store::Store as _;
 use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::telemetry;
