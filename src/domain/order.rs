@@ -63,7 +63,11 @@ impl OrderCredit {
             Some(Value::Object(data)) => data,
             _ => top,
         };
-        Self::from_fields(obj.get("order_id"), obj.get("customer_id"), obj.get("points"))
+        Self::from_fields(
+            obj.get("order_id"),
+            obj.get("customer_id"),
+            obj.get("points"),
+        )
     }
 
     /// [`OrderCredit::parse`] straight from JSON text, reading only the three fields (the

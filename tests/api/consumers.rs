@@ -248,6 +248,84 @@ fn an_effect_the_database_refuses_fails_that_event_alone() {
     assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 2);
 }
 
+/// The same at the store: a batch holding a credit, a refused credit, a lost claim and another
+/// credit gets each its own result, and nothing of the refused or the lost one is written.
+#[test]
+fn one_finish_batch_gives_each_event_its_own_result() {
+    use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
+    let h = Harness::new(5, 30);
+    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON loyalty_credits
+              WHEN NEW.order_id = 'o-2'
+             BEGIN SELECT RAISE(ABORT, 'order o-2 is refused'); END;",
+        )
+        .unwrap();
+    let ids = ["evt-1", "evt-2", "evt-3", "evt-4"];
+    let deliveries: Vec<_> = ids
+        .iter()
+        .map(|id| ("shop", *id, ORDER, "{}".to_string()))
+        .collect();
+    h.insert(&deliveries);
+    let now = now_ms();
+    // Right after an ingest write the store hands out smaller batches: claim until all four.
+    let mut claimed = Vec::new();
+    for _ in 0..10 {
+        claimed.extend(h.store.claim("w", 10, 30_000, now).unwrap());
+    }
+    claimed.sort_by_key(|c| c.claim.seq);
+    assert_eq!(claimed.len(), 4);
+    let items: Vec<Finish> = claimed
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut claim = c.claim;
+            if i == 2 {
+                claim.claim_token = "not-the-token".into();
+            }
+            Finish {
+                claim,
+                next: Next::Complete {
+                    effect: Some(Effect::LoyaltyCredit {
+                        consumer: "loyalty_credit",
+                        order_id: format!("o-{}", i + 1),
+                        customer_id: "c-1".into(),
+                        points: 10 * (i as i64 + 1),
+                    }),
+                    outcome: Outcome::Credited,
+                },
+            }
+        })
+        .collect();
+    let credited = Finished::Completed {
+        outcome: Outcome::Credited,
+        result: AttemptResult::Ok,
+    };
+    assert_eq!(
+        h.store.finish(&items, now).unwrap(),
+        [credited, Finished::Failed, Finished::LeaseLost, credited]
+    );
+    assert_eq!(h.balance("c-1"), 10 + 40);
+    assert_eq!(h.count("SELECT count(*) FROM processed_events"), 2);
+    assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 2);
+    let statuses: Vec<Status> = ids
+        .iter()
+        .map(|id| h.detail("shop", id).event.status)
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            Status::Completed,
+            Status::Failed,
+            Status::Claimed,
+            Status::Completed
+        ]
+    );
+    assert_eq!(results(&h.detail("shop", "evt-2")), ["permanent_error"]);
+    assert_eq!(results(&h.detail("shop", "evt-3")), ["open"]);
+}
+
 #[test]
 fn a_transient_failure_is_retried_with_backoff_to_success() {
     let h = Harness::new(5, 30);

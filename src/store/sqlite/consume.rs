@@ -317,25 +317,50 @@ fn refused_by_a_constraint(e: &StoreError) -> bool {
     }
 }
 
-/// One transaction for the batch, one savepoint per event: what one event's writes do is
-/// undone alone when its fence fails or when the database refuses its effect, and the others
-/// still commit. An event whose effect is refused is failed (permanent: the same effect would
-/// be refused again) with the database's reason, so that it is neither lost nor retried
-/// forever. Any other error fails the whole transaction, which the caller rolls back.
+/// One transaction for the batch, in which what one event writes can be undone alone: when its
+/// fence fails (it then wrote nothing, since the fence comes first) or when the database
+/// refuses its effect. An event whose effect is refused is failed (permanent: the same effect
+/// would be refused again) with the database's reason, so that it is neither lost nor retried
+/// forever, and the other events still commit. Any other error fails the whole transaction,
+/// which the caller rolls back.
+///
+/// Refusals are rare, so the batch first runs under one savepoint; only if an effect is
+/// refused is that undone and the batch run again with a savepoint per event (which costs two
+/// statements per event: measured, 7% of the drain's instructions).
 pub(super) fn finish_all(
     tx: &Transaction<'_>,
     items: &[Finish],
     now: i64,
 ) -> StoreResult<Vec<Finished>> {
     let mut prepared = Prepared::new(tx);
+    prepared.get("SAVEPOINT finish_batch")?.execute([])?;
+    let results = match finish_each(&mut prepared, items, now, false) {
+        Err(e) if refused_by_a_constraint(&e) => {
+            prepared.get("ROLLBACK TO finish_batch")?.execute([])?;
+            finish_each(&mut prepared, items, now, true)?
+        }
+        other => other?,
+    };
+    prepared.get("RELEASE finish_batch")?.execute([])?;
+    Ok(results)
+}
+
+/// Finish each event in turn; with `isolate`, each in its own savepoint, failing an event
+/// whose effect the database refuses.
+fn finish_each(
+    prepared: &mut Prepared<'_>,
+    items: &[Finish],
+    now: i64,
+    isolate: bool,
+) -> StoreResult<Vec<Finished>> {
     let mut results = Vec::with_capacity(items.len());
     for item in items {
+        if !isolate {
+            results.push(finish_one(prepared, item, now)?);
+            continue;
+        }
         prepared.get("SAVEPOINT finish_event")?.execute([])?;
-        let finished = match finish_one(&mut prepared, item, now) {
-            Ok(Finished::LeaseLost) => {
-                prepared.get("ROLLBACK TO finish_event")?.execute([])?;
-                Finished::LeaseLost
-            }
+        let finished = match finish_one(prepared, item, now) {
             Ok(finished) => finished,
             Err(e) if refused_by_a_constraint(&e) => {
                 prepared.get("ROLLBACK TO finish_event")?.execute([])?;
@@ -347,8 +372,8 @@ pub(super) fn finish_all(
                     "event failed"
                 );
                 let result = AttemptResult::PermanentError;
-                if fenced(&mut prepared, FAIL, &item.claim, now, &error, &Null)? {
-                    close_attempt(&mut prepared, &item.claim, result, Some(&error), now)?;
+                if fenced(prepared, FAIL, &item.claim, now, &error, &Null)? {
+                    close_attempt(prepared, &item.claim, result, Some(&error), now)?;
                     Finished::Failed
                 } else {
                     Finished::LeaseLost
