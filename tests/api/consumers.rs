@@ -207,20 +207,27 @@ fn a_bad_payload_fails_at_once_naming_the_field() {
     assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 0);
 }
 
+/// Make the database refuse a credit for `order_id` (a trigger aborting its insert), as a
+/// constraint would.
+fn refuse_credits_for(h: &Harness, order_id: &str) {
+    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
+        .unwrap()
+        .execute_batch(&format!(
+            "CREATE TRIGGER refuse_{n} BEFORE INSERT ON loyalty_credits
+              WHEN NEW.order_id = '{order_id}'
+             BEGIN SELECT RAISE(ABORT, 'order {order_id} is refused'); END;",
+            n = order_id.replace('-', "_")
+        ))
+        .unwrap();
+}
+
 /// One event whose effect the database refuses fails alone, with the database's reason: its
 /// savepoint undoes its own writes (the consumer dedup row included) and the other events of
 /// the same batch commit.
 #[test]
 fn an_effect_the_database_refuses_fails_that_event_alone() {
     let h = Harness::new(5, 30);
-    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
-        .unwrap()
-        .execute_batch(
-            "CREATE TRIGGER refuse_poison BEFORE INSERT ON loyalty_credits
-              WHEN NEW.order_id = 'o-poison'
-             BEGIN SELECT RAISE(ABORT, 'order o-poison is refused'); END;",
-        )
-        .unwrap();
+    refuse_credits_for(&h, "o-poison");
     h.insert(&[
         ("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10)),
         ("shop", "evt-2", ORDER, order_body("o-poison", "c-1", 100)),
@@ -254,14 +261,7 @@ fn an_effect_the_database_refuses_fails_that_event_alone() {
 fn one_finish_batch_gives_each_event_its_own_result() {
     use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
     let h = Harness::new(5, 30);
-    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
-        .unwrap()
-        .execute_batch(
-            "CREATE TRIGGER refuse_poison BEFORE INSERT ON loyalty_credits
-              WHEN NEW.order_id = 'o-2'
-             BEGIN SELECT RAISE(ABORT, 'order o-2 is refused'); END;",
-        )
-        .unwrap();
+    refuse_credits_for(&h, "o-2");
     let ids = ["evt-1", "evt-2", "evt-3", "evt-4"];
     let deliveries: Vec<_> = ids
         .iter()
