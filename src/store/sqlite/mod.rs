@@ -11,6 +11,7 @@
 mod consume;
 mod durable;
 mod events;
+mod finish;
 mod ingest;
 mod migrations;
 mod requests;
@@ -293,7 +294,7 @@ impl Store for SqliteStore {
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
-        self.consumer_write(|tx| consume::finish_all(tx, items, now))
+        self.consumer_write(|tx| finish::finish_all(tx, items, now))
     }
 
     fn finish_and_claim(
@@ -305,7 +306,7 @@ impl Store for SqliteStore {
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
         self.consumer_write(|tx| {
-            let finished = consume::finish_all(tx, items, now)?;
+            let finished = finish::finish_all(tx, items, now)?;
             let claimed = consume::claim(tx, worker, self.claim_limit(limit), lease_ms, now)?;
             Ok((finished, claimed))
         })

@@ -1,0 +1,208 @@
+//! Finishing claimed events: the fenced completion (or retry, or failure), the loyalty
+//! credit's guarded effect, and the attempt's result, for a batch of events in one
+//! transaction.
+
+use rusqlite::types::Null;
+use rusqlite::{ErrorCode, Transaction, params};
+
+use super::consume::{COMPLETE, FAIL, Prepared, RETRY, close_attempt, fenced};
+use crate::store::{
+    AttemptResult, ClaimRef, Effect, Finish, Finished, Next, Outcome, StoreError, StoreResult,
+};
+
+fn finish_one(prepared: &mut Prepared<'_>, item: &Finish, now: i64) -> StoreResult<Finished> {
+    let claim = &item.claim;
+    let lost = Ok(Finished::LeaseLost);
+    match &item.next {
+        Next::Complete { effect, outcome } => {
+            if !fenced(prepared, COMPLETE, claim, now, &outcome.as_str(), &Null)? {
+                return lost;
+            }
+            let proposed = *outcome;
+            let (outcome, result) = match effect {
+                None => (proposed, AttemptResult::Ok),
+                Some(effect) => apply_effect(prepared, claim, effect, now)?,
+            };
+            // The fence wrote the handler's expected outcome; the guards may say otherwise.
+            if outcome != proposed {
+                prepared
+                    .get("UPDATE events SET outcome = ?2 WHERE seq = ?1")?
+                    .execute(params![claim.seq, outcome.as_str()])?;
+            }
+            close_attempt(prepared, claim, result, None, now)?;
+            Ok(Finished::Completed { outcome, result })
+        }
+        Next::Retry { at, error } => {
+            if !fenced(prepared, RETRY, claim, now, at, error)? {
+                return lost;
+            }
+            close_attempt(
+                prepared,
+                claim,
+                AttemptResult::RetryableError,
+                Some(error),
+                now,
+            )?;
+            Ok(Finished::Retrying)
+        }
+        Next::Fail { error, result } => {
+            if !fenced(prepared, FAIL, claim, now, error, &Null)? {
+                return lost;
+            }
+            close_attempt(prepared, claim, *result, Some(error), now)?;
+            Ok(Finished::Failed)
+        }
+    }
+}
+
+/// The loyalty credit: consumer dedup row, business-key row and balance, all inside the
+/// savepoint that also completes the event. All or nothing.
+fn apply_effect(
+    prepared: &mut Prepared<'_>,
+    claim: &ClaimRef,
+    effect: &Effect,
+    now: i64,
+) -> StoreResult<(Outcome, AttemptResult)> {
+    let Effect::LoyaltyCredit {
+        consumer,
+        order_id,
+        customer_id,
+        points,
+    } = effect;
+    let first_time = prepared
+        .get(
+            "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
+             VALUES (?1, ?2, ?3, 'credited', ?4) ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![consumer, claim.source, claim.event_id, now])?
+        == 1;
+    if !first_time {
+        // A forced re-run: the effect already happened; report what it was and move nothing.
+        let previous: String = prepared
+            .get(
+                "SELECT outcome FROM processed_events
+                  WHERE consumer = ?1 AND source = ?2 AND event_id = ?3",
+            )?
+            .query_row(params![consumer, claim.source, claim.event_id], |r| {
+                r.get(0)
+            })?;
+        let outcome = Outcome::parse(&previous).ok_or_else(|| {
+            StoreError::Internal(anyhow::anyhow!("unknown stored outcome {previous}"))
+        })?;
+        return Ok((outcome, AttemptResult::AlreadyProcessed));
+    }
+    let credited = prepared
+        .get(
+            "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
+                                          credited_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
+        )?
+        .execute(params![
+            order_id,
+            customer_id,
+            points,
+            claim.source,
+            claim.event_id,
+            now
+        ])?
+        == 1;
+    if !credited {
+        prepared
+            .get(
+                "UPDATE processed_events SET outcome = 'duplicate_order'
+                  WHERE consumer = ?1 AND source = ?2 AND event_id = ?3",
+            )?
+            .execute(params![consumer, claim.source, claim.event_id])?;
+        return Ok((Outcome::DuplicateOrder, AttemptResult::Ok));
+    }
+    prepared
+        .get(
+            "INSERT INTO loyalty_balances (customer_id, balance) VALUES (?1, ?2)
+             ON CONFLICT (customer_id) DO UPDATE SET balance = balance + excluded.balance",
+        )?
+        .execute(params![customer_id, points])?;
+    Ok((Outcome::Credited, AttemptResult::Ok))
+}
+
+/// Whether an error belongs to one event's writes (a constraint or trigger refused them)
+/// rather than to the transaction as a whole (I/O, a full disk, a busy database).
+fn refused_by_a_constraint(e: &StoreError) -> bool {
+    match e {
+        StoreError::Internal(e) => {
+            e.downcast_ref::<rusqlite::Error>()
+                .and_then(rusqlite::Error::sqlite_error_code)
+                == Some(ErrorCode::ConstraintViolation)
+        }
+        StoreError::Unavailable(_) => false,
+    }
+}
+
+/// One transaction for the batch, in which what one event writes can be undone alone: when its
+/// fence fails (it then wrote nothing, since the fence comes first) or when the database
+/// refuses its effect. An event whose effect is refused is failed (permanent: the same effect
+/// would be refused again) with the database's reason, so that it is neither lost nor retried
+/// forever, and the other events still commit. Any other error fails the whole transaction,
+/// which the caller rolls back.
+///
+/// Refusals are rare, so the batch first runs under one savepoint; only if an effect is
+/// refused is that undone and the batch run again with a savepoint per event (which costs two
+/// statements per event: measured, 7% of the drain's instructions).
+pub(super) fn finish_all(
+    tx: &Transaction<'_>,
+    items: &[Finish],
+    now: i64,
+) -> StoreResult<Vec<Finished>> {
+    let mut prepared = Prepared::new(tx);
+    prepared.get("SAVEPOINT finish_batch")?.execute([])?;
+    let results = match finish_each(&mut prepared, items, now, false) {
+        Err(e) if refused_by_a_constraint(&e) => {
+            prepared.get("ROLLBACK TO finish_batch")?.execute([])?;
+            finish_each(&mut prepared, items, now, true)?
+        }
+        other => other?,
+    };
+    prepared.get("RELEASE finish_batch")?.execute([])?;
+    Ok(results)
+}
+
+/// Finish each event in turn; with `isolate`, each in its own savepoint, failing an event
+/// whose effect the database refuses.
+fn finish_each(
+    prepared: &mut Prepared<'_>,
+    items: &[Finish],
+    now: i64,
+    isolate: bool,
+) -> StoreResult<Vec<Finished>> {
+    let mut results = Vec::with_capacity(items.len());
+    for item in items {
+        if !isolate {
+            results.push(finish_one(prepared, item, now)?);
+            continue;
+        }
+        prepared.get("SAVEPOINT finish_event")?.execute([])?;
+        let finished = match finish_one(prepared, item, now) {
+            Ok(finished) => finished,
+            Err(e) if refused_by_a_constraint(&e) => {
+                prepared.get("ROLLBACK TO finish_event")?.execute([])?;
+                let error = format!("the store refused the event's effect: {e}");
+                tracing::warn!(
+                    source = %item.claim.source,
+                    event_id = %item.claim.event_id,
+                    %error,
+                    "event failed"
+                );
+                let result = AttemptResult::PermanentError;
+                if fenced(prepared, FAIL, &item.claim, now, &error, &Null)? {
+                    close_attempt(prepared, &item.claim, result, Some(&error), now)?;
+                    Finished::Failed
+                } else {
+                    Finished::LeaseLost
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        prepared.get("RELEASE finish_event")?.execute([])?;
+        results.push(finished);
+    }
+    Ok(results)
+}
