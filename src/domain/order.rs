@@ -75,6 +75,11 @@ impl OrderCredit {
     /// credit). `None` when the text needs the general path: not an object, or JSON the typed
     /// read refuses though it is valid (a repeated key, where the last value wins), or not JSON
     /// at all, whose error the general path words.
+    ///
+    /// Fields it does not read are checked the way ingest checks a body (skipped, not built),
+    /// so it takes a few bodies the general read refuses for what sits in such a field: a lone
+    /// surrogate escape, a number beyond `f64`, nesting deeper than 128. Ingest stored those
+    /// bodies as JSON, and their order fields are good, so they are credited.
     pub fn from_json(json: &[u8]) -> Option<Result<OrderCredit, OrderError>> {
         if !is_object(json) {
             return None;
@@ -161,6 +166,22 @@ mod tests {
             let fast = OrderCredit::from_json(json.as_bytes());
             assert!(fast.is_some(), "{json}: the typed read takes it");
             assert_eq!(fast, general(json), "{json}");
+        }
+        // Taken here though the general read refuses them, as ingest took them: what it
+        // refuses sits in a field neither reads.
+        for json in [
+            r#"{"note": "\ud800", "order_id": "o", "customer_id": "c", "points": 1}"#,
+            r#"{"data": {"big": 1e400, "order_id": "o", "customer_id": "c", "points": 1}}"#,
+        ] {
+            assert!(general(json).is_none(), "{json}");
+            assert!(
+                matches!(OrderCredit::from_json(json.as_bytes()), Some(Ok(_))),
+                "{json}"
+            );
+            assert!(
+                crate::domain::payload::peek(json.as_bytes(), None).is_ok(),
+                "{json}"
+            );
         }
         // Left to the general read: not an object, a repeated key (the last one wins there),
         // not JSON.
