@@ -185,6 +185,19 @@ impl SqliteStore {
         Ok((value, self.sync.committed()))
     }
 
+    /// A consumer transaction that finishes a batch (see [`finish::finish_all`]): run first
+    /// without savepoints, and again with a savepoint per event only if the database refused
+    /// an effect, the first attempt rolled back.
+    fn finishing<T>(
+        &self,
+        f: impl Fn(&mut Transaction<'_>, bool) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        match self.consumer_write(|tx| f(tx, false)) {
+            Err(e) if finish::refused_by_a_constraint(&e) => self.consumer_write(|tx| f(tx, true)),
+            other => other,
+        }
+    }
+
     /// `write` for the consumer side, one consumer transaction in the writer's queue at a time.
     fn consumer_write<T>(
         &self,
@@ -294,7 +307,7 @@ impl Store for SqliteStore {
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
-        self.consumer_write(|tx| finish::finish_all(tx, items, now))
+        self.finishing(|tx, isolate| finish::finish_all(tx, items, now, isolate))
     }
 
     fn finish_and_claim(
@@ -305,8 +318,8 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
-        self.consumer_write(|tx| {
-            let finished = finish::finish_all(tx, items, now)?;
+        self.finishing(|tx, isolate| {
+            let finished = finish::finish_all(tx, items, now, isolate)?;
             let claimed = consume::claim(tx, worker, self.claim_limit(limit), lease_ms, now)?;
             Ok((finished, claimed))
         })
