@@ -22,14 +22,16 @@ fn media_type(content_type: Option<&str>) -> String {
         .to_ascii_lowercase()
 }
 
+const FORM: &str = "application/x-www-form-urlencoded";
+
 pub fn is_form(content_type: Option<&str>) -> bool {
-    media_type(content_type) == "application/x-www-form-urlencoded"
+    media_type(content_type) == FORM
 }
 
 /// Whether [`payload_json`] reads this body as it is (neither a form nor multipart).
 pub fn is_json(content_type: Option<&str>) -> bool {
     let media = media_type(content_type);
-    !media.starts_with("multipart/") && media != "application/x-www-form-urlencoded"
+    !media.starts_with("multipart/") && media != FORM
 }
 
 /// Parse a body as JSON. A form-encoded body (GitHub's other delivery format) carries its JSON

@@ -55,8 +55,8 @@ fn finish_one(prepared: &mut Prepared<'_>, item: &Finish, now: i64) -> StoreResu
     }
 }
 
-/// The loyalty credit: consumer dedup row, business-key row and balance, all inside the
-/// savepoint that also completes the event. All or nothing.
+/// The loyalty credit: consumer dedup row, business-key row and balance, all in the
+/// transaction that also completes the event. All or nothing.
 fn apply_effect(
     prepared: &mut Prepared<'_>,
     claim: &ClaimRef,
@@ -154,17 +154,7 @@ pub(super) fn finish_all(
     now: i64,
     isolate: bool,
 ) -> StoreResult<Vec<Finished>> {
-    finish_each(&mut Prepared::new(tx), items, now, isolate)
-}
-
-/// Finish each event in turn; with `isolate`, each in its own savepoint, failing an event
-/// whose effect the database refuses.
-fn finish_each(
-    prepared: &mut Prepared<'_>,
-    items: &[Finish],
-    now: i64,
-    isolate: bool,
-) -> StoreResult<Vec<Finished>> {
+    let prepared = &mut Prepared::new(tx);
     let mut results = Vec::with_capacity(items.len());
     for item in items {
         if !isolate {
