@@ -17,4 +17,6 @@ mod pipeline;
 mod process;
 mod rejections;
 mod requests;
+#[allow(dead_code)] // used by the tests that need FUSE, PostgreSQL or a browser
+mod requires;
 mod schemes;
