@@ -167,7 +167,7 @@ impl Metrics {
                 .set(n);
         }
         let age = counts
-            .oldest_pending_received_at
+            .oldest_due_at
             .map(|t| ((now_ms - t).max(0) as f64) / 1000.0)
             .unwrap_or(0.0);
         self.oldest_pending.set(age);

@@ -73,7 +73,12 @@ impl Application {
                 Duration::from_millis(settings.downstream.timeout_ms),
             ))
         });
-        let mut registry = Registry::new(Arc::clone(&store), downstream, settings.downstream.mode);
+        let mut registry = Registry::new(
+            Arc::clone(&store),
+            downstream,
+            settings.downstream.mode,
+            Duration::from_millis(settings.downstream.timeout_ms),
+        );
         if let Some(wrap) = options.registry {
             registry = wrap(registry);
         }
@@ -88,6 +93,7 @@ impl Application {
         let lease = Duration::from_secs(settings.consumers.lease_seconds);
         let pool_options = PoolOptions {
             workers: settings.consumers.workers,
+            call_out_workers: settings.downstream.concurrency,
             batch_size: settings.consumers.batch_size,
             idle_poll: options.idle_poll.unwrap_or(Duration::from_millis(500)),
             sweep_every: (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)),

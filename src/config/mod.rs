@@ -110,6 +110,10 @@ pub struct DownstreamSettings {
     /// Bound on one downstream call; must be under half the lease so a call cannot outlive it.
     pub timeout_ms: u64,
     pub mode: DeliveryMode,
+    /// Downstream calls in flight at once, each on its own worker beside the in-process ones
+    /// (`consumers.workers`), so that a slow downstream holds back no credit. None run when
+    /// `consumers.workers = 0`.
+    pub concurrency: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -168,7 +172,19 @@ impl Default for DownstreamSettings {
             url: String::new(),
             timeout_ms: 10_000,
             mode: DeliveryMode::AtMostOnce,
+            concurrency: 2,
         }
+    }
+}
+
+/// Bounds that keep the arithmetic on these settings far from overflow.
+const MAX_LEASE_SECONDS: u64 = 86_400;
+const MAX_BACKOFF_MS: u64 = 30 * 86_400_000;
+
+impl ConsumerSettings {
+    /// The lease in milliseconds (`lease_seconds` is bounded by validation).
+    pub fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
     }
 }
 
@@ -253,11 +269,20 @@ impl Settings {
         if c.workers > 256 {
             return Err(invalid("consumers.workers", "must be at most 256"));
         }
-        if c.lease_seconds == 0 {
-            return Err(invalid("consumers.lease_seconds", "must be positive"));
+        if c.lease_seconds == 0 || c.lease_seconds > MAX_LEASE_SECONDS {
+            return Err(invalid(
+                "consumers.lease_seconds",
+                format!("must be between 1 and {MAX_LEASE_SECONDS} (a day)"),
+            ));
         }
         if c.max_attempts == 0 {
             return Err(invalid("consumers.max_attempts", "must be at least 1"));
+        }
+        if c.backoff_max_ms > MAX_BACKOFF_MS {
+            return Err(invalid(
+                "consumers.backoff_max_ms",
+                format!("must be at most {MAX_BACKOFF_MS} (30 days)"),
+            ));
         }
         if c.backoff_base_ms > c.backoff_max_ms {
             return Err(invalid(
@@ -265,16 +290,23 @@ impl Settings {
                 "must not exceed consumers.backoff_max_ms",
             ));
         }
-        if self.downstream.timeout_ms == 0
-            || self.downstream.timeout_ms * 2 >= c.lease_seconds * 1000
-        {
+        // lease_seconds is bounded above, so its product cannot overflow; timeout_ms is not,
+        // so it is compared by division.
+        let half_lease_ms = c.lease_seconds * 1000 / 2;
+        if self.downstream.timeout_ms == 0 || self.downstream.timeout_ms >= half_lease_ms {
             return Err(invalid(
                 "downstream.timeout_ms",
                 format!(
-                    "must be positive and under half of consumers.lease_seconds ({} ms), so a \
-                     downstream call always ends before its lease can expire",
-                    c.lease_seconds * 1000 / 2
+                    "must be positive and under half of consumers.lease_seconds \
+                     ({half_lease_ms} ms), so a downstream call always ends before its lease \
+                     can expire"
                 ),
+            ));
+        }
+        if !(1..=64).contains(&self.downstream.concurrency) {
+            return Err(invalid(
+                "downstream.concurrency",
+                "must be between 1 and 64",
             ));
         }
         let mut seen = std::collections::HashSet::new();

@@ -18,7 +18,10 @@ use crate::config::ConsumerSettings;
 use crate::domain::time::now_ms;
 use crate::handlers::{Handled, Registry};
 use crate::metrics::Metrics;
-use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Store, StoreResult};
+use crate::store::{AttemptResult, Claimed, Finish, Finished, Lane, Next, Store, StoreResult};
+
+/// Bound on the batches one pass takes before it returns to its caller.
+const MAX_ROUNDS: usize = 10_000;
 
 /// Finished attempts waiting to be committed, with the handler each came from (for metrics).
 #[derive(Default)]
@@ -60,7 +63,7 @@ impl Consumer {
             store,
             registry,
             metrics,
-            lease_ms: (settings.lease_seconds * 1000) as i64,
+            lease_ms: settings.lease_ms(),
             max_attempts: settings.max_attempts,
             backoff: Backoff::new(settings.backoff_base_ms, settings.backoff_max_ms),
             ingest_first: parking_lot::Mutex::new(()),
@@ -79,33 +82,45 @@ impl Consumer {
         self.max_attempts
     }
 
-    /// Claim up to `limit` due events and process them. `stopping` is asked before each handler
-    /// starts: once it says yes, the remaining claims are released untouched. Returns the number
-    /// claimed. Blocking: call it from a blocking thread.
+    /// One pass for `POST /events/run`: claim up to `limit` due in-process events and
+    /// process them, then call-out events one at a time while the limit allows. `stopping` is
+    /// asked before each handler starts: once it says yes, the remaining claims are released
+    /// untouched. Returns the number claimed. Blocking: call it from a blocking thread.
     pub fn run_once(
         &self,
         worker: &str,
         limit: usize,
         stopping: &dyn Fn() -> bool,
     ) -> StoreResult<usize> {
-        let claimed = self.store.claim(worker, limit, self.lease_ms, now_ms())?;
-        let count = claimed.len();
+        let claimed = self
+            .store
+            .claim(worker, Lane::InProcess, limit, self.lease_ms, now_ms())?;
+        let mut count = claimed.len();
         let mut pending = self.handle_batch(claimed, stopping)?;
         self.flush(&mut pending)?;
+        while count < limit && !stopping() {
+            let n = self.call_out_once(worker, stopping)?;
+            if n == 0 {
+                break;
+            }
+            count += n;
+        }
         Ok(count)
     }
 
-    /// Process batch after batch until nothing is due or `stopping` says yes. Each batch's
-    /// completion and the next claim share one transaction: one commit per batch instead of two,
-    /// which is what the worker pool's throughput is bound by. Returns the number claimed.
+    /// Process in-process batches until nothing is due or `stopping` says yes. Each batch's
+    /// completion and the next claim share one transaction: one commit per batch instead of
+    /// two, which is what the worker pool's throughput is bound by. Returns the number claimed.
     pub fn run_until_idle(
         &self,
         worker: &str,
         limit: usize,
         stopping: &dyn Fn() -> bool,
     ) -> StoreResult<usize> {
-        const MAX_ROUNDS: usize = 10_000;
-        let mut claimed = self.store.claim(worker, limit, self.lease_ms, now_ms())?;
+        let lane = Lane::InProcess;
+        let mut claimed = self
+            .store
+            .claim(worker, lane, limit, self.lease_ms, now_ms())?;
         let mut total = 0;
         for _ in 0..MAX_ROUNDS {
             if claimed.is_empty() {
@@ -121,6 +136,7 @@ impl Consumer {
             let (results, next) = self.store.finish_and_claim(
                 &pending.items,
                 worker,
+                lane,
                 limit,
                 self.lease_ms,
                 now_ms(),
@@ -135,9 +151,37 @@ impl Consumer {
         Ok(total)
     }
 
-    /// Run each claimed event's handler. External handlers' completions are committed at once;
-    /// the rest are returned for the caller to commit. Once `stopping` says yes, the claims not
-    /// yet started are released.
+    /// Process call-out events one at a time until none is due or `stopping` says yes. Each
+    /// claim takes one event with a fresh lease, so that the lease covers the one call it
+    /// leads to (the handler checks that before calling). Returns the number claimed.
+    pub fn run_call_outs(&self, worker: &str, stopping: &dyn Fn() -> bool) -> StoreResult<usize> {
+        let mut total = 0;
+        for _ in 0..MAX_ROUNDS {
+            if stopping() {
+                break;
+            }
+            let n = self.call_out_once(worker, stopping)?;
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        Ok(total)
+    }
+
+    fn call_out_once(&self, worker: &str, stopping: &dyn Fn() -> bool) -> StoreResult<usize> {
+        let claimed = self
+            .store
+            .claim(worker, Lane::CallOut, 1, self.lease_ms, now_ms())?;
+        let count = claimed.len();
+        let mut pending = self.handle_batch(claimed, stopping)?;
+        self.flush(&mut pending)?;
+        Ok(count)
+    }
+
+    /// Run each claimed event's handler. The completions of handlers that call out are
+    /// committed at once; the rest are returned for the caller to commit. Once `stopping`
+    /// says yes, the claims not yet started are released.
     fn handle_batch(
         &self,
         claimed: Vec<Claimed>,
@@ -156,12 +200,13 @@ impl Consumer {
                 break;
             }
             let handler = self.registry.route(&event.claim.source, &event.event_type);
+            let calls_out = handler.call_timeout().is_some();
             let started = Instant::now();
             // A handler that calls out runs in a span naming the event, for the lines its
             // client may log. In-process handlers name the event on their own lines: a span's
             // fields are formatted for every event, logged or not (about 5,000 instructions a
             // credit, 4% of the drain).
-            let handled = if handler.external() {
+            let handled = if calls_out {
                 tracing::info_span!(
                     "handle",
                     source = %event.claim.source,
@@ -182,7 +227,7 @@ impl Consumer {
                 },
                 handler.name(),
             );
-            if handler.external() {
+            if calls_out {
                 self.flush(&mut pending)?;
             }
         }
@@ -195,11 +240,23 @@ impl Consumer {
             Handled::Permanent(error) => Next::Fail {
                 error,
                 result: AttemptResult::PermanentError,
+                abandoned: false,
+            },
+            Handled::Abandoned(error) => Next::Fail {
+                error,
+                result: AttemptResult::PermanentError,
+                abandoned: true,
+            },
+            // Nothing was called: due again at once, under a fresh claim and lease.
+            Handled::NotStarted(error) => Next::Retry {
+                at: now_ms(),
+                error,
             },
             Handled::Retryable(error) if event.budget_used >= i64::from(self.max_attempts) => {
                 Next::Fail {
                     error: format!("{error} (gave up after {} attempts)", event.budget_used),
                     result: AttemptResult::RetryableError,
+                    abandoned: false,
                 }
             }
             Handled::Retryable(error) => Next::Retry {
@@ -245,7 +302,7 @@ impl Consumer {
                 result
             }
             (_, Finished::Retrying) => AttemptResult::RetryableError,
-            (Next::Fail { result, error }, Finished::Failed) => {
+            (Next::Fail { result, error, .. }, Finished::Failed) => {
                 tracing::warn!(
                     source = %finish.claim.source,
                     event_id = %finish.claim.event_id,

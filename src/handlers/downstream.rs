@@ -1,10 +1,12 @@
 //! Submitted requests go to the downstream system: the seam to the outside world.
 //!
-//! At-most-once by default: the downstream may not honour idempotency keys, so the handler
-//! makes one attempt, and an attempt whose outcome is unknown (the worker died, the lease
-//! expired) is failed as abandoned for ops rather than repeated. `downstream.mode =
-//! "at-least-once"` retries with backoff; use it only for a downstream that deduplicates on
-//! the `Idempotency-Key` header, which is the event key. No transaction is open during the call.
+//! At-most-once by default: the downstream may not honour idempotency keys, so an attempt
+//! whose outcome is unknown (a timeout, a connection lost after sending, a 5xx, the worker
+//! died or its lease expired mid-call) is failed as abandoned for ops rather than repeated.
+//! Only a failure that proves nothing was sent (connection refused, 408, 429) is retried.
+//! `downstream.mode = "at-least-once"` retries unknown outcomes with backoff too; use it only
+//! for a downstream that deduplicates on the `Idempotency-Key` header, which is the event key.
+//! No transaction is open during the call.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -14,11 +16,39 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::{Handled, Handler};
 use crate::config::DeliveryMode;
+use crate::domain::time::now_ms;
 use crate::store::{Claimed, Outcome, Store};
 
+/// What a failed call proves about the downstream's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFailure {
+    /// Nothing reached the downstream (connection refused, no such host, a 408 or 429 that
+    /// says it was not processed): safe to call again, in either mode.
+    NotSent,
+    /// The downstream answered that it did not process the request (any other 4xx or 3xx), or
+    /// there is nothing to call (no URL): calling again with the same request cannot help.
+    Rejected,
+    /// The request may have been acted on (a timeout, a connection lost after sending, a 5xx):
+    /// an at-most-once event is abandoned for ops to decide.
+    Unknown,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct DownstreamError(pub String);
+#[error("{message}")]
+pub struct DownstreamError {
+    pub kind: CallFailure,
+    /// For `last_error` and logs: never the downstream URL, which may hold credentials.
+    pub message: String,
+}
+
+impl DownstreamError {
+    pub fn new(kind: CallFailure, message: impl Into<String>) -> DownstreamError {
+        DownstreamError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
 
 /// The external system. Tests use a recording fake; production uses [`HttpDownstream`].
 pub trait DownstreamSystem: Send + Sync {
@@ -28,6 +58,8 @@ pub trait DownstreamSystem: Send + Sync {
 }
 
 /// POSTs JSON to `downstream.url` with an `Idempotency-Key` header, bounded by `timeout_ms`.
+/// Redirects are not followed (a redirected POST would become another request); errors never
+/// name the URL.
 pub struct HttpDownstream {
     url: String,
     timeout: Duration,
@@ -44,13 +76,46 @@ impl HttpDownstream {
             client: OnceLock::new(),
         }
     }
+
+    /// What a transport error proves: a failed connect sent nothing; anything later may have.
+    fn failure(&self, e: reqwest::Error) -> DownstreamError {
+        let kind = if e.is_connect() {
+            CallFailure::NotSent
+        } else {
+            CallFailure::Unknown
+        };
+        let what = if e.is_connect() {
+            "could not connect to the downstream (nothing was sent)".to_string()
+        } else if e.is_timeout() {
+            format!(
+                "no answer from the downstream within {} ms (it may have acted)",
+                self.timeout.as_millis()
+            )
+        } else {
+            "the downstream call failed after the request may have been sent".to_string()
+        };
+        DownstreamError::new(kind, format!("{what}: {}", chain(&e.without_url())))
+    }
+}
+
+/// An error and its causes, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 impl DownstreamSystem for HttpDownstream {
     fn submit(&self, idempotency_key: &str, body: &[u8]) -> Result<String, DownstreamError> {
         if self.url.is_empty() {
-            return Err(DownstreamError(
-                "downstream.url is not configured: set it to deliver submitted requests".into(),
+            return Err(DownstreamError::new(
+                CallFailure::Rejected,
+                "downstream.url is not configured: set it to deliver submitted requests",
             ));
         }
         let client = self
@@ -58,33 +123,38 @@ impl DownstreamSystem for HttpDownstream {
             .get_or_init(|| {
                 reqwest::blocking::Client::builder()
                     .timeout(self.timeout)
+                    .redirect(reqwest::redirect::Policy::none())
                     .build()
-                    .map_err(|e| format!("building the HTTP client: {e}"))
+                    .map_err(|e| format!("building the HTTP client: {}", chain(&e.without_url())))
             })
             .as_ref()
-            .map_err(|e| DownstreamError(e.clone()))?;
+            .map_err(|e| DownstreamError::new(CallFailure::NotSent, e.clone()))?;
         let response = client
             .post(&self.url)
             .header("Idempotency-Key", idempotency_key)
             .header("Content-Type", "application/json")
             .body(body.to_vec())
             .send()
-            .map_err(|e| DownstreamError(format!("POST {}: {e}", self.url)))?;
+            .map_err(|e| self.failure(e))?;
         let status = response.status();
         if status.is_success() {
-            Ok(format!("HTTP {status}"))
-        } else {
-            let text: String = response
-                .text()
-                .unwrap_or_default()
-                .chars()
-                .take(200)
-                .collect();
-            Err(DownstreamError(format!(
-                "POST {} answered {status}: {text}",
-                self.url
-            )))
+            return Ok(format!("HTTP {status}"));
         }
+        let kind = match status.as_u16() {
+            408 | 429 => CallFailure::NotSent,
+            300..=499 => CallFailure::Rejected,
+            _ => CallFailure::Unknown,
+        };
+        let text: String = response
+            .text()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect();
+        Err(DownstreamError::new(
+            kind,
+            format!("the downstream answered {status}: {text}"),
+        ))
     }
 }
 
@@ -92,6 +162,8 @@ pub struct SubmitRequest {
     store: Arc<dyn Store>,
     downstream: Arc<dyn DownstreamSystem>,
     mode: DeliveryMode,
+    /// `downstream.timeout_ms`: a call starts only while the lease covers all of it.
+    timeout: Duration,
 }
 
 impl SubmitRequest {
@@ -99,11 +171,13 @@ impl SubmitRequest {
         store: Arc<dyn Store>,
         downstream: Arc<dyn DownstreamSystem>,
         mode: DeliveryMode,
+        timeout: Duration,
     ) -> SubmitRequest {
         SubmitRequest {
             store,
             downstream,
             mode,
+            timeout,
         }
     }
 
@@ -141,8 +215,8 @@ impl Handler for SubmitRequest {
         self.mode
     }
 
-    fn external(&self) -> bool {
-        true
+    fn call_timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
     }
 
     fn handle(&self, event: &Claimed) -> Handled {
@@ -151,6 +225,16 @@ impl Handler for SubmitRequest {
             // Reading our own store failed before any call: safe to retry in either mode.
             Err(e) => return Handled::Retryable(e),
         };
+        // Checked right before the call: the sweeper must not be able to hand this event to
+        // another worker while the call may still be running.
+        let left_ms = event.claimed_until - now_ms();
+        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        if left_ms <= timeout_ms {
+            return Handled::NotStarted(format!(
+                "not called: the lease had {left_ms} ms left, less than the call's timeout of \
+                 {timeout_ms} ms"
+            ));
+        }
         let key = format!("{}:{}", event.claim.source, event.claim.event_id);
         match self.downstream.submit(&key, &body) {
             Ok(receipt) => {
@@ -160,12 +244,18 @@ impl Handler for SubmitRequest {
                     outcome: Outcome::Delivered,
                 }
             }
-            Err(e) => match self.mode {
-                DeliveryMode::AtMostOnce => Handled::Permanent(format!(
-                    "downstream call failed (at-most-once: not retried): {e}"
+            Err(e) => match (e.kind, self.mode) {
+                (CallFailure::NotSent, _) => {
+                    Handled::Retryable(format!("downstream not reached, will retry: {e}"))
+                }
+                (CallFailure::Rejected, _) => {
+                    Handled::Permanent(format!("downstream refused the submission: {e}"))
+                }
+                (CallFailure::Unknown, DeliveryMode::AtMostOnce) => Handled::Abandoned(format!(
+                    "abandoned: {e}; at-most-once, so it is not retried without force"
                 )),
-                DeliveryMode::AtLeastOnce => {
-                    Handled::Retryable(format!("downstream call failed: {e}"))
+                (CallFailure::Unknown, DeliveryMode::AtLeastOnce) => {
+                    Handled::Retryable(format!("downstream call failed, will retry: {e}"))
                 }
             },
         }

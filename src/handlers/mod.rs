@@ -9,12 +9,15 @@ pub mod downstream;
 mod loyalty;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::{DeliveryMode, RESERVED_SOURCE};
-use crate::store::{Claimed, Effect, Outcome, Store};
+use crate::store::{Claimed, Effect, Lane, Outcome, Store};
 
 pub use audit::AuditLog;
-pub use downstream::{DownstreamError, DownstreamSystem, HttpDownstream, SubmitRequest};
+pub use downstream::{
+    CallFailure, DownstreamError, DownstreamSystem, HttpDownstream, SubmitRequest,
+};
 pub use loyalty::LoyaltyCredit;
 
 /// What a handler made of one event.
@@ -29,6 +32,13 @@ pub enum Handled {
     Retryable(String),
     /// Retrying cannot help (a payload without `order_id`): failed at once.
     Permanent(String),
+    /// An at-most-once call whose outcome is unknown (a timeout, a connection lost after the
+    /// request was sent, a 5xx): the downstream may have acted. Failed and `abandoned`, so
+    /// that only a forced retry calls it again.
+    Abandoned(String),
+    /// The call was not started (the claim's lease no longer covers its timeout): the claim
+    /// is released, and the event is claimed again with a fresh lease.
+    NotStarted(String),
 }
 
 pub trait Handler: Send + Sync {
@@ -36,12 +46,21 @@ pub trait Handler: Send + Sync {
     fn name(&self) -> &'static str;
     /// What the sweeper does when this handler's lease expires.
     fn mode(&self) -> DeliveryMode;
-    /// Whether `handle` talks to an external system: its completion is then committed straight
-    /// after the call rather than batched, so that the lease covers only that call.
-    fn external(&self) -> bool {
-        false
+    /// For a handler that calls an external system, the bound on one call. Its events are in
+    /// the call-out lane: claimed one at a time, each completion committed straight after its
+    /// call, and the call started only while the claim's lease still covers this whole bound.
+    fn call_timeout(&self) -> Option<Duration> {
+        None
     }
     fn handle(&self, event: &Claimed) -> Handled;
+}
+
+/// The lane a handler's events are stored in.
+pub fn lane_of(handler: &dyn Handler) -> Lane {
+    match handler.call_timeout() {
+        Some(_) => Lane::CallOut,
+        None => Lane::InProcess,
+    }
 }
 
 pub const ORDER_COMPLETED: &str = "order.completed";
@@ -59,11 +78,12 @@ impl Registry {
         store: Arc<dyn Store>,
         downstream: Arc<dyn DownstreamSystem>,
         mode: DeliveryMode,
+        timeout: Duration,
     ) -> Registry {
         Registry::from_parts(
             Arc::new(LoyaltyCredit),
             Arc::new(AuditLog),
-            Arc::new(SubmitRequest::new(store, downstream, mode)),
+            Arc::new(SubmitRequest::new(store, downstream, mode, timeout)),
         )
     }
 

@@ -15,7 +15,7 @@ use crate::domain::EventId;
 use crate::domain::payload::peek;
 use crate::domain::time::{now_ms, now_secs};
 use crate::signature::{BodyField, Headers, NotAscii};
-use crate::store::{InsertOutcome, NewDelivery};
+use crate::store::{InsertOutcome, Lane, NewDelivery};
 
 struct ActixHeaders<'a>(&'a HeaderMap);
 
@@ -126,6 +126,7 @@ async fn store_delivery(
         content_type,
         received_at: now_ms(),
         reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,
+        lane: Lane::InProcess,
     };
     let outcome = state.ingest.ingest(delivery).await?;
     Ok((event_id, outcome))

@@ -52,11 +52,12 @@ pub trait Store: Send + Sync + 'static {
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>>;
 
     // Consuming.
-    /// Move up to `limit` due pending events to `claimed` in one statement, count the attempt
-    /// and open its history row, all in one transaction.
+    /// Move up to `limit` due pending events of `lane` to `claimed` in one statement, count
+    /// the attempt and open its history row, all in one transaction.
     fn claim(
         &self,
         worker: &str,
+        lane: Lane,
         limit: usize,
         lease_ms: i64,
         now: i64,
@@ -69,6 +70,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         items: &[Finish],
         worker: &str,
+        lane: Lane,
         limit: usize,
         lease_ms: i64,
         now: i64,

@@ -14,6 +14,29 @@ pub struct NewDelivery {
     pub received_at: i64,
     /// `on_payload_mismatch = "reject"`: a differing body is refused instead of counted.
     pub reject_mismatch: bool,
+    /// Which consumers claim the event.
+    pub lane: Lane,
+}
+
+/// Which consumers claim an event. Handlers that call an external system have their own lane:
+/// claimed one at a time by their own bounded set of workers, so that a claim's lease covers
+/// the one call it leads to, and a slow downstream holds back no in-process effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Effects inside the database (the loyalty credit, the audit log): claimed in batches.
+    InProcess,
+    /// A call to an external system (the downstream submission): claimed one at a time.
+    CallOut,
+}
+
+impl Lane {
+    /// The value stored in `events.lane`.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Lane::InProcess => 0,
+            Lane::CallOut => 1,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,8 +204,10 @@ pub struct StatusCounts {
     pub claimed: i64,
     pub completed: i64,
     pub failed: i64,
-    /// `received_at` of the oldest pending event, for the `oldest_pending_seconds` gauge.
-    pub oldest_pending_received_at: Option<i64>,
+    /// When the longest-waiting unfinished event became due (pending or claimed; a pending
+    /// event waiting on its backoff is not due yet), for the `oldest_pending_seconds` gauge.
+    /// May lie in the future: then nothing is due.
+    pub oldest_due_at: Option<i64>,
 }
 
 /// The key and fence of one claim.
@@ -232,10 +257,12 @@ pub enum Next {
     },
     /// Back to pending, due at `at`.
     Retry { at: i64, error: String },
-    /// Terminal failure.
+    /// Terminal failure. `abandoned`: an at-most-once call whose outcome is unknown (the
+    /// downstream may have acted), so that only a forced retry runs it again.
     Fail {
         error: String,
         result: AttemptResult,
+        abandoned: bool,
     },
 }
 

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Barrier};
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{InsertOutcome, Status, Store};
+use webhook_inbox::store::{InsertOutcome, Lane, Status, Store};
 
 use crate::helpers::*;
 
@@ -272,7 +272,11 @@ fn one_finish_batch_gives_each_event_its_own_result() {
     // Right after an ingest write the store hands out smaller batches: claim until all four.
     let mut claimed = Vec::new();
     for _ in 0..10 {
-        claimed.extend(h.store.claim("w", 10, 30_000, now).unwrap());
+        claimed.extend(
+            h.store
+                .claim("w", Lane::InProcess, 10, 30_000, now)
+                .unwrap(),
+        );
     }
     claimed.sort_by_key(|c| c.claim.seq);
     assert_eq!(claimed.len(), 4);
@@ -437,16 +441,18 @@ fn query_plan(h: &Harness, sql: &str, params: impl rusqlite::Params) -> Vec<Stri
 #[test]
 fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
     let h = Harness::new(5, 30);
-    let plan = query_plan(
-        &h,
-        &webhook_inbox::store::sqlite::claim_sql(5),
-        rusqlite::params!["w", 0, 0],
-    );
-    assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
-    assert!(
-        !plan.iter().any(|p| p.contains("TEMP B-TREE")),
-        "the claim sorts: {plan:?}"
-    );
+    for lane in [Lane::InProcess, Lane::CallOut] {
+        let plan = query_plan(
+            &h,
+            &webhook_inbox::store::sqlite::claim_sql(lane, 5),
+            rusqlite::params!["w", 0, 0],
+        );
+        assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
+        assert!(
+            !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+            "the claim sorts: {plan:?}"
+        );
+    }
 }
 
 /// `/metrics` reads the status counts at every scrape: they must not scan the event history
@@ -473,11 +479,11 @@ fn the_status_counts_read_only_the_partial_indexes() {
     ]);
     let c = counts(&h);
     assert_eq!((c.pending, c.claimed, c.completed, c.failed), (2, 0, 0, 0));
-    assert!(c.oldest_pending_received_at.is_some());
+    assert!(c.oldest_due_at.is_some());
     h.drain();
     let c = counts(&h);
     assert_eq!((c.pending, c.claimed, c.completed, c.failed), (0, 0, 2, 0));
-    assert_eq!(c.oldest_pending_received_at, None);
+    assert_eq!(c.oldest_due_at, None);
 }
 
 /// The claim runs for every batch: binding new values must not make SQLite parse and plan it
@@ -487,7 +493,7 @@ fn the_claim_statement_is_not_prepared_again_at_each_claim() {
     let h = Harness::new(5, 30);
     let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
     let mut claim = conn
-        .prepare(&webhook_inbox::store::sqlite::claim_sql(5))
+        .prepare(&webhook_inbox::store::sqlite::claim_sql(Lane::InProcess, 5))
         .unwrap();
     for now in 1..=3_i64 {
         let mut rows = claim.query(rusqlite::params!["w", now + 30, now]).unwrap();

@@ -10,7 +10,7 @@ use webhook_inbox::config::ConsumerSettings;
 use webhook_inbox::consumer::Consumer;
 use webhook_inbox::handlers::{DownstreamError, DownstreamSystem, Handled, Handler, Registry};
 use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
-use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, NewDelivery, Store};
+use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, Lane, NewDelivery, Store};
 
 use crate::helpers::{drain_blocking, init_logs};
 
@@ -18,7 +18,7 @@ use crate::helpers::{drain_blocking, init_logs};
 #[derive(Default)]
 pub struct RecordingDownstream {
     pub calls: Mutex<Vec<String>>,
-    pub fail_with: Mutex<Option<String>>,
+    pub fail_with: Mutex<Option<DownstreamError>>,
     /// Held for this long inside each call (to let a lease run out).
     pub delay: Mutex<Duration>,
 }
@@ -37,7 +37,7 @@ impl DownstreamSystem for RecordingDownstream {
             std::thread::sleep(delay);
         }
         match self.fail_with.lock().unwrap().clone() {
-            Some(e) => Err(DownstreamError(e)),
+            Some(e) => Err(e),
             None => Ok("recorded".into()),
         }
     }
@@ -85,8 +85,8 @@ impl Handler for Recording {
         self.inner.mode()
     }
 
-    fn external(&self) -> bool {
-        self.inner.external()
+    fn call_timeout(&self) -> Option<Duration> {
+        self.inner.call_timeout()
     }
 
     fn handle(&self, event: &Claimed) -> Handled {
@@ -171,7 +171,9 @@ impl Harness {
         );
         store.migrate().unwrap();
         let downstream = Arc::new(RecordingDownstream::default());
-        let real = Registry::new(store.clone(), downstream.clone(), mode);
+        // Under half the lease, as configuration validation demands.
+        let timeout = Duration::from_millis(lease_seconds * 1000 / 4);
+        let real = Registry::new(store.clone(), downstream.clone(), mode, timeout);
         let loyalty = Recording::wrap(real.loyalty());
         let audit = Recording::wrap(real.audit());
         let registry =
@@ -228,8 +230,14 @@ impl Harness {
     }
 }
 
+/// A delivery as ingest (or, for `requests`/`request.submitted`, a submit) stores it.
 pub fn new_delivery(source: &str, id: &str, ty: &str, body: &str) -> NewDelivery {
     use sha2::Digest;
+    let lane = if (source, ty) == ("requests", "request.submitted") {
+        Lane::CallOut
+    } else {
+        Lane::InProcess
+    };
     NewDelivery {
         source: source.into(),
         event_id: id.into(),
@@ -239,6 +247,7 @@ pub fn new_delivery(source: &str, id: &str, ty: &str, body: &str) -> NewDelivery
         sha256: sha2::Sha256::digest(body.as_bytes()).into(),
         received_at: webhook_inbox::domain::time::now_ms(),
         reject_mismatch: false,
+        lane,
     }
 }
 

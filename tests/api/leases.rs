@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use webhook_inbox::config::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Effect, Finish, Finished, Next, Outcome, Status, Store};
+use webhook_inbox::store::{Effect, Finish, Finished, Lane, Next, Outcome, Status, Store};
 
 use crate::helpers::*;
 
@@ -26,7 +26,10 @@ fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
         outcome: Outcome::Credited,
     };
     // Worker A claims with a short lease and is slow.
-    let a = h.store.claim("A", 10, 50, now_ms()).unwrap();
+    let a = h
+        .store
+        .claim("A", Lane::InProcess, 10, 50, now_ms())
+        .unwrap();
     assert_eq!(a.len(), 1);
     std::thread::sleep(Duration::from_millis(80));
     // Even before any sweep, the expired lease stops A's completion and effect.
@@ -43,7 +46,10 @@ fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
     assert_eq!(h.balance("c-1"), 0);
     // The sweeper gives the event back; B claims it and credits.
     assert_eq!(h.consumer.sweep().unwrap(), 1);
-    let b = h.store.claim("B", 10, 30_000, now_ms()).unwrap();
+    let b = h
+        .store
+        .claim("B", Lane::InProcess, 10, 30_000, now_ms())
+        .unwrap();
     assert_eq!(b.len(), 1);
     assert_ne!(b[0].claim.claim_token, a[0].claim.claim_token);
     // A's claim is still refused while B holds the event.
@@ -109,7 +115,13 @@ fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens
 fn an_expired_lease_on_the_last_attempt_fails_the_event() {
     let h = Harness::new(1, 30);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
-    assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
+    assert_eq!(
+        h.store
+            .claim("dead", Lane::InProcess, 1, 1, now_ms())
+            .unwrap()
+            .len(),
+        1
+    );
     std::thread::sleep(Duration::from_millis(5));
     assert_eq!(h.consumer.sweep().unwrap(), 1);
     let d = h.detail("shop", "evt-1");
@@ -124,7 +136,13 @@ fn an_expired_lease_on_the_last_attempt_fails_the_event() {
 fn at_most_once_events_whose_lease_expires_are_abandoned_not_retried() {
     let h = Harness::with_mode(5, 30, DeliveryMode::AtMostOnce);
     h.insert(&[("requests", "req-1", "request.submitted", "{}".into())]);
-    assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
+    assert_eq!(
+        h.store
+            .claim("dead", Lane::CallOut, 1, 1, now_ms())
+            .unwrap()
+            .len(),
+        1
+    );
     std::thread::sleep(Duration::from_millis(5));
     assert_eq!(h.consumer.sweep().unwrap(), 1);
     let d = h.detail("requests", "req-1");

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use webhook_inbox::domain::time::now_ms;
+use webhook_inbox::store::Lane;
 
 use crate::helpers::*;
 
@@ -167,7 +168,10 @@ async fn retry_answers_each_case_as_the_spec_says() {
         (200, json!("pending"))
     );
     // claimed: 200, nothing changes.
-    let claimed = app.store.claim("ops-test", 10, 60_000, now_ms()).unwrap();
+    let claimed = app
+        .store
+        .claim("ops-test", Lane::InProcess, 10, 60_000, now_ms())
+        .unwrap();
     assert_eq!(claimed.len(), 2);
     let r = app.admin_post("/events/shop/pending/retry", None).await;
     assert_eq!(
@@ -206,7 +210,9 @@ async fn an_abandoned_at_most_once_event_needs_force_and_bulk_retry_skips_it() {
         .to_string();
     app.post(&format!("/requests/{id}/submit"), Some(SUBMIT_TOKEN), None)
         .await;
-    app.store.claim("dead-worker", 1, 1, now_ms()).unwrap();
+    app.store
+        .claim("dead-worker", Lane::CallOut, 1, 1, now_ms())
+        .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     app.consumer.sweep().unwrap();
     assert_eq!(app.event("requests", &id).await["abandoned"], true);

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde_json::json;
 use webhook_inbox::config::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
+use webhook_inbox::handlers::{CallFailure, DownstreamError};
 use webhook_inbox::startup::BuildOptions;
-use webhook_inbox::store::{Status, Store};
+use webhook_inbox::store::{Lane, Status, Store};
 
 use crate::helpers::*;
 
@@ -187,9 +188,12 @@ fn six_workers_drain_fifty_submissions_calling_downstream_once_each() {
 }
 
 #[tokio::test]
-async fn a_failing_downstream_fails_the_event_visibly_and_is_not_called_again() {
+async fn a_downstream_that_refuses_fails_the_event_visibly_and_is_not_called_again() {
     let (app, downstream) = app_with_downstream("at-most-once").await;
-    *downstream.fail_with.lock().unwrap() = Some("HTTP 500 from downstream".into());
+    *downstream.fail_with.lock().unwrap() = Some(DownstreamError::new(
+        CallFailure::Rejected,
+        "the downstream answered 422 Unprocessable Entity",
+    ));
     let id = create(&app).await;
     app.post(&format!("/requests/{id}/submit"), Some(SUBMIT_TOKEN), None)
         .await;
@@ -202,7 +206,7 @@ async fn a_failing_downstream_fails_the_event_visibly_and_is_not_called_again() 
         failed["events"][0]["last_error"]
             .as_str()
             .unwrap()
-            .contains("HTTP 500")
+            .contains("422")
     );
     let r = app.get(&format!("/requests/{id}")).await;
     assert_eq!(r.body["event"]["status"], "failed");
@@ -210,7 +214,7 @@ async fn a_failing_downstream_fails_the_event_visibly_and_is_not_called_again() 
         r.body["event"]["last_error"]
             .as_str()
             .unwrap()
-            .contains("HTTP 500")
+            .contains("422")
     );
     let event = app.event("requests", &id).await;
     assert_eq!(event["history"][0]["result"], "permanent_error");
@@ -219,7 +223,10 @@ async fn a_failing_downstream_fails_the_event_visibly_and_is_not_called_again() 
 #[tokio::test]
 async fn at_least_once_mode_retries_a_failing_downstream_with_the_same_key() {
     let (app, downstream) = app_with_downstream("at-least-once").await;
-    *downstream.fail_with.lock().unwrap() = Some("timeout".into());
+    *downstream.fail_with.lock().unwrap() = Some(DownstreamError::new(
+        CallFailure::Unknown,
+        "no answer from the downstream within 450 ms",
+    ));
     let id = create(&app).await;
     app.post(&format!("/requests/{id}/submit"), Some(SUBMIT_TOKEN), None)
         .await;
@@ -238,7 +245,13 @@ fn a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_
         h.store.create_request("req-1", now_ms()).unwrap();
         h.store.submit_request("req-1", now_ms()).unwrap();
         // The worker claims, then dies: its lease runs out.
-        assert_eq!(h.store.claim("dead", 1, 1, now_ms()).unwrap().len(), 1);
+        assert_eq!(
+            h.store
+                .claim("dead", Lane::CallOut, 1, 1, now_ms())
+                .unwrap()
+                .len(),
+            1
+        );
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(h.consumer.sweep().unwrap(), 1);
         h.drain();

@@ -10,7 +10,7 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transactio
 
 use crate::config::DeliveryMode;
 use crate::store::{
-    AttemptResult, ClaimRef, Claimed, LoyaltyAccount, LoyaltyCredit, ModeOf, StoreResult,
+    AttemptResult, ClaimRef, Claimed, Lane, LoyaltyAccount, LoyaltyCredit, ModeOf, StoreResult,
 };
 
 /// The claim: one statement moves due pending rows to `claimed` and returns them. The
@@ -20,14 +20,18 @@ use crate::store::{
 /// The limit is part of the text, not a parameter: SQLite plans with a bound LIMIT's value
 /// and so re-prepares the statement at every new binding (measured: one full parse and plan
 /// per claim). A worker uses one or two limits, so the statement cache holds them all.
-pub fn claim_sql(limit: usize) -> String {
+///
+/// The lane is part of the text too (two values), and leads `events_due`: each lane's claim is
+/// one range of the index. A claimed event keeps `next_attempt_at`, the time it became due,
+/// for the lag gauge; terminal transitions clear it.
+pub fn claim_sql(lane: Lane, limit: usize) -> String {
+    let lane = lane.as_i64();
     format!(
         "UPDATE events
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
-        attempts = attempts + 1, next_attempt_at = NULL,
-        claim_token = lower(hex(randomblob(16)))
+        attempts = attempts + 1, claim_token = lower(hex(randomblob(16)))
   WHERE rowid IN (SELECT rowid FROM events INDEXED BY events_due
-                   WHERE status = 'pending' AND next_attempt_at <= ?3
+                   WHERE status = 'pending' AND lane = {lane} AND next_attempt_at <= ?3
                    ORDER BY next_attempt_at LIMIT {limit})
 RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim_token,
           claimed_until, seq"
@@ -37,13 +41,14 @@ RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim
 pub(super) fn claim(
     tx: &Transaction<'_>,
     worker: &str,
+    lane: Lane,
     limit: usize,
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
     let mut claimed = tx
-        .prepare_cached(&claim_sql(limit))?
+        .prepare_cached(&claim_sql(lane, limit))?
         .query_map(params![worker, claimed_until, now], |r| {
             Ok(Claimed {
                 claim: ClaimRef {
@@ -131,18 +136,27 @@ macro_rules! fence {
 }
 
 pub(super) const COMPLETE: &str = fence!(
-    "status = 'completed', completed_at = ?3, outcome = ?4, last_error = NULL",
+    "status = 'completed', completed_at = ?3, outcome = ?4, last_error = NULL, \
+     next_attempt_at = NULL",
     live
 );
 pub(super) const RETRY: &str = fence!(
     "status = 'pending', next_attempt_at = ?4, last_error = ?5",
     live
 );
-pub(super) const FAIL: &str = fence!("status = 'failed', last_error = ?4", live);
+pub(super) const FAIL: &str = fence!(
+    "status = 'failed', last_error = ?4, abandoned = ?5, next_attempt_at = NULL",
+    live
+);
 const RELEASE: &str = fence!("status = 'pending', next_attempt_at = ?3", live);
-const EXPIRED_ABANDONED: &str =
-    fence!("status = 'failed', abandoned = 1, last_error = ?4", expired);
-const EXPIRED_FAILED: &str = fence!("status = 'failed', last_error = ?4", expired);
+const EXPIRED_ABANDONED: &str = fence!(
+    "status = 'failed', abandoned = 1, last_error = ?4, next_attempt_at = NULL",
+    expired
+);
+const EXPIRED_FAILED: &str = fence!(
+    "status = 'failed', last_error = ?4, next_attempt_at = NULL",
+    expired
+);
 const EXPIRED_RETRY: &str = fence!(
     "status = 'pending', next_attempt_at = ?3, last_error = ?4",
     expired

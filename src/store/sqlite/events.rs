@@ -130,13 +130,24 @@ fn page_query<T>(
 /// The counts `/metrics` reports, read in one statement (one snapshot). Each status but
 /// `completed` is counted in its own partial index, so a scrape costs what is pending, claimed
 /// or failed, not the whole history; `completed` is the rest of a `count(*)`, which SQLite
-/// answers from the page headers of the smallest index.
+/// answers from the page headers of the smallest index. The lag is when the longest-waiting
+/// unfinished work became due: the first due time of each lane's pending range (one index
+/// descent each) and of the few claimed events. A pending event waiting on its backoff has a
+/// due time in the future and so adds no lag.
 pub const STATUS_COUNTS: &str = "SELECT
     (SELECT count(*) FROM events),
     (SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending'),
     (SELECT count(*) FROM events INDEXED BY events_leases WHERE status = 'claimed'),
     (SELECT count(*) FROM events INDEXED BY events_failed WHERE status = 'failed'),
-    (SELECT min(received_at) FROM events INDEXED BY events_due WHERE status = 'pending')";
+    (SELECT min(due) FROM (
+        SELECT min(next_attempt_at) AS due FROM events INDEXED BY events_due
+         WHERE status = 'pending' AND lane = 0
+        UNION ALL
+        SELECT min(next_attempt_at) FROM events INDEXED BY events_due
+         WHERE status = 'pending' AND lane = 1
+        UNION ALL
+        SELECT min(next_attempt_at) FROM events INDEXED BY events_leases
+         WHERE status = 'claimed'))";
 
 pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
     let (all, pending, claimed, failed, oldest): (i64, i64, i64, i64, Option<i64>) =
@@ -148,7 +159,7 @@ pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
         claimed,
         completed: all - pending - claimed - failed,
         failed,
-        oldest_pending_received_at: oldest,
+        oldest_due_at: oldest,
     })
 }
 

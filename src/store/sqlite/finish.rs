@@ -45,8 +45,12 @@ fn finish_one(prepared: &mut Prepared<'_>, item: &Finish, now: i64) -> StoreResu
             )?;
             Ok(Finished::Retrying)
         }
-        Next::Fail { error, result } => {
-            if !fenced(prepared, FAIL, claim, now, error, &Null)? {
+        Next::Fail {
+            error,
+            result,
+            abandoned,
+        } => {
+            if !fenced(prepared, FAIL, claim, now, error, abandoned)? {
                 return lost;
             }
             close_attempt(prepared, claim, *result, Some(error), now)?;
@@ -174,7 +178,7 @@ pub(super) fn finish_all(
                     "event failed"
                 );
                 let result = AttemptResult::PermanentError;
-                if fenced(prepared, FAIL, &item.claim, now, &error, &Null)? {
+                if fenced(prepared, FAIL, &item.claim, now, &error, &false)? {
                     close_attempt(prepared, &item.claim, result, Some(&error), now)?;
                     Finished::Failed
                 } else {

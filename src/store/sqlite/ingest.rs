@@ -20,8 +20,8 @@ pub(super) fn insert_all(
         .query_row([], |r| r.get(0))?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
-                             last_delivered_at, next_attempt_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6)
+                             last_delivered_at, next_attempt_at, lane)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6, ?7)
          ON CONFLICT (source, event_id) DO NOTHING",
     )?;
     let mut body = tx.prepare_cached(
@@ -43,7 +43,8 @@ pub(super) fn insert_all(
             next_seq,
             d.event_type,
             &d.sha256[..],
-            d.received_at
+            d.received_at,
+            d.lane.as_i64()
         ])?;
         let inserted = (changed == 1).then(|| {
             next_seq += 1;

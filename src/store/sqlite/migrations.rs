@@ -27,6 +27,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "seq_is_the_rowid",
         include_str!("../../../migrations/0004_seq_is_the_rowid.sql"),
     ),
+    (
+        5,
+        "lanes_and_integer_balances",
+        include_str!("../../../migrations/0005_lanes_and_integer_balances.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -149,9 +154,9 @@ mod tests {
         }
     }
 
-    /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`): a database filled under
-    /// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
-    /// constraints still hold.
+    /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`), 5 adds the lane and
+    /// rebuilds `loyalty_balances`: a database filled under migrations 1 and 2 keeps every
+    /// row, its foreign keys and its indexes, and the constraints still hold.
     #[test]
     fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
         let dir = tempfile::tempdir().unwrap();
@@ -162,8 +167,13 @@ mod tests {
             "INSERT INTO events (source, event_id, seq, event_type, status, payload_sha256,
                                  received_at, last_delivered_at, next_attempt_at, attempts)
              VALUES ('shop', 'a', 1, 'order.completed', 'pending', zeroblob(32), 10, 11, 12, 1),
-                    ('shop', 'b', 2, 't', 'failed', zeroblob(32), 20, 21, NULL, 2);
-             INSERT INTO event_payloads (seq, payload) VALUES (1, x'7b7d'), (2, x'7b7d');
+                    ('shop', 'b', 2, 't', 'failed', zeroblob(32), 20, 21, NULL, 2),
+                    ('requests', 'r', 3, 'request.submitted', 'pending', zeroblob(32), 30, 30,
+                     30, 0);
+             INSERT INTO event_payloads (seq, payload)
+             VALUES (1, x'7b7d'), (2, x'7b7d'), (3, x'7b7d');
+             INSERT INTO loyalty_balances (customer_id, balance)
+             VALUES ('c-1', 10), ('c-2', 9.3e18);
              INSERT INTO event_attempts (event_seq, attempt, worker, started_at, finished_at,
                                          result, error)
              VALUES (1, 1, 'w', 10, 11, 'retryable_error', 'boom'), (2, 1, 'w', 20, NULL, NULL,
@@ -207,14 +217,36 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         let seq_is_rowid: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {
                 r.get(0)
             })
             .unwrap();
-        assert_eq!(seq_is_rowid, 2, "seq is the rowid");
+        assert_eq!(seq_is_rowid, 3, "seq is the rowid");
+        let lanes: Vec<i64> = conn
+            .prepare("SELECT lane FROM events ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(lanes, [0, 0, 1], "submitted requests are in the call-out lane");
+        let balances: Vec<(String, i64)> = conn
+            .prepare("SELECT typeof(balance), balance FROM loyalty_balances ORDER BY 1, 2")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            balances,
+            [("integer".to_string(), 10), ("integer".to_string(), i64::MAX)],
+            "a REAL balance saturates to an integer"
+        );
+        let real = conn.execute("UPDATE loyalty_balances SET balance = balance + 1.5", []);
+        assert!(real.is_err(), "the database refuses a balance that is not an integer");
         let duplicate = conn.execute(
             "INSERT INTO events (source, event_id, event_type, payload_sha256, received_at,
                                  last_delivered_at, next_attempt_at)

@@ -28,7 +28,7 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 use super::{
     AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord,
-    ExportedEvent, Finish, Finished, InsertOutcome, LoyaltyAccount, ModeOf, NewDelivery,
+    ExportedEvent, Finish, Finished, InsertOutcome, Lane, LoyaltyAccount, ModeOf, NewDelivery,
     NewDocument, Page, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
     SubmitOutcome,
 };
@@ -299,11 +299,14 @@ impl Store for SqliteStore {
     fn claim(
         &self,
         worker: &str,
+        lane: Lane,
         limit: usize,
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
-        self.consumer_write(|tx| consume::claim(tx, worker, self.claim_limit(limit), lease_ms, now))
+        self.consumer_write(|tx| {
+            consume::claim(tx, worker, lane, self.claim_limit(limit), lease_ms, now)
+        })
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
@@ -314,13 +317,15 @@ impl Store for SqliteStore {
         &self,
         items: &[Finish],
         worker: &str,
+        lane: Lane,
         limit: usize,
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
         self.finishing(|tx, isolate| {
             let finished = finish::finish_all(tx, items, now, isolate)?;
-            let claimed = consume::claim(tx, worker, self.claim_limit(limit), lease_ms, now)?;
+            let limit = self.claim_limit(limit);
+            let claimed = consume::claim(tx, worker, lane, limit, lease_ms, now)?;
             Ok((finished, claimed))
         })
     }

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::{events, ingest};
 use crate::store::{
-    AddDocument, DocumentContent, DocumentSummary, InsertOutcome, NewDelivery, NewDocument,
+    AddDocument, DocumentContent, DocumentSummary, InsertOutcome, Lane, NewDelivery, NewDocument,
     RequestRecord, RequestStatus, StoreResult, SubmitOutcome,
 };
 
@@ -144,6 +144,7 @@ pub(super) fn submit(tx: &Transaction<'_>, id: &str, now: i64) -> StoreResult<Su
         content_type: Some("application/json".into()),
         received_at: now,
         reject_mismatch: false,
+        lane: Lane::CallOut,
     };
     let outcome = ingest::insert_all(tx, std::slice::from_ref(&delivery))?;
     Ok(match outcome[0] {
