@@ -13,28 +13,49 @@ use crate::signature::Scheme;
 
 pub const DEMO_SOURCE: &str = "demo";
 
-/// Read a generated secret, or create it (mode 0600) on first use.
+/// Read a generated secret, or create it (mode 0600) on first use. Two processes starting at
+/// once agree on one value: each writes its own value to a private file and links it into
+/// place, which fails when the name exists; the loser reads the winner's complete file.
 fn kept_secret(path: &Path, generate: impl FnOnce() -> String) -> anyhow::Result<Secret> {
     use anyhow::Context;
-    match std::fs::read_to_string(path) {
-        Ok(s) if !s.trim().is_empty() => return Ok(Secret::new(s.trim())),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    if let Some(secret) = read_secret(path)? {
+        return Ok(secret);
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let value = generate();
+    let mut draft = path.as_os_str().to_owned();
+    draft.push(format!(".{}.new", std::process::id()));
+    let draft = PathBuf::from(draft);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(file, "{value}")?;
-    Ok(Secret::new(value))
+    let written = options.open(&draft).and_then(|mut file| {
+        writeln!(file, "{value}")?;
+        file.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&draft, path));
+    let _ = std::fs::remove_file(&draft);
+    match linked {
+        Ok(()) => Ok(Secret::new(value)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            read_secret(path)?.with_context(|| format!("{} exists but is empty", path.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("writing {}", path.display())),
+    }
+}
+
+/// The secret kept at `path`, or `None` when there is none yet.
+fn read_secret(path: &Path) -> anyhow::Result<Option<Secret>> {
+    use anyhow::Context;
+    match std::fs::read_to_string(path) {
+        Ok(s) if !s.trim().is_empty() => Ok(Some(Secret::new(s.trim()))),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 fn random_bytes<const N: usize>() -> [u8; N] {

@@ -70,18 +70,6 @@ impl Consumer {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    pub fn registry(&self) -> &Arc<Registry> {
-        &self.registry
-    }
-
-    pub fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
     /// One pass for `POST /events/run`: claim up to `limit` due in-process events and
     /// process them, then call-out events one at a time while the limit allows. `stopping` is
     /// asked before each handler starts: once it says yes, the remaining claims are released

@@ -14,7 +14,14 @@ pub enum OrderError {
     Invalid(&'static str, &'static str),
 }
 
-/// A validated credit: `points` positive, ids non-empty.
+/// The most points one order may credit. A balance is a 64-bit integer (about 9.2 × 10^18):
+/// with each credit at most 10^9, a customer would need over 9 × 10^9 credited orders to
+/// overflow it, and no loyalty programme credits a billion points for one order. An event
+/// over the bound fails alone (a permanent error naming the bound) instead of making the
+/// balance unreadable; the database's CHECK on balances is the backstop.
+pub const MAX_POINTS: i64 = 1_000_000_000;
+
+/// A validated credit: `points` between 1 and [`MAX_POINTS`], ids non-empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderCredit {
     order_id: String,
@@ -105,13 +112,13 @@ impl OrderCredit {
     ) -> Result<OrderCredit, OrderError> {
         let order_id = id_field(order_id, "order_id")?;
         let customer_id = id_field(customer_id, "customer_id")?;
-        let points = match points {
-            None | Some(Value::Null) => return Err(OrderError::Missing("points")),
-            Some(v) => v
-                .as_i64()
-                .filter(|p| *p > 0)
-                .ok_or(OrderError::Invalid("points", "a positive integer"))?,
-        };
+        let points =
+            match points {
+                None | Some(Value::Null) => return Err(OrderError::Missing("points")),
+                Some(v) => v.as_i64().filter(|p| (1..=MAX_POINTS).contains(p)).ok_or(
+                    OrderError::Invalid("points", "an integer from 1 to 1000000000"),
+                )?,
+            };
         Ok(OrderCredit {
             order_id,
             customer_id,

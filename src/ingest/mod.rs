@@ -117,8 +117,10 @@ fn writer(store: Arc<dyn Store>, rx: mpsc::Receiver<Job>, max_batch: usize, queu
                 Err(_) => break,
             }
         }
-        // Deliveries that waited past their deadline are answered 503 and not written, so
-        // that a 503 from here always means "not stored".
+        // Deliveries that waited past their deadline are answered 503 and not written. A 503
+        // still means only "not acknowledged": a batch whose commit landed but whose fsync
+        // failed, or that the caller's backstop gave up on, may be stored after all, and the
+        // provider's retry is then answered `duplicate`.
         let now = Instant::now();
         let (batch, replies): (Vec<NewDelivery>, Vec<_>) = jobs
             .drain(..)

@@ -1,9 +1,11 @@
-//! Bearer-token extractors. Tokens are compared in constant time, so response timing says
-//! nothing about how much of a guess was right.
+//! Bearer-token extractors. Tokens are compared as SHA-256 digests in constant time, so
+//! response timing says nothing about how much of a guess was right, nor about the token's
+//! length (a byte-wise comparison returns early on a length mismatch).
 
 use std::future::{Ready, ready};
 
 use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{ApiError, AppState};
@@ -16,7 +18,8 @@ fn bearer(req: &HttpRequest) -> Option<&str> {
 }
 
 fn matches(given: &str, expected: &Secret) -> bool {
-    !expected.is_empty() && bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes()))
+    let digest = |s: &str| Sha256::digest(s.as_bytes());
+    !expected.is_empty() && bool::from(digest(given).ct_eq(&digest(expected.expose())))
 }
 
 fn state(req: &HttpRequest) -> Result<&web::Data<AppState>, ApiError> {

@@ -37,8 +37,15 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
-    #[error("{0}")]
+    /// 503. The sender may be unauthenticated, so the answer says only what to do; the cause
+    /// (an error chain, perhaps a file path) goes to the log. "Not acknowledged" is all a 503
+    /// promises: a commit whose durability could not be confirmed may still be on disk, and the
+    /// provider's retry of it is then answered `duplicate`.
+    #[error("temporarily unavailable: the request was not acknowledged; retry later")]
     Unavailable(String),
+    /// 503 from `/readyz`, with a fixed reason that names no path.
+    #[error("{0}")]
+    NotReady(&'static str),
     /// A bug: the client sees an opaque message, the log gets the cause chain.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -59,7 +66,7 @@ impl ApiError {
             ApiError::PayloadMismatch(_) => "payload_mismatch",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::NotReady(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -77,7 +84,7 @@ impl ResponseError for ApiError {
             ApiError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadMismatch(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -85,11 +92,12 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         match self {
             ApiError::Internal(e) => tracing::error!(error = ?e, "internal error"),
-            ApiError::Unavailable(m) => tracing::warn!(reason = %m, "answering 503"),
+            ApiError::Unavailable(cause) => tracing::warn!(%cause, "answering 503"),
+            ApiError::NotReady(why) => tracing::warn!(reason = why, "not ready"),
             _ => {}
         }
         let mut response = HttpResponse::build(self.status_code());
-        if let ApiError::Unavailable(_) = self {
+        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
             response.insert_header(("Retry-After", RETRY_AFTER_SECONDS.to_string()));
         }
         if let ApiError::Unauthorized = self {
@@ -105,9 +113,7 @@ impl ResponseError for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(m) => ApiError::Unavailable(format!(
-                "the store cannot answer in time ({m}); retry later"
-            )),
+            StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
             StoreError::Internal(e) => ApiError::Internal(e),
         }
     }
@@ -115,7 +121,7 @@ impl From<StoreError> for ApiError {
 
 impl From<IngestError> for ApiError {
     fn from(e: IngestError) -> Self {
-        ApiError::Unavailable(format!("delivery not stored ({e}); retry later"))
+        ApiError::Unavailable(format!("delivery not acknowledged: {e}"))
     }
 }
 

@@ -69,6 +69,32 @@ struct PageParams {
     cursor: Option<String>,
 }
 
+/// The filter keys of `GET /events`, `GET /events/export` and bulk retry (`status` aside).
+const FILTER_KEYS: [&str; 5] = [
+    "status",
+    "source",
+    "type",
+    "received_after",
+    "received_before",
+];
+
+/// A misspelt key must not be ignored: `?stauts=failed` would silently list every event.
+fn refuse_unknown_keys(req: &HttpRequest, extra: &[&str]) -> Result<(), ApiError> {
+    let known = |k: &str| FILTER_KEYS.contains(&k) || extra.contains(&k);
+    match form_urlencoded::parse(req.query_string().as_bytes()).find(|(k, _)| !known(k)) {
+        Some((key, _)) => Err(ApiError::InvalidRequest(format!(
+            "{key}: unknown query parameter; this route takes {}",
+            FILTER_KEYS
+                .iter()
+                .chain(extra)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     web::Query::<T>::from_query(req.query_string())
         .map(web::Query::into_inner)
@@ -93,6 +119,7 @@ pub async fn list(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    refuse_unknown_keys(&req, &["limit", "cursor"])?;
     let filter = query::<FilterParams>(&req)?.parse()?;
     let params: PageParams = query(&req)?;
     let limit = match params.limit.as_deref() {
@@ -129,6 +156,7 @@ pub async fn export(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    refuse_unknown_keys(&req, &[])?;
     let filter = query::<FilterParams>(&req)?.parse()?;
     // The first page is read before answering, so a store error is still a proper error.
     let first = export_page(&state, &filter, None).await?;
@@ -256,11 +284,11 @@ pub async fn retry_bulk(
     let body = read_limited(&req, payload, 64 * 1024).await?;
     // A misspelt filter key must not widen a bulk retry to every failed event.
     let fields: serde_json::Map<String, serde_json::Value> = parse_json(&body)?;
-    const KNOWN: [&str; 4] = ["source", "type", "received_after", "received_before"];
-    if let Some(unknown) = fields.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+    let known = &FILTER_KEYS[1..];
+    if let Some(unknown) = fields.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(ApiError::InvalidRequest(format!(
             "{unknown}: unknown filter; bulk retry takes {} (failed events only)",
-            KNOWN.join(", ")
+            known.join(", ")
         )));
     }
     let params: FilterParams = parse_json(&body)?;

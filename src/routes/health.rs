@@ -5,17 +5,23 @@ use serde_json::json;
 
 use super::{ApiError, AppState, blocking};
 use crate::domain::time::now_ms;
+use crate::store::Readiness;
 
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Ready when the store answers and every migration is applied.
+/// Ready when the store answers, every migration is applied and writes are still durable.
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if blocking(&state, |s| s.ready()).await? {
-        Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
-    } else {
-        Err(ApiError::Unavailable("migrations are not applied".into()))
+    match blocking(&state, |s| s.ready()).await? {
+        Readiness::Ready => Ok(HttpResponse::Ok().json(json!({"status": "ready"}))),
+        Readiness::NotMigrated => Err(ApiError::NotReady(
+            "migrations are not applied: run `webhook-inbox migrate`",
+        )),
+        Readiness::NotDurable => Err(ApiError::NotReady(
+            "a write could not be made durable (a failed fsync): writes are refused until the \
+             service restarts",
+        )),
     }
 }
 

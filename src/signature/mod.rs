@@ -159,12 +159,6 @@ impl Scheme {
         )
     }
 
-    /// Whether the scheme signs a timestamp (and the id), so a captured request cannot be
-    /// replayed by a third party outside the tolerance window.
-    pub fn signs_timestamp(self) -> bool {
-        matches!(self, Scheme::StandardWebhooks | Scheme::Stripe)
-    }
-
     /// Refuse a secret this scheme cannot use, at config time rather than at the first delivery.
     pub fn check_secret(self, secret: &str) -> Result<(), String> {
         if secret.is_empty() {

@@ -16,7 +16,8 @@ use crate::config::DeliveryMode;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store could not answer in time (pool exhausted, write lock held too long). The HTTP
-    /// edge answers 503 with `Retry-After`; nothing was committed.
+    /// edge answers 503 with `Retry-After`: not acknowledged. Usually nothing was committed,
+    /// but a commit whose fsync failed is on disk all the same (a retry is then a duplicate).
     #[error("store unavailable: {0}")]
     Unavailable(String),
     #[error(transparent)]
@@ -31,8 +32,8 @@ pub type ModeOf<'a> = &'a (dyn Fn(&str, &str) -> DeliveryMode + Sync);
 pub trait Store: Send + Sync + 'static {
     /// Apply pending migrations (idempotent).
     fn migrate(&self) -> StoreResult<Vec<u32>>;
-    /// Store reachable and migrations applied.
-    fn ready(&self) -> StoreResult<bool>;
+    /// Whether the store can serve: reachable, migrations applied, writes still durable.
+    fn ready(&self) -> StoreResult<Readiness>;
     /// Deliveries (or ops writes) were committed a moment ago: consumers then keep their
     /// transactions short and their pace down, so that ingest keeps its speed.
     fn ingest_active(&self) -> bool {
@@ -62,8 +63,8 @@ pub trait Store: Send + Sync + 'static {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>>;
-    /// Apply finished attempts in one transaction, each in its own savepoint and fenced by its
-    /// claim token.
+    /// Apply finished attempts in one transaction, each fenced by its claim token. An effect
+    /// the database refuses fails that event alone; the others commit.
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>>;
     /// `finish`, then `claim`, in one transaction: a busy worker commits once per batch.
     fn finish_and_claim(

@@ -2,6 +2,16 @@
 
 use serde::Serialize;
 
+/// What `/readyz` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// The schema is older than the binary: run `migrate`.
+    NotMigrated,
+    /// A write could not be made durable (a failed fsync): writes are refused until restart.
+    NotDurable,
+}
+
 /// A verified delivery, ready to be stored.
 #[derive(Debug, Clone)]
 pub struct NewDelivery {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 use webhook_inbox::ingest::{IngestOptions, Ingestor};
-use webhook_inbox::store::{InsertOutcome, Store, StoreError};
+use webhook_inbox::store::{InsertOutcome, Readiness, Store, StoreError};
 
 use crate::helpers::*;
 
@@ -74,7 +74,7 @@ async fn concurrent_identical_deliveries_through_the_writer_get_one_queued() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_commit_answers_503_to_its_whole_batch_and_stores_none() {
+async fn a_write_lock_held_past_the_wait_answers_503_to_every_waiting_delivery_and_stores_none() {
     let app = spawn_app().await;
     let lock = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -187,7 +187,11 @@ fn a_wal_that_cannot_be_made_durable_refuses_every_later_write() {
         matches!(unsynced, Err(StoreError::Unavailable(_))),
         "{unsynced:?}"
     );
-    assert!(!h.store.ready().unwrap(), "readiness reports it");
+    assert_eq!(
+        h.store.ready().unwrap(),
+        Readiness::NotDurable,
+        "readiness reports it"
+    );
     let refused = h
         .store
         .insert_deliveries(&[new_delivery("shop", "c", "t", "{}")]);
@@ -196,4 +200,39 @@ fn a_wal_that_cannot_be_made_durable_refuses_every_later_write() {
         h.store.event("shop", "c").unwrap().is_none(),
         "a poisoned store writes nothing"
     );
+    // "b" was answered 503 (its commit went to a WAL whose durability could not be confirmed),
+    // yet its commit happened: when the last connection closes, SQLite checkpoints that WAL
+    // into the database file, so "b" is stored after all. A 503 promises "not acknowledged",
+    // not "not stored"; the provider's retry of "b" is answered `duplicate`. "c" was refused
+    // before any write.
+    let dir = std::mem::replace(&mut h.dir, tempfile::tempdir().unwrap());
+    drop(h);
+    let reopened = webhook_inbox::store::sqlite::SqliteStore::open(
+        &dir.path().join("inbox.db"),
+        Default::default(),
+    )
+    .unwrap();
+    assert!(reopened.event("shop", "b").unwrap().is_some());
+    assert!(reopened.event("shop", "c").unwrap().is_none());
+}
+
+/// A 503 goes to unauthenticated senders: it says what to do, never the store's error chain
+/// (here it would name the WAL file's absolute path), and it promises only "not acknowledged".
+#[tokio::test]
+async fn a_503_names_no_internal_detail() {
+    let app = spawn_app().await;
+    let dir = app.dir.path().display().to_string();
+    std::fs::remove_file(app.dir.path().join("inbox.db-wal")).unwrap();
+    let r = app.deliver("shop", "evt-1", "{}").await;
+    r.assert_error(503, "unavailable");
+    assert!(r.headers.get("retry-after").is_some());
+    let message = r.body["message"].as_str().unwrap();
+    assert!(!message.contains(&dir), "{message}");
+    assert!(!message.contains("wal"), "{message}");
+    assert!(message.contains("not acknowledged"), "{message}");
+    let ready = app.get("/readyz").await;
+    ready.assert_error(503, "unavailable");
+    let reason = ready.body["message"].as_str().unwrap();
+    assert!(reason.contains("could not be made durable"), "{reason}");
+    assert!(!reason.contains("migrations"), "{reason}");
 }

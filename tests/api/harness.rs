@@ -50,6 +50,8 @@ pub struct Recording {
     pub calls: Mutex<std::collections::HashMap<String, usize>>,
     pub fail_first: std::sync::atomic::AtomicUsize,
     pub delay: Mutex<Duration>,
+    /// The next call waits here until the test sends (or drops the sender); later calls run.
+    pub hold_next: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl Recording {
@@ -59,6 +61,7 @@ impl Recording {
             calls: Mutex::default(),
             fail_first: Default::default(),
             delay: Mutex::new(Duration::ZERO),
+            hold_next: Mutex::new(None),
         })
     }
 
@@ -99,6 +102,10 @@ impl Handler for Recording {
         let delay = *self.delay.lock().unwrap();
         if !delay.is_zero() {
             std::thread::sleep(delay);
+        }
+        let held = self.hold_next.lock().unwrap().take();
+        if let Some(gate) = held {
+            let _ = gate.recv_timeout(Duration::from_secs(30));
         }
         use std::sync::atomic::Ordering;
         let failing = self

@@ -89,16 +89,25 @@ fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
 fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once() {
     let h = Harness::new(5, 1);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
-    *h.loyalty.delay.lock().unwrap() = Duration::from_millis(1300);
+    // The slow worker's handler is held until the test lets it go, however long that is.
+    let (release, gate) = std::sync::mpsc::channel();
+    *h.loyalty.hold_next.lock().unwrap() = Some(gate);
     let slow = {
         let consumer = Arc::clone(&h.consumer);
         std::thread::spawn(move || consumer.run_once("slow", 1, &|| false).unwrap())
     };
-    std::thread::sleep(Duration::from_millis(1100));
-    // The lease (1 s) has run out while the slow worker still handles the event.
-    assert_eq!(h.consumer.sweep().unwrap(), 1);
-    *h.loyalty.delay.lock().unwrap() = Duration::ZERO;
+    // The lease (1 s) runs out while the slow worker still handles the event: the sweeper
+    // takes it back (polled, bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.consumer.sweep().unwrap() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never ran out"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(h.consumer.run_once("fast", 1, &|| false).unwrap(), 1);
+    release.send(()).unwrap();
     assert_eq!(slow.join().unwrap(), 1);
     assert_eq!(
         h.loyalty.calls_for("evt-1"),

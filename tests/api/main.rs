@@ -3,6 +3,8 @@
 
 mod helpers;
 
+mod balances;
+mod callouts;
 mod cli;
 mod concurrency;
 mod consumers;
@@ -15,6 +17,7 @@ mod leases;
 mod ops;
 mod pipeline;
 mod process;
+mod receiver;
 mod rejections;
 mod requests;
 #[allow(dead_code)] // used by the tests that need FUSE, PostgreSQL or a browser

@@ -232,7 +232,11 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(lanes, [0, 0, 1], "submitted requests are in the call-out lane");
+        assert_eq!(
+            lanes,
+            [0, 0, 1],
+            "submitted requests are in the call-out lane"
+        );
         let balances: Vec<(String, i64)> = conn
             .prepare("SELECT typeof(balance), balance FROM loyalty_balances ORDER BY 1, 2")
             .unwrap()
@@ -242,11 +246,17 @@ mod tests {
             .unwrap();
         assert_eq!(
             balances,
-            [("integer".to_string(), 10), ("integer".to_string(), i64::MAX)],
+            [
+                ("integer".to_string(), 10),
+                ("integer".to_string(), i64::MAX)
+            ],
             "a REAL balance saturates to an integer"
         );
         let real = conn.execute("UPDATE loyalty_balances SET balance = balance + 1.5", []);
-        assert!(real.is_err(), "the database refuses a balance that is not an integer");
+        assert!(
+            real.is_err(),
+            "the database refuses a balance that is not an integer"
+        );
         let duplicate = conn.execute(
             "INSERT INTO events (source, event_id, event_type, payload_sha256, received_at,
                                  last_delivered_at, next_attempt_at)

@@ -29,8 +29,8 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{
     AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord,
     ExportedEvent, Finish, Finished, InsertOutcome, Lane, LoyaltyAccount, ModeOf, NewDelivery,
-    NewDocument, Page, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
-    SubmitOutcome,
+    NewDocument, Page, Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError,
+    StoreResult, SubmitOutcome,
 };
 
 pub use consume::claim_sql;
@@ -168,6 +168,9 @@ impl SqliteStore {
         let (value, ticket) = self.commit(conn?, f)?;
         self.last_other_write.store(self.tick(), Ordering::SeqCst);
         self.sync.wait(ticket)?;
+        // Ingest is active until its commit is durable: the window runs from the end of the
+        // fsync too, however long that took.
+        self.last_other_write.store(self.tick(), Ordering::SeqCst);
         Ok(value)
     }
 
@@ -272,8 +275,14 @@ impl Store for SqliteStore {
         self.recent_other_write()
     }
 
-    fn ready(&self) -> StoreResult<bool> {
-        Ok(self.sync.check().is_ok() && self.read(migrations::is_current)?)
+    fn ready(&self) -> StoreResult<Readiness> {
+        Ok(if self.sync.check().is_err() {
+            Readiness::NotDurable
+        } else if !self.read(migrations::is_current)? {
+            Readiness::NotMigrated
+        } else {
+            Readiness::Ready
+        })
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {

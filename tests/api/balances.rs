@@ -1,0 +1,69 @@
+//! Balances stay 64-bit integers: points per order are bounded, and the database refuses any
+//! balance that is not an integer, so `GET /loyalty/{customer}` can always answer.
+
+use webhook_inbox::store::Status;
+
+use crate::harness::{Harness, results};
+use crate::helpers::*;
+
+const ORDER: &str = "order.completed";
+
+/// An order of i64::MAX points used to be credited; the next order of the same customer then
+/// overflowed the balance into a REAL and every read of it failed with a 500.
+#[tokio::test]
+async fn an_order_beyond_the_points_bound_fails_alone_and_the_balance_stays_readable() {
+    let app = spawn_app().await;
+    let huge = format!(
+        r#"{{"type":"order.completed","data":{{"order_id":"o-huge","customer_id":"c-1","points":{}}}}}"#,
+        i64::MAX
+    );
+    assert_eq!(app.deliver("shop", "evt-huge", &huge).await.status, 200);
+    let body = order_body("o-2", "c-1", 5);
+    assert_eq!(app.deliver("shop", "evt-2", &body).await.status, 200);
+    app.drain().await;
+
+    let event = app.event("shop", "evt-huge").await;
+    assert_eq!(event["status"], "failed", "{event}");
+    assert_eq!(event["history"][0]["result"], "permanent_error");
+    let error = event["last_error"].as_str().unwrap();
+    assert!(error.contains("from 1 to 1000000000"), "{error}");
+    assert_eq!(app.event("shop", "evt-2").await["outcome"], "credited");
+
+    let account = app.get("/loyalty/c-1").await;
+    assert_eq!(account.status, 200, "{}", account.body);
+    assert_eq!(account.body["balance"], 5);
+}
+
+/// The CHECK is the backstop for any path that would still overflow: the credit that would
+/// push a balance past i64::MAX is refused by the database, its event fails alone with the
+/// reason, and the balance is untouched and readable.
+#[test]
+fn a_credit_that_would_overflow_a_balance_is_refused_by_the_database() {
+    let h = Harness::new(5, 30);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    assert_eq!(h.drain(), 1);
+    let near_max = i64::MAX - 5;
+    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
+        .unwrap()
+        .execute(
+            "UPDATE loyalty_balances SET balance = ?1 WHERE customer_id = 'c-1'",
+            [near_max],
+        )
+        .unwrap();
+    h.insert(&[
+        ("shop", "evt-2", ORDER, order_body("o-2", "c-1", 10)),
+        ("shop", "evt-3", ORDER, order_body("o-3", "c-2", 7)),
+    ]);
+    assert_eq!(h.drain(), 2);
+    let d = h.detail("shop", "evt-2");
+    assert_eq!(d.event.status, Status::Failed);
+    assert_eq!(results(&d), ["permanent_error"]);
+    let error = d.event.last_error.clone().unwrap();
+    assert!(error.contains("CHECK constraint failed"), "{error}");
+    assert_eq!(h.balance("c-1"), near_max, "untouched and still an integer");
+    assert_eq!(h.balance("c-2"), 7, "the rest of the batch is credited");
+    assert_eq!(
+        h.count("SELECT count(*) FROM loyalty_credits WHERE order_id = 'o-2'"),
+        0
+    );
+}

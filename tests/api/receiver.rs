@@ -1,0 +1,154 @@
+//! A real HTTP downstream on 127.0.0.1 for the timing tests of the call-out lane: it reads each
+//! POST, records its `Idempotency-Key`, holds the answer for a set time (acting first, as a
+//! slow downstream does), then answers with a set status. Plain threads, so that its timing
+//! does not depend on the test's runtime. Stopped on drop.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Seen {
+    /// Idempotency keys, in the order the requests arrived.
+    pub keys: Mutex<Vec<String>>,
+    /// Requests read but not yet answered.
+    pub in_flight: AtomicUsize,
+    /// The most requests in flight at once.
+    pub most_in_flight: AtomicUsize,
+    /// Requests answered (or whose answer was abandoned by the caller).
+    pub done: AtomicUsize,
+}
+
+pub struct Receiver {
+    pub url: String,
+    pub seen: Arc<Seen>,
+    stop: Arc<AtomicBool>,
+    port: u16,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Receiver {
+    /// Answers `status` after holding each request for `delay`.
+    pub fn start(delay: Duration, status: u16) -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Seen::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                // Bounded: at most this many connections over the receiver's life.
+                for stream in listener.incoming().take(1000) {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let seen = Arc::clone(&seen);
+                    std::thread::spawn(move || serve(stream, &seen, delay, status));
+                }
+            })
+        };
+        Receiver {
+            url: format!("http://127.0.0.1:{port}/in"),
+            seen,
+            stop,
+            port,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.seen.keys.lock().unwrap().clone()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.seen.in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn done(&self) -> usize {
+        self.seen.done.load(Ordering::SeqCst)
+    }
+
+    pub fn most_in_flight(&self) -> usize {
+        self.seen.most_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One connection: requests one after another (keep-alive), each read whole, recorded, held,
+/// answered.
+fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    });
+    let mut writer = stream;
+    for _ in 0..100 {
+        let mut key = String::new();
+        let mut length = 0usize;
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                match name.trim().to_ascii_lowercase().as_str() {
+                    "idempotency-key" => key = value.trim().to_string(),
+                    "content-length" => length = value.trim().parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        seen.keys.lock().unwrap().push(key);
+        let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(delay);
+        seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+        seen.done.fetch_add(1, Ordering::SeqCst);
+        let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\n{{}}");
+        if writer.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Wait (bounded) until `done` holds; panics with `what` when it does not.
+pub async fn until(what: &str, within: Duration, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if done().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
