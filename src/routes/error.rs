@@ -37,10 +37,10 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
-    /// 503. The sender may be unauthenticated, so the answer says only what to do; the cause
-    /// (an error chain, perhaps a file path) goes to the log. "Not acknowledged" is all a 503
-    /// promises: a commit whose durability could not be confirmed may still be on disk, and the
-    /// provider's retry of it is then answered `duplicate`.
+    /// The store cannot answer in time (503). The sender may be unauthenticated, so the answer
+    /// says only what to do; the cause (an error chain, perhaps a file path) goes to the log.
+    /// "Not acknowledged" is all a 503 promises: a commit whose durability could not be
+    /// confirmed may still be on disk, and the provider's retry of it is then a `duplicate`.
     #[error("temporarily unavailable: the request was not acknowledged; retry later")]
     Unavailable(String),
     /// 503 from `/readyz`, with a fixed reason that names no path.
