@@ -14,6 +14,7 @@ mod ingest;
 mod leases;
 mod ops;
 mod pipeline;
+mod powercut;
 mod process;
 mod rejections;
 mod requests;
