@@ -20,8 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
-    WriteFlags,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -39,12 +38,9 @@ pub struct LazyFs {
     session: Option<BackgroundSession>,
 }
 
-/// What [`LazyFs::cut`] dropped.
+/// What [`LazyFs::cut`] dropped: unsynced bytes (whole pages) per file name.
 #[derive(Debug)]
-pub struct Cut {
-    pub files: usize,
-    pub bytes: u64,
-}
+pub struct Cut(pub Vec<(String, u64)>);
 
 impl LazyFs {
     /// Mount over `backing` at `mountpoint` (both existing directories). The error says why a
@@ -69,20 +65,27 @@ impl LazyFs {
     pub fn cut(&self) -> Cut {
         let mut st = self.state.lock();
         st.powered = false;
-        let mut cut = Cut { files: 0, bytes: 0 };
-        for node in st.nodes.values_mut() {
-            if let Some(overlay) = node.overlay.take() {
-                cut.files += 1;
-                cut.bytes += overlay.dirty_bytes();
-            }
-        }
-        cut
+        let State { nodes, by_path, .. } = &mut *st;
+        // Files unlinked since (a `-shm` a closed process removed) are not counted.
+        let mut dropped: Vec<(String, u64)> = nodes
+            .iter_mut()
+            .filter_map(|(ino, node)| {
+                let overlay = node.overlay.take()?;
+                (by_path.get(&node.path) == Some(ino)).then_some(())?;
+                let name = node.path.file_name()?.to_string_lossy().into_owned();
+                Some((name, overlay.dirty_bytes()))
+            })
+            .collect();
+        dropped.sort();
+        Cut(dropped)
     }
 
     /// Unmount and wait for the filesystem's thread.
     pub fn unmount(mut self) {
         if let Some(session) = self.session.take() {
-            session.umount_and_join().expect("unmount the power-cut filesystem");
+            session
+                .umount_and_join()
+                .expect("unmount the power-cut filesystem");
         }
     }
 }
@@ -274,7 +277,15 @@ impl Filesystem for Fs {
         }
     }
 
-    fn mkdir(&self, _: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        _: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
         let mut st = self.0.lock();
         let result = st.child(parent, name).and_then(|path| {
             std::fs::create_dir(&path).map_err(Errno::from)?;

@@ -26,9 +26,11 @@ use lazyfs::LazyFs;
 
 const SENDERS: usize = 4;
 /// Deliveries offered in all; the power is cut long before the last.
-const OFFERED: usize = 400;
-/// Acknowledgements to wait for before the cut.
-const CUT_AFTER: usize = 100;
+const OFFERED: usize = 300;
+/// Acknowledgements to wait for before the cut. Few enough that the WAL stays under one
+/// checkpoint (seen: 4.5 to 8.6 frames per acknowledged delivery with the consumers running;
+/// an upper bound of about 13 when every delivery commits alone).
+const CUT_AFTER: usize = 60;
 /// SQLite's default `wal_autocheckpoint` (the store keeps it): a checkpoint syncs the WAL,
 /// which would make commits durable with or without the store's own fdatasync.
 const AUTOCHECKPOINT_FRAMES: u64 = 1000;
@@ -67,7 +69,10 @@ fn power_cut(skip_wal_fsync: bool) -> Option<Outcome> {
     std::fs::create_dir(&disk).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     let fs = LazyFs::mount(&disk, &mnt);
-    if !crate::requires::available("a FUSE mount", fs.as_ref().map(|_| ()).map_err(Clone::clone)) {
+    if !crate::requires::available(
+        "a FUSE mount",
+        fs.as_ref().map(|_| ()).map_err(Clone::clone),
+    ) {
         return None;
     }
     let fs = fs.unwrap();
@@ -89,7 +94,11 @@ fn power_cut(skip_wal_fsync: bool) -> Option<Outcome> {
     };
     let mut server = ServerProcess::start_with_env(dir.path(), &mounted, port, "first.log", env);
     if skip_wal_fsync {
-        assert!(server.logs().contains("NOT made durable"), "{}", server.logs());
+        assert!(
+            server.logs().contains("NOT made durable"),
+            "{}",
+            server.logs()
+        );
     }
 
     let acked = Arc::new(Mutex::new(Vec::new()));
@@ -124,10 +133,14 @@ fn power_cut(skip_wal_fsync: bool) -> Option<Outcome> {
     }
     fs.unmount();
     let acked = Arc::try_unwrap(acked).unwrap().into_inner().unwrap();
-    assert!(acked.len() < OFFERED, "the cut came too late to test anything");
+    assert!(
+        acked.len() < OFFERED,
+        "the cut came too late to test anything"
+    );
     eprintln!(
-        "cut: {} acknowledged, {unanswered} in flight, WAL {wal_bytes} bytes, dropped {cut:?}",
-        acked.len()
+        "cut: {} acknowledged, {unanswered} in flight, WAL {wal_bytes} bytes, dropped {:?}",
+        acked.len(),
+        cut.0
     );
 
     // Restart on what the disk kept, without FUSE.
@@ -184,7 +197,9 @@ fn send(
         }
         let id = format!("pc-{i}");
         let body = order_body(&format!("o-{i}"), &format!("c-{}", i % 10), 1);
-        let mut req = client.post(format!("{base}/webhooks/shop")).body(body.clone());
+        let mut req = client
+            .post(format!("{base}/webhooks/shop"))
+            .body(body.clone());
         for (k, v) in sign_for(settings, "shop", &id, body.as_bytes()) {
             req = req.header(k, v);
         }
@@ -207,10 +222,10 @@ fn acknowledged_deliveries_survive_a_power_cut() {
     assert!(outcome.acked.len() >= CUT_AFTER);
     assert!(
         outcome.missing.is_empty(),
-        "{} of {} acknowledged deliveries lost: {:?}",
+        "{} of {} acknowledged deliveries lost, among them {:?}",
         outcome.missing.len(),
         outcome.acked.len(),
-        outcome.missing
+        &outcome.missing[..outcome.missing.len().min(5)]
     );
 }
 
@@ -250,7 +265,10 @@ fn the_power_cut_filesystem_keeps_only_synced_writes() {
     std::fs::create_dir(&disk).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     let fs = LazyFs::mount(&disk, &mnt);
-    if !crate::requires::available("a FUSE mount", fs.as_ref().map(|_| ()).map_err(Clone::clone)) {
+    if !crate::requires::available(
+        "a FUSE mount",
+        fs.as_ref().map(|_| ()).map_err(Clone::clone),
+    ) {
         return;
     }
     let fs = fs.unwrap();
@@ -262,12 +280,22 @@ fn the_power_cut_filesystem_keeps_only_synced_writes() {
     assert_eq!(std::fs::read(disk.join("f")).unwrap(), b"synced");
     f.set_len(3).unwrap();
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"syn");
-    assert_eq!(std::fs::read(disk.join("f")).unwrap(), b"synced", "truncates wait too");
+    assert_eq!(
+        std::fs::read(disk.join("f")).unwrap(),
+        b"synced",
+        "truncates wait too"
+    );
     f.write_all(b"!").unwrap(); // at offset 14: the gap reads as zeros
-    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"syn\0\0\0\0\0\0\0\0\0\0\0!");
+    assert_eq!(
+        std::fs::read(mnt.join("f")).unwrap(),
+        b"syn\0\0\0\0\0\0\0\0\0\0\0!"
+    );
     let cut = fs.cut();
-    assert_eq!(cut.files, 1);
-    assert!(f.write_all(b"after").and_then(|()| f.sync_data()).is_err(), "no power");
+    assert_eq!(cut.0, [("f".to_string(), 4096)]);
+    assert!(
+        f.write_all(b"after").and_then(|()| f.sync_data()).is_err(),
+        "no power"
+    );
     drop(f);
     fs.unmount();
     assert_eq!(std::fs::read(disk.join("f")).unwrap(), b"synced");
