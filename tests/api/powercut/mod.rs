@@ -8,6 +8,7 @@
 //! process. This one can, and proves it by running once more with the store's fdatasync
 //! switched off.
 
+mod fuse_ops;
 mod lazyfs;
 mod overlay;
 
