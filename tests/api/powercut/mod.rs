@@ -13,7 +13,7 @@ mod lazyfs;
 mod overlay;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,12 +81,7 @@ fn power_cut(skip_wal_fsync: bool) -> Option<Outcome> {
     // The schema goes in first, synced as usual: then only deliveries are at stake.
     let port = free_port();
     let (mounted, settings) = config(dir.path(), "mounted.toml", port, &mnt.join("t.db"));
-    let migrate = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
-        .args(["migrate", "--config"])
-        .arg(&mounted)
-        .output()
-        .unwrap();
-    assert!(migrate.status.success(), "{migrate:?}");
+    migrate(dir.path(), &mounted);
 
     let env: &[(&str, &str)] = if skip_wal_fsync {
         &[(UNSAFE_SKIP_WAL_FSYNC, "1")]
@@ -177,6 +172,30 @@ fn power_cut(skip_wal_fsync: bool) -> Option<Outcome> {
         in_flight: unanswered,
         wal_bytes,
     })
+}
+
+/// `webhook-inbox migrate`, killed if it takes more than 30 s.
+fn migrate(dir: &Path, config: &Path) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+        .args(["migrate", "--config"])
+        .arg(config)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("migrate did not finish within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "migrate failed: {status}");
 }
 
 /// Send this thread's share of the deliveries until told to stop; record each 2xx.
