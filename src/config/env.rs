@@ -4,8 +4,10 @@ use super::ConfigError;
 
 const PREFIX: &str = "WEBHOOK_INBOX_";
 
-/// Variables with the prefix that belong to the CLI, not to the server's settings.
-const CLIENT_ONLY: &[&str] = &["URL"];
+/// Variables with the prefix that are not settings: the CLI's server address, the test suite's
+/// switch (`.ci/run` sets it, and the binaries that tests start inherit it), and the store's
+/// test-only switch for the power-loss test (docs/power-loss.md).
+const NOT_SETTINGS: &[&str] = &["URL", "TEST_REQUIRE", "UNSAFE_SKIP_WAL_FSYNC"];
 
 /// Keys whose values are strings even when they look like numbers (a token `12345`).
 const STRING_KEYS: &[&str] = &[
@@ -30,7 +32,7 @@ pub(super) fn apply_overrides(
     vars.sort();
     for (var, value) in vars {
         let name = &var[PREFIX.len()..];
-        if CLIENT_ONLY.contains(&name) {
+        if NOT_SETTINGS.contains(&name) {
             continue;
         }
         let path: Vec<String> = name.split("__").map(|p| p.to_ascii_lowercase()).collect();

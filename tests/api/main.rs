@@ -16,6 +16,7 @@ mod ingest;
 mod leases;
 mod ops;
 mod pipeline;
+mod powercut;
 mod process;
 mod receiver;
 mod rejections;

@@ -61,6 +61,17 @@ pub fn free_port() -> u16 {
 impl ServerProcess {
     /// Start `webhook-inbox serve --config <config>` in `dir` and wait until it answers.
     pub fn start(dir: &Path, config: &Path, port: u16, log_name: &str) -> ServerProcess {
+        Self::start_with_env(dir, config, port, log_name, &[])
+    }
+
+    /// `start`, with extra environment variables for the child.
+    pub fn start_with_env(
+        dir: &Path,
+        config: &Path,
+        port: u16,
+        log_name: &str,
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         let log = dir.join(log_name);
         let child = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
             .arg("serve")
@@ -68,6 +79,7 @@ impl ServerProcess {
             .arg(config)
             .current_dir(dir)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

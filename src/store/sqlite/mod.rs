@@ -38,6 +38,10 @@ use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;
 
+/// Set to `1`, the store skips the fdatasync that makes commits durable: for the power-loss
+/// test only (docs/power-loss.md), never for users. Not a setting, so not in the config.
+pub const UNSAFE_SKIP_WAL_FSYNC: &str = "WEBHOOK_INBOX_UNSAFE_SKIP_WAL_FSYNC";
+
 /// How long a caller may wait for a pooled connection or the write lock before the request is
 /// answered 503: well under any provider's delivery timeout.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
@@ -128,6 +132,14 @@ impl SqliteStore {
             .with_context(|| format!("configuring SQLite database {}", path.display()))?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
+        let mut sync = WalSync::new(wal.into());
+        if std::env::var_os(UNSAFE_SKIP_WAL_FSYNC).is_some_and(|v| v == "1") {
+            tracing::warn!(
+                "{UNSAFE_SKIP_WAL_FSYNC}=1: commits are NOT made durable; a power cut loses \
+                 acknowledged deliveries. This switch exists for the power-loss test only."
+            );
+            sync = sync.without_fsync();
+        }
         let manager =
             SqliteConnectionManager::file(path).with_init(move |c| init_connection(c, wait));
         let pool = Pool::builder()
@@ -140,7 +152,7 @@ impl SqliteStore {
             pool,
             path: path.to_path_buf(),
             writer: FairMutex::new(first),
-            sync: WalSync::new(wal.into()),
+            sync,
             consumer_turn: FairMutex::new(()),
             others_waiting: AtomicUsize::new(0),
             last_other_write: AtomicU64::new(0),
