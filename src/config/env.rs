@@ -4,10 +4,9 @@ use super::ConfigError;
 
 const PREFIX: &str = "WEBHOOK_INBOX_";
 
-/// Variables with the prefix that are not settings: the CLI's server address, the test suite's
-/// switch (`.ci/run` sets it, and the binaries that tests start inherit it), and the store's
+/// Variables with the prefix that are not settings: the CLI's server address and the store's
 /// test-only switch for the power-loss test (docs/power-loss.md).
-const NOT_SETTINGS: &[&str] = &["URL", "TEST_REQUIRE", "UNSAFE_SKIP_WAL_FSYNC"];
+const NOT_SETTINGS: &[&str] = &["URL", "UNSAFE_SKIP_WAL_FSYNC"];
 
 /// Keys whose values are strings even when they look like numbers (a token `12345`).
 const STRING_KEYS: &[&str] = &[

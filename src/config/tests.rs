@@ -133,12 +133,8 @@ fn secrets_never_show_in_debug_output() {
 }
 
 #[test]
-fn the_test_switches_with_the_prefix_are_not_settings() {
-    // `.ci/run` sets WEBHOOK_INBOX_TEST_REQUIRE, and every binary a test starts inherits it.
-    let vars = env(&[
-        ("WEBHOOK_INBOX_TEST_REQUIRE", "1"),
-        ("WEBHOOK_INBOX_UNSAFE_SKIP_WAL_FSYNC", "1"),
-    ]);
+fn the_test_switch_with_the_prefix_is_not_a_setting() {
+    let vars = env(&[("WEBHOOK_INBOX_UNSAFE_SKIP_WAL_FSYNC", "1")]);
     Settings::from_toml("", "t", vars).unwrap();
     let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_TEST_OTHER", "1")])).unwrap_err();
     assert!(err.to_string().contains("test_other"), "{err}");
