@@ -3,10 +3,13 @@
 
 mod helpers;
 
+mod browser;
 mod cli;
 mod concurrency;
 mod consumers;
 mod crash;
+mod dashboard;
+mod dashboard_api;
 mod downstream;
 mod group_commit;
 mod harness;
@@ -17,6 +20,5 @@ mod pipeline;
 mod process;
 mod rejections;
 mod requests;
-#[allow(dead_code)] // used by the tests that need FUSE, PostgreSQL or a browser
 mod requires;
 mod schemes;
