@@ -233,6 +233,7 @@ fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
         assert_eq!(js(&c, "return window.__xss === undefined;").await, true);
         assert_eq!(js(&c, "return window.__violations;").await, serde_json::json!([]));
         wait_until(&c, fits, "the event detail to fit").await;
+        js(&c, "document.getElementById('event-body').scrollIntoView();").await;
         screenshot(&c, "event-detail-hostile-390").await;
 
         click(&c, "nav a[href='#loyalty']").await;
