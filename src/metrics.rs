@@ -166,11 +166,8 @@ impl Metrics {
                 .get_or_create(&vec![("status", status.into())])
                 .set(n);
         }
-        let age = counts
-            .oldest_due_at
-            .map(|t| ((now_ms - t).max(0) as f64) / 1000.0)
-            .unwrap_or(0.0);
-        self.oldest_pending.set(age);
+        self.oldest_pending
+            .set(counts.lag_seconds(now_ms).unwrap_or(0.0));
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

@@ -6,6 +6,8 @@ mod error;
 mod events;
 mod health;
 mod requests;
+mod stats;
+mod ui;
 mod views;
 mod webhooks;
 
@@ -68,6 +70,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/metrics").route(web::get().to(health::metrics)))
     .service(resource("/webhooks/{source}").route(web::post().to(webhooks::receive)))
     .service(resource("/events").route(web::get().to(events::list)))
+    .service(resource("/events/stats").route(web::get().to(stats::stats)))
     .service(resource("/events/retry").route(web::post().to(events::retry_bulk)))
     .service(resource("/events/export").route(web::get().to(events::export)))
     .service(resource("/events/run").route(web::post().to(events::run)))
@@ -78,6 +81,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/requests/{id}").route(web::get().to(requests::get)))
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))
     .service(resource("/requests/{id}/submit").route(web::post().to(requests::submit)))
+    .configure(ui::configure)
     .default_service(web::to(no_route));
 }
 

@@ -49,6 +49,9 @@ pub trait Store: Send + Sync + 'static {
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>>;
     fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>>;
     fn status_counts(&self) -> StoreResult<StatusCounts>;
+    /// Events first received at or after `since` (unix ms), counted per whole minute:
+    /// `(minute start in unix ms, count)`, oldest first. For the dashboard's overview.
+    fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>>;
     /// Like `list_events`, with each event's stored body (for export and replay).
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>>;
 

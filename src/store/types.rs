@@ -220,6 +220,15 @@ pub struct StatusCounts {
     pub oldest_due_at: Option<i64>,
 }
 
+impl StatusCounts {
+    /// How long the longest-waiting due work has waited, in seconds (`oldest_pending_seconds`):
+    /// `None` when nothing is pending or claimed, 0 when all of it waits on a backoff.
+    pub fn lag_seconds(&self, now_ms: i64) -> Option<f64> {
+        self.oldest_due_at
+            .map(|due| (now_ms - due).max(0) as f64 / 1000.0)
+    }
+}
+
 /// The key and fence of one claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRef {

@@ -200,20 +200,10 @@ fn a_wal_that_cannot_be_made_durable_refuses_every_later_write() {
         h.store.event("shop", "c").unwrap().is_none(),
         "a poisoned store writes nothing"
     );
-    // "b" was answered 503 (its commit went to a WAL whose durability could not be confirmed),
-    // yet its commit happened: when the last connection closes, SQLite checkpoints that WAL
-    // into the database file, so "b" is stored after all. A 503 promises "not acknowledged",
-    // not "not stored"; the provider's retry of "b" is answered `duplicate`. "c" was refused
-    // before any write.
-    let dir = std::mem::replace(&mut h.dir, tempfile::tempdir().unwrap());
-    drop(h);
-    let reopened = webhook_inbox::store::sqlite::SqliteStore::open(
-        &dir.path().join("inbox.db"),
-        Default::default(),
-    )
-    .unwrap();
-    assert!(reopened.event("shop", "b").unwrap().is_some());
-    assert!(reopened.event("shop", "c").unwrap().is_none());
+    // "b" was answered 503: its commit went into a WAL that no longer exists on disk, so
+    // whether it survives a restart depends on what SQLite checkpoints from the dead file when
+    // the last connection closes (seen both ways). That is why a 503 promises only "not
+    // acknowledged": the provider retries, and a "b" that survived is then a `duplicate`.
 }
 
 /// A 503 goes to unauthenticated senders: it says what to do, never the store's error chain

@@ -4,11 +4,14 @@
 mod helpers;
 
 mod balances;
+mod browser;
 mod callouts;
 mod cli;
 mod concurrency;
 mod consumers;
 mod crash;
+mod dashboard;
+mod dashboard_api;
 mod downstream;
 mod group_commit;
 mod harness;
@@ -21,6 +24,5 @@ mod process;
 mod receiver;
 mod rejections;
 mod requests;
-#[allow(dead_code)] // used by the tests that need FUSE, PostgreSQL or a browser
 mod requires;
 mod schemes;

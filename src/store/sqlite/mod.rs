@@ -16,6 +16,7 @@ mod ingest;
 mod migrations;
 mod requests;
 mod rows;
+mod stats;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -311,6 +312,10 @@ impl Store for SqliteStore {
 
     fn status_counts(&self) -> StoreResult<StatusCounts> {
         self.read(events::status_counts)
+    }
+
+    fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
+        self.read(|c| stats::received_per_minute(c, since))
     }
 
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {

@@ -1,0 +1,179 @@
+//! A real browser for the dashboard tests: Debian's chromium driven through chromedriver
+//! (WebDriver) with fantoccini. Chromedriver listens on a free 127.0.0.1 port and is killed on
+//! drop; chromium gets a fresh profile and the flags that keep it off the network.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::process::free_port;
+use crate::requires;
+
+/// Chromium and chromedriver on `PATH`, or why not (for `requires::available`).
+pub fn found() -> Result<(), String> {
+    requires::command("chromium")?;
+    requires::command("chromedriver")
+}
+
+/// A running chromedriver; killed on drop, whatever the test's outcome.
+pub struct Driver {
+    child: Child,
+    pub url: String,
+    profile: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Driver {
+    /// Start chromedriver and wait (bounded) until it answers `/status`.
+    pub async fn start() -> Driver {
+        let port = free_port();
+        let profile = tempfile::tempdir().unwrap();
+        let log = profile.path().join("chromedriver.log");
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let driver = Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            profile,
+            log,
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = client
+                .get(format!("{}/status", driver.url))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            if let Ok(r) = ready {
+                let body: Value = r.json().await.unwrap_or_default();
+                if body["value"]["ready"] == true {
+                    return driver;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not start: {}",
+                driver.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A headless chromium session whose viewport is `width` CSS pixels wide.
+    pub async fn session(&self, width: u32) -> Client {
+        let user_data = self.profile.path().join("profile");
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--hide-scrollbars",
+            &format!("--window-size={width},900"),
+            &format!("--user-data-dir={}", user_data.display()),
+        ];
+        let mut options = json!({"args": args, "binary": chromium_binary()});
+        // Headless windows are at least 500 px wide; a phone's viewport is emulated instead.
+        if width < 500 {
+            options["mobileEmulation"] =
+                json!({"deviceMetrics": {"width": width, "height": 844, "pixelRatio": 1.0}});
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert("goog:chromeOptions".into(), options);
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("no chromium session: {e}\n{}", self.logs()))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chromium_binary() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("chromium"))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "chromium".into())
+}
+
+/// Poll a JavaScript expression (run as a function body) until it returns `true`, at most
+/// 10 s; panics with `what` and the last value otherwise.
+pub async fn wait_until(c: &Client, script: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let value = c.execute(script, vec![]).await.unwrap_or(Value::Null);
+        if value == Value::Bool(true) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = screenshot(c, &format!("timeout-{}", what.replace(' ', "-"))).await;
+            panic!("timed out waiting for {what}; last value {value}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Run a script and answer its value.
+pub async fn js(c: &Client, script: &str) -> Value {
+    c.execute(script, vec![]).await.expect("script runs")
+}
+
+pub async fn click(c: &Client, css: &str) {
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
+}
+
+pub async fn type_into(c: &Client, css: &str, text: &str) {
+    let el = c.find(Locator::Css(css)).await.unwrap();
+    el.clear().await.unwrap();
+    el.send_keys(text).await.unwrap();
+}
+
+/// Where the screenshots of a test run go: `target/ui-screenshots/`.
+pub fn screenshot_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub async fn screenshot(c: &Client, name: &str) -> PathBuf {
+    let png = c.screenshot().await.expect("screenshot");
+    let path = screenshot_dir().join(format!("{name}.png"));
+    std::fs::write(&path, png).unwrap();
+    path
+}

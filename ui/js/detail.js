@@ -1,0 +1,79 @@
+// One event: its fields, the body as text (pretty-printed when it is JSON), and the attempt
+// history as a timeline. The body is a delivery's content, attacker-controlled: it only ever
+// becomes the text of a <pre>.
+
+import { api, eventPath } from './api.js';
+import { h, $, clear, time, say, statusBadge } from './dom.js';
+import { retryButtons } from './actions.js';
+
+function field(label, ...value) {
+  return [h('dt', { text: label }), h('dd', {}, ...value)];
+}
+
+function bodyText(payload) {
+  if (typeof payload === 'string') return payload;
+  return JSON.stringify(payload, null, 2);
+}
+
+function timeline(history) {
+  if (!history.length) return h('p', { class: 'muted', text: 'No attempt yet.' });
+  return h('ol', { class: 'timeline', 'aria-label': 'Attempt history, first attempt first' },
+    history.map((a) => h('li', { class: `result-${a.result ?? 'running'}` },
+      h('p', { class: 'attempt-head' },
+        h('strong', { text: `Attempt ${a.attempt}` }), ' · ',
+        h('span', { class: 'badge', text: a.result ?? 'in progress' })),
+      h('dl', { class: 'fields compact' },
+        field('Worker', h('span', { class: 'mono', text: a.worker })),
+        field('Started', time(a.started_at)),
+        field('Finished', time(a.finished_at)),
+        a.error ? field('Error', h('span', { class: 'error-text', text: a.error })) : []),
+    )));
+}
+
+function render(event, message) {
+  const box = $('event-detail');
+  const status = h('p', { role: 'status', id: 'detail-status' });
+  if (message) say(status, message);
+  const actions = retryButtons(event, {
+    onChange: (updated) => load(updated.source, updated.event_id,
+      `${updated.source}/${updated.event_id} is now ${updated.status}.`),
+    onError: (text) => say(status, text, true),
+  });
+  clear(box,
+    h('dl', { class: 'fields' },
+      field('Event ID', h('span', { class: 'mono', text: event.event_id })),
+      field('Source', event.source),
+      field('Type', event.type),
+      field('Status', statusBadge(event)),
+      field('Abandoned', event.abandoned
+        ? 'yes: an at-most-once call was cut off, the downstream may have acted' : 'no'),
+      field('Outcome', event.outcome ?? '—'),
+      field('Last error', event.last_error ? h('span', { class: 'error-text', text: event.last_error }) : '—'),
+      field('Attempts', String(event.attempts)),
+      field('Deliveries', String(event.deliveries)),
+      field('Payload mismatches', String(event.payload_mismatches),
+        event.payload_mismatches ? ' (redeliveries whose body differed; the first body is kept)' : ''),
+      field('Received', time(event.received_at)),
+      field('Last delivered', time(event.last_delivered_at)),
+      field('Next attempt', time(event.next_attempt_at)),
+      field('Finished', time(event.completed_at)),
+    ),
+    actions.length ? h('div', { class: 'row' }, ...actions) : [],
+    status,
+    h('h2', { text: 'Body' }),
+    h('pre', { class: 'body', id: 'event-body', tabindex: '0', 'aria-label': 'Delivery body' },
+      bodyText(event.payload)),
+    h('h2', { text: 'Attempts' }),
+    timeline(event.history ?? []),
+  );
+}
+
+export async function load(source, eventId, message) {
+  $('event-title').textContent = `Event ${source}/${eventId}`;
+  const box = $('event-detail');
+  try {
+    render(await api(eventPath(source, eventId)), message);
+  } catch (e) {
+    clear(box, h('p', { class: 'error', role: 'alert', text: `Could not load the event: ${e.message}` }));
+  }
+}

@@ -1,0 +1,78 @@
+// Building the page from text: every value from the server becomes a text node or an
+// attribute value, never markup. Delivery bodies are attacker-controlled.
+
+/** `h('td', {class: 'x'}, 'text', child)`: an element with attributes and children. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'text') el.textContent = String(v);
+    else if (k.startsWith('on')) { if (typeof v === 'function') el.addEventListener(k.slice(2), v); }
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+export function clear(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+export const $ = (id) => document.getElementById(id);
+
+/** A time in the viewer's local time, with the UTC time on hover. */
+export function time(iso) {
+  if (!iso) return h('span', { class: 'muted', text: '—' });
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return document.createTextNode(iso);
+  return h('time', { datetime: iso, title: `${d.toISOString()} (UTC)`, text: d.toLocaleString() });
+}
+
+/** "3 h 4 min", "12 s": an age for people. */
+export function age(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${s % 60} s`;
+  const hrs = Math.floor(m / 60);
+  if (hrs < 48) return `${hrs} h ${m % 60} min`;
+  return `${Math.floor(hrs / 24)} days ${hrs % 24} h`;
+}
+
+export function statusBadge(event) {
+  const label = event.abandoned ? `${event.status} (abandoned)` : event.status;
+  return h('span', { class: `badge status-${event.status}`, text: label });
+}
+
+/** Show a message in a live region; `error` styles it as a failure. */
+export function say(el, message, error = false) {
+  el.textContent = message;
+  el.classList.toggle('error', error);
+  el.hidden = !message;
+}
+
+/**
+ * Ask before acting: the native dialog traps focus, and Escape closes it (as a cancel).
+ * Answers true only for the confirm button.
+ */
+export function confirmDialog({ title, text, confirmLabel }) {
+  const dialog = $('confirm');
+  $('confirm-title').textContent = title;
+  $('confirm-text').textContent = text;
+  $('confirm-ok').textContent = confirmLabel;
+  dialog.returnValue = '';
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+    dialog.showModal();
+    dialog.querySelector('button[value="cancel"]').focus();
+  });
+}

@@ -1,0 +1,99 @@
+// Sign-in, sign-out and the views behind the URL's fragment: #overview, #events,
+// #event/<source>/<id>, #loyalty, #requests, #request/<id>. The fragment never holds the token.
+
+import { api, token, whenUnauthorized } from './api.js';
+import { $, say } from './dom.js';
+import * as overview from './overview.js';
+import * as events from './events.js';
+import * as detail from './detail.js';
+import * as lookups from './lookups.js';
+
+const VIEWS = ['login', 'overview', 'events', 'event', 'loyalty', 'requests'];
+
+function showView(name) {
+  for (const v of VIEWS) $(`view-${v}`).hidden = v !== name;
+  const signedIn = name !== 'login';
+  $('nav').hidden = !signedIn;
+  $('logout').hidden = !signedIn;
+  const section = name === 'event' ? 'events' : name;
+  for (const a of $('nav').querySelectorAll('a')) {
+    if (a.getAttribute('href') === `#${section}`) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  const heading = $(`view-${name}`).querySelector('h1');
+  document.title = `${heading.textContent} · webhook-inbox`;
+  heading.focus({ preventScroll: false });
+}
+
+function signOut(message) {
+  token.clear();
+  $('token').value = '';
+  showView('login');
+  say($('login-error'), message ?? '', Boolean(message));
+  $('token').focus();
+}
+
+async function route() {
+  if (!token.get()) return signOut();
+  const [path, search] = location.hash.slice(1).split('?');
+  const parts = path.split('/').map(decodeURIComponent);
+  switch (parts[0]) {
+    case 'events': {
+      const status = new URLSearchParams(search ?? '').get('status');
+      if (status !== null) $('f-status').value = status;
+      showView('events');
+      return events.show();
+    }
+    case 'event':
+      if (parts.length >= 3) {
+        showView('event');
+        return detail.load(parts[1], parts.slice(2).join('/'));
+      }
+      break;
+    case 'loyalty':
+      showView('loyalty');
+      return;
+    case 'requests':
+      showView('requests');
+      return lookups.showRequests();
+    case 'request':
+      showView('requests');
+      await lookups.showRequests();
+      return lookups.showRequest(parts.slice(1).join('/'));
+    default:
+      break;
+  }
+  showView('overview');
+  return overview.show();
+}
+
+async function signIn(e) {
+  e.preventDefault();
+  const given = $('token').value.trim();
+  const error = $('login-error');
+  if (!given) return;
+  try {
+    // Any admin route tells whether the token is right; the overview is needed next anyway.
+    await api('/events/stats', { tokenOverride: given });
+  } catch (err) {
+    say(error, err.status === 401
+      ? 'Wrong token: the server refused it. Check the admin token and try again.'
+      : `Could not sign in: ${err.message}`, true);
+    $('token').select();
+    return;
+  }
+  token.set(given);
+  $('token').value = '';
+  say(error, '');
+  if (!location.hash || location.hash === '#') location.hash = '#overview';
+  else route();
+}
+
+whenUnauthorized(() => signOut('The server refused the token (it may have changed). Sign in again.'));
+$('login-form').addEventListener('submit', signIn);
+$('logout').addEventListener('click', () => { signOut(); history.replaceState(null, '', '#'); });
+window.addEventListener('hashchange', route);
+overview.setup();
+events.setup();
+lookups.setup();
+route();
