@@ -28,6 +28,18 @@ fn config_with(consumers: &[(&str, &str)], downstream: &str) -> impl FnOnce(&mut
     }
 }
 
+/// One in-process worker (and the default call-out workers), calls bounded by 500 ms.
+async fn one_worker_app(url: &str) -> TestApp {
+    spawn_app_with(
+        config_with(
+            &[("workers", "1")],
+            &format!("url = \"{url}\"\ntimeout_ms = 500"),
+        ),
+        Default::default(),
+    )
+    .await
+}
+
 async fn submit(app: &TestApp) -> String {
     let id = create(app).await;
     let r = app
@@ -93,14 +105,7 @@ async fn every_call_starts_inside_a_lease_that_covers_its_whole_timeout() {
 async fn an_outcome_unknown_call_is_abandoned_and_only_a_forced_retry_repeats_it() {
     for (case, delay, status) in [("timeout", 1500, 200), ("5xx", 0, 503)] {
         let receiver = Receiver::start(Duration::from_millis(delay), status);
-        let app = spawn_app_with(
-            config_with(
-                &[("workers", "1")],
-                &format!("url = \"{}\"\ntimeout_ms = 500", receiver.url),
-            ),
-            Default::default(),
-        )
-        .await;
+        let app = one_worker_app(&receiver.url).await;
         let id = submit(&app).await;
         let event = terminal(&app, std::slice::from_ref(&id), Duration::from_secs(10)).await;
         let event = &event[0];
@@ -148,14 +153,7 @@ async fn an_outcome_unknown_call_is_abandoned_and_only_a_forced_retry_repeats_it
 #[tokio::test]
 async fn failures_that_prove_nothing_was_done_are_not_abandoned() {
     let closed = free_port();
-    let app = spawn_app_with(
-        config_with(
-            &[("workers", "1")],
-            &format!("url = \"http://127.0.0.1:{closed}/in\"\ntimeout_ms = 500"),
-        ),
-        Default::default(),
-    )
-    .await;
+    let app = one_worker_app(&format!("http://127.0.0.1:{closed}/in")).await;
     let id = submit(&app).await;
     let event = &terminal(&app, std::slice::from_ref(&id), Duration::from_secs(10)).await[0];
     assert_eq!(event["status"], "failed", "{event}");
@@ -171,14 +169,7 @@ async fn failures_that_prove_nothing_was_done_are_not_abandoned() {
     app.stop().await;
 
     let receiver = Receiver::start(Duration::ZERO, 422);
-    let app = spawn_app_with(
-        config_with(
-            &[("workers", "1")],
-            &format!("url = \"{}\"\ntimeout_ms = 500", receiver.url),
-        ),
-        Default::default(),
-    )
-    .await;
+    let app = one_worker_app(&receiver.url).await;
     let id = submit(&app).await;
     let event = &terminal(&app, std::slice::from_ref(&id), Duration::from_secs(10)).await[0];
     assert_eq!(event["status"], "failed", "{event}");
