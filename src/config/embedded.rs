@@ -26,7 +26,7 @@ fn kept_secret(path: &Path, generate: impl FnOnce() -> String) -> anyhow::Result
     }
     let value = generate();
     let mut draft = path.as_os_str().to_owned();
-    draft.push(format!(".{}.new", std::process::id()));
+    draft.push(format!(".{}.new", hex::encode(random_bytes::<8>())));
     let draft = PathBuf::from(draft);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -98,4 +98,38 @@ pub fn add_demo_source(settings: &mut Settings) -> anyhow::Result<PathBuf> {
         on_payload_mismatch: MismatchPolicy::Duplicate,
     });
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two processes starting at once on a fresh `data/` must keep one secret, the one in the
+    /// file: with create-then-truncate, the second writer replaced the first one's value while
+    /// the first went on using it. Eight threads race through a barrier, many rounds.
+    #[test]
+    fn concurrent_first_starts_agree_on_one_kept_secret() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("data").join("admin-token");
+            let barrier = std::sync::Barrier::new(8);
+            let values: Vec<String> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..8)
+                    .map(|i| {
+                        let (path, barrier) = (&path, &barrier);
+                        s.spawn(move || {
+                            barrier.wait();
+                            kept_secret(path, || format!("token-{round}-{i}"))
+                                .unwrap()
+                                .expose()
+                                .to_string()
+                        })
+                    })
+                    .collect();
+                threads.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            let kept = std::fs::read_to_string(&path).unwrap().trim().to_string();
+            assert!(values.iter().all(|v| *v == kept), "{values:?} vs {kept}");
+        }
+    }
 }

@@ -139,3 +139,27 @@ fn the_test_switch_with_the_prefix_is_not_a_setting() {
     let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_TEST_OTHER", "1")])).unwrap_err();
     assert!(err.to_string().contains("test_other"), "{err}");
 }
+
+/// Values near the top of their type are refused by name instead of overflowing the
+/// arithmetic that compares them (`timeout_ms * 2`, `lease_seconds * 1000` used to).
+#[test]
+fn huge_durations_are_refused_without_overflow() {
+    for (text, key) in [
+        (
+            "[consumers]\nlease_seconds = 18446744073709551615",
+            "lease_seconds",
+        ),
+        (
+            "[downstream]\ntimeout_ms = 18446744073709551615",
+            "timeout_ms",
+        ),
+        (
+            "[consumers]\nbackoff_max_ms = 18446744073709551615",
+            "backoff_max_ms",
+        ),
+        ("[downstream]\nconcurrency = 0", "concurrency"),
+    ] {
+        let err = Settings::from_toml(text, "t", env(&[])).unwrap_err();
+        assert!(err.to_string().contains(key), "{text}: {err}");
+    }
+}

@@ -16,6 +16,7 @@ mod downstream;
 mod group_commit;
 mod harness;
 mod ingest;
+mod lag;
 mod leases;
 mod ops;
 mod pipeline;

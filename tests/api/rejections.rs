@@ -172,3 +172,22 @@ async fn checks_run_in_the_spec_order() {
         .assert_error(400, "invalid_json");
     assert_eq!(event_rows(&app), 0);
 }
+
+/// A misspelt filter must not silently widen a listing to every event (bulk retry already
+/// refused unknown keys; the lists now do too).
+#[tokio::test]
+async fn event_lists_refuse_unknown_query_keys_by_name() {
+    let app = spawn_app().await;
+    for path in ["/events?stauts=failed", "/events/export?sourse=shop"] {
+        let r = app.get(path).await;
+        r.assert_error(422, "invalid_request");
+        let message = r.body["message"].as_str().unwrap();
+        let key = if path.contains("stauts") {
+            "stauts"
+        } else {
+            "sourse"
+        };
+        assert!(message.starts_with(key), "{path}: {message}");
+    }
+    assert_eq!(app.get("/events?status=failed&limit=5").await.status, 200);
+}
