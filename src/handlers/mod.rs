@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{DeliveryMode, RESERVED_SOURCE};
-use crate::store::{Claimed, Effect, Lane, Outcome, Store};
+use crate::store::{Claimed, Effect, Outcome, Store};
 
 pub use audit::AuditLog;
 pub use downstream::{
@@ -53,14 +53,6 @@ pub trait Handler: Send + Sync {
         None
     }
     fn handle(&self, event: &Claimed) -> Handled;
-}
-
-/// The lane a handler's events are stored in.
-pub fn lane_of(handler: &dyn Handler) -> Lane {
-    match handler.call_timeout() {
-        Some(_) => Lane::CallOut,
-        None => Lane::InProcess,
-    }
 }
 
 pub const ORDER_COMPLETED: &str = "order.completed";
