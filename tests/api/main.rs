@@ -4,6 +4,8 @@
 mod helpers;
 
 mod cli;
+mod cli_config;
+mod cli_usage;
 mod concurrency;
 mod consumers;
 mod crash;
@@ -12,10 +14,12 @@ mod group_commit;
 mod harness;
 mod ingest;
 mod leases;
+mod loyalty;
 mod ops;
 mod pipeline;
 mod process;
 mod rejections;
+mod replay;
 mod requests;
 #[allow(dead_code)] // used by the tests that need FUSE, PostgreSQL or a browser
 mod requires;
