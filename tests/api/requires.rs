@@ -21,12 +21,13 @@ pub fn available(part: &str, found: Result<(), String>) -> bool {
 /// Whether a command can be found on `PATH` (or is an existing path).
 pub fn command(name: &str) -> Result<(), String> {
     let found = std::path::Path::new(name).is_file()
-        || std::env::var_os("PATH").is_some_and(|paths| {
-            std::env::split_paths(&paths).any(|dir| dir.join(name).is_file())
-        });
+        || std::env::var_os("PATH")
+            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()));
     if found {
         Ok(())
     } else {
-        Err(format!("`{name}` is not installed (scripts/test-deps installs it)"))
+        Err(format!(
+            "`{name}` is not installed (scripts/test-deps installs it)"
+        ))
     }
 }
