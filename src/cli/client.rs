@@ -202,13 +202,13 @@ impl ApiClient {
 pub fn unreachable_message(error: &reqwest::Error, base: &str) -> String {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::ConnectionRefused {
-                return format!(
-                    "connection refused: is the server running at {base}? (set --url, \
-                     WEBHOOK_INBOX_URL or the config's `listen`)"
-                );
-            }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return format!(
+                "connection refused: is the server running at {base}? (set --url, \
+                 WEBHOOK_INBOX_URL or the config's `listen`)"
+            );
         }
         cause = e.source();
     }

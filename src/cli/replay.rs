@@ -229,14 +229,12 @@ fn report(
             );
         }
     }
-    if let Some(path) = &args.rejects {
-        if !failed.is_empty() {
-            eprintln!(
-                "{} line(s) not delivered written to {}",
-                failed.len(),
-                path.display()
-            );
-        }
+    if let Some(path) = args.rejects.as_ref().filter(|_| !failed.is_empty()) {
+        eprintln!(
+            "{} line(s) not delivered written to {}",
+            failed.len(),
+            path.display()
+        );
     }
     match (rejected, errors) {
         (0, 0) => Ok(()),
