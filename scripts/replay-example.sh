@@ -6,7 +6,7 @@
 # It writes a replay file with three deliveries for the `demo` source, replays it twice (the
 # second time is all duplicates), then exports what the server holds and replays that (all
 # duplicates again, no balance moves). Each run uses its own event ids, order ids and customer,
-# so it works again on the same database with the same output.
+# so it works again on the same database with the same output. Needs curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${WEBHOOK_INBOX_BIN:-./target/release/webhook-inbox}
