@@ -4,9 +4,8 @@ use super::ConfigError;
 
 const PREFIX: &str = "WEBHOOK_INBOX_";
 
-/// Variables with the prefix that are not settings: the CLI's server URL, and the test suite's
-/// switch (`.ci/run` exports it, and the binaries the tests start inherit it).
-const CLIENT_ONLY: &[&str] = &["URL", "TEST_REQUIRE"];
+/// Variables with the prefix that belong to the CLI, not to the server's settings.
+const CLIENT_ONLY: &[&str] = &["URL"];
 
 /// Keys whose values are strings even when they look like numbers (a token `12345`).
 const STRING_KEYS: &[&str] = &[

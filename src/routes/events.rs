@@ -69,7 +69,7 @@ struct PageParams {
     cursor: Option<String>,
 }
 
-pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     web::Query::<T>::from_query(req.query_string())
         .map(web::Query::into_inner)
         .map_err(|e| ApiError::InvalidRequest(format!("query string: {e}")))

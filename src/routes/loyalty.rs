@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Admin;
-use super::events::{DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor, query};
+use super::events::{DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor};
 use super::{ApiError, AppState, blocking};
 use crate::store::Page;
 
@@ -26,7 +26,15 @@ pub async fn show(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let customer = path.into_inner();
-    let params: CreditParams = query(&req)?;
+    let params = web::Query::<CreditParams>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| {
+            let text = e.to_string();
+            let text = text.trim_start_matches("Query deserialize error: ");
+            ApiError::InvalidRequest(format!(
+                "query string: {text}; this route takes limit, cursor"
+            ))
+        })?;
     let limit = match params.limit.as_deref() {
         None => DEFAULT_LIMIT,
         Some(l) => l

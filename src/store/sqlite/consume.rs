@@ -10,7 +10,7 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transactio
 
 use crate::config::DeliveryMode;
 use crate::store::{
-    AttemptResult, ClaimRef, Claimed, LoyaltyAccount, LoyaltyCredit, ModeOf, Page, StoreResult,
+    AttemptResult, ClaimRef, Claimed, LoyaltyAccount, LoyaltyCredit, ModeOf, StoreResult,
 };
 
 /// The claim: one statement moves due pending rows to `claimed` and returns them. The
@@ -270,7 +270,7 @@ pub(super) fn sweep(
 pub(super) fn loyalty(
     conn: &Connection,
     customer_id: &str,
-    page: Page,
+    page: crate::store::Page,
 ) -> StoreResult<LoyaltyAccount> {
     let balance: i64 = conn
         .query_row(
