@@ -5,20 +5,23 @@
 #   scripts/replay-example.sh
 # It writes a replay file with three deliveries for the `demo` source, replays it twice (the
 # second time is all duplicates), then exports what the server holds and replays that (all
-# duplicates again, no balance moves).
+# duplicates again, no balance moves). Each run uses its own event ids, order ids and customer,
+# so it works again on the same database with the same output. Needs curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${WEBHOOK_INBOX_BIN:-./target/release/webhook-inbox}
 [ -x "$bin" ] || cargo build --release
-export WEBHOOK_INBOX_URL=${WEBHOOK_INBOX_URL:-http://127.0.0.1:8080}
+url=${WEBHOOK_INBOX_URL:-http://127.0.0.1:8080}
 
+run=$(date +%s)-$$
+customer="replay-c-$run"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for i in 1 2 3; do
-    body="{\"type\":\"order.completed\",\"data\":{\"order_id\":\"replay-o-$i\",\"customer_id\":\"replay-c\",\"points\":$i}}"
+    body="{\"type\":\"order.completed\",\"data\":{\"order_id\":\"replay-o-$run-$i\",\"customer_id\":\"$customer\",\"points\":$i}}"
     # The body goes in as a JSON string: exactly the bytes that will be signed and sent.
     python3 -c 'import json,sys; print(json.dumps({"source":"demo","event_id":sys.argv[1],"type":"order.completed","body":sys.argv[2]}))' \
-        "replay-evt-$i" "$body"
+        "replay-evt-$run-$i" "$body"
 done > "$work/deliveries.jsonl"
 
 echo "== first replay: expect 3 queued"
@@ -28,7 +31,11 @@ echo "== second replay: expect 3 duplicate"
 echo "== export the demo source, replay it: all duplicates"
 "$bin" events export --source demo --output "$work/export.jsonl"
 "$bin" replay "$work/export.jsonl"
-echo "== balance of replay-c (1 + 2 + 3 once the consumers ran):"
-sleep 1
-curl -s -H "Authorization: Bearer $(cat data/admin-token)" "$WEBHOOK_INBOX_URL/loyalty/replay-c"
-echo
+echo "== balance of $customer (1 + 2 + 3 once the consumers ran):"
+# The consumers run in the background: wait for the balance, at most 10 s.
+for _ in $(seq 50); do
+    answer=$(curl -s -H "Authorization: Bearer $(cat data/admin-token)" "$url/loyalty/$customer")
+    case "$answer" in *'"balance":6,'*) break ;; esac
+    sleep 0.2
+done
+echo "$answer"

@@ -61,6 +61,9 @@ impl Application {
     /// Bind the listener and build everything; nothing runs until [`Application::run`].
     pub fn build(settings: Settings, options: BuildOptions) -> anyhow::Result<Application> {
         let settings = Arc::new(settings);
+        // Bound first: a port in use must not leave a new database file behind.
+        let listener = TcpListener::bind(&settings.listen)
+            .with_context(|| format!("binding {}", settings.listen))?;
         let store: Arc<dyn Store> = open_store(&settings)?;
         let metrics = Arc::new(Metrics::with_sources(
             settings.sources.iter().map(|s| s.name.as_str()),
@@ -108,8 +111,6 @@ impl Application {
             queued,
             worker_name: name,
         });
-        let listener = TcpListener::bind(&settings.listen)
-            .with_context(|| format!("binding {}", settings.listen))?;
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
         let mut server = HttpServer::new(move || {

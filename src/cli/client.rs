@@ -1,17 +1,30 @@
 //! The HTTP client behind the CLI commands that inspect or change events: they talk to the
 //! API, never to the database, so they work against a remote server as well as a local one.
+//!
+//! Where the server is and which token to use are resolved once, in this order: `--url` /
+//! `--token`, then `WEBHOOK_INBOX_URL` / `WEBHOOK_INBOX_ADMIN_TOKEN`, then the config file
+//! (`--config FILE` or `./webhook-inbox.toml`: its `listen` and `admin_token`, with the same
+//! `WEBHOOK_INBOX_*` overrides `serve` applies), then the embedded default
+//! (`http://127.0.0.1:8080` and the token `serve` generated into `data/admin-token`). A CLI run
+//! in the same directory with the same config as `serve` therefore finds that server.
 
+use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
 use serde_json::Value;
 
+use crate::config::{self, Settings};
+
 /// Failures with exit codes that scripts can rely on (see the README).
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// The API answered and said no (4xx), or some lines of a replay were refused: exit 1.
+    /// Some lines of a replay were refused, or a check before any request failed: exit 1.
     #[error("{0}")]
     Refused(String),
+    /// The API answered and said no (4xx), with its error code: exit 1.
+    #[error("{code}: {message}")]
+    Api { code: String, message: String },
     /// The server could not be reached or failed (5xx): exit 3.
     #[error("{0}")]
     Unreachable(String),
@@ -20,24 +33,64 @@ pub enum CliError {
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Refused(_) => 1,
+            CliError::Refused(_) | CliError::Api { .. } => 1,
             CliError::Unreachable(_) => 3,
         }
     }
 }
 
+/// Where the resolution order is told in `--help`.
+pub const RESOLUTION_HELP: &str = "\
+Server and token: --url/--token, else WEBHOOK_INBOX_URL/WEBHOOK_INBOX_ADMIN_TOKEN, else the \
+config file (--config FILE or ./webhook-inbox.toml: its `listen` and `admin_token`), else the \
+embedded default (http://127.0.0.1:8080 and the token in data/admin-token).";
+
 #[derive(Debug, Clone, Args)]
 pub struct Remote {
-    /// Base URL of the server.
+    /// Base URL of the server [default: from the config's `listen`, else http://127.0.0.1:8080].
+    #[arg(long, env = "WEBHOOK_INBOX_URL", value_name = "URL")]
+    pub url: Option<String>,
+    /// Admin token [default: the config's `admin_token`, else data/admin-token].
     #[arg(
         long,
-        env = "WEBHOOK_INBOX_URL",
-        default_value = "http://127.0.0.1:8080"
+        env = "WEBHOOK_INBOX_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
     )]
-    pub url: String,
-    /// Admin token (default: ./data/admin-token, as the embedded default writes it).
-    #[arg(long, env = "WEBHOOK_INBOX_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+/// The settings `serve` would run on with this config, without creating anything: no
+/// generated token or secret is written here, only read.
+fn settings_for_client(config: Option<&Path>) -> anyhow::Result<Settings> {
+    match Settings::load(config, std::env::vars())? {
+        Some(settings) => Ok(settings),
+        None => Ok(Settings::from_toml(
+            "",
+            "embedded default",
+            std::env::vars(),
+        )?),
+    }
+}
+
+/// The URL a client on this machine uses for a `listen` address: a wildcard address
+/// (`0.0.0.0`, `[::]`) is reached through loopback.
+pub fn url_for_listen(listen: &str) -> String {
+    let (host, port) = listen.rsplit_once(':').unwrap_or((listen, "8080"));
+    let host = match host {
+        "0.0.0.0" | "" => "127.0.0.1",
+        "[::]" => "[::1]",
+        other => other,
+    };
+    format!("http://{host}:{port}")
+}
+
+/// The server URL alone (for `replay`, which needs no token).
+pub fn resolve_url(url: Option<&str>, config: Option<&Path>) -> anyhow::Result<String> {
+    match url {
+        Some(u) => Ok(u.trim_end_matches('/').to_string()),
+        None => Ok(url_for_listen(&settings_for_client(config)?.listen)),
+    }
 }
 
 pub struct ApiClient {
@@ -47,14 +100,29 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
-    pub fn new(remote: &Remote) -> anyhow::Result<ApiClient> {
-        let token = remote.token.clone().or_else(|| {
-            std::fs::read_to_string("data/admin-token")
+    /// Resolve URL and token in the order of the module doc; the config is read only when a
+    /// flag or variable leaves something open.
+    pub fn new(remote: &Remote, config: Option<&Path>) -> anyhow::Result<ApiClient> {
+        let settings = match (&remote.url, &remote.token) {
+            (Some(_), Some(_)) => None,
+            _ => Some(settings_for_client(config)?),
+        };
+        let base = match (&remote.url, &settings) {
+            (Some(u), _) => u.trim_end_matches('/').to_string(),
+            (None, Some(s)) => url_for_listen(&s.listen),
+            (None, None) => unreachable!("settings are read when --url is missing"),
+        };
+        let token = match (&remote.token, &settings) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(s)) if !s.admin_token.is_empty() => Some(s.admin_token.expose().into()),
+            // As `serve` does for an empty `admin_token`: the generated one in the data dir.
+            (None, Some(s)) => std::fs::read_to_string(config::data_dir(s).join("admin-token"))
                 .ok()
-                .map(|t| t.trim().to_string())
-        });
+                .map(|t| t.trim().to_string()),
+            (None, None) => None,
+        };
         Ok(ApiClient {
-            base: remote.url.trim_end_matches('/').to_string(),
+            base,
             token,
             http: reqwest::blocking::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -66,10 +134,6 @@ impl ApiClient {
         &self.base
     }
 
-    pub fn http(&self) -> &reqwest::blocking::Client {
-        &self.http
-    }
-
     fn send(
         &self,
         req: reqwest::blocking::RequestBuilder,
@@ -78,25 +142,24 @@ impl ApiClient {
             Some(t) => req.bearer_auth(t),
             None => req,
         };
-        let response = req.send().map_err(|e| {
-            CliError::Unreachable(format!(
-                "cannot reach {} ({e}); is the server running? Set --url or WEBHOOK_INBOX_URL",
-                self.base
-            ))
-        })?;
+        let response = req
+            .send()
+            .map_err(|e| CliError::Unreachable(unreachable_message(&e, &self.base)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
         let body: Value = response.json().unwrap_or(Value::Null);
-        let code = body["error"].as_str().unwrap_or("error");
-        let message = body["message"].as_str().unwrap_or("");
+        let code = body["error"].as_str().unwrap_or("error").to_string();
+        let message = body["message"].as_str().unwrap_or("").to_string();
         Err(match status.as_u16() {
             401 => CliError::Refused(format!(
-                "the server refused the token ({message}); pass --token or set \
-                 WEBHOOK_INBOX_ADMIN_TOKEN (the embedded default keeps it in data/admin-token)"
+                "the server at {} refused the token ({message}); pass --token, set \
+                 WEBHOOK_INBOX_ADMIN_TOKEN, or point --config at the server's config (the \
+                 embedded default keeps the token in data/admin-token)",
+                self.base
             )),
-            400..=499 => CliError::Refused(format!("{code}: {message}")),
+            400..=499 => CliError::Api { code, message },
             _ => CliError::Unreachable(format!(
                 "the server failed with {status}: {code}: {message}"
             )),
@@ -133,6 +196,32 @@ impl ApiClient {
     ) -> Result<reqwest::blocking::Response, CliError> {
         self.send(self.http.get(format!("{}{path}", self.base)).query(query))
     }
+}
+
+/// What a failed request means for the user, rather than reqwest's "error sending request".
+pub fn unreachable_message(error: &reqwest::Error, base: &str) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return format!(
+                "connection refused: is the server running at {base}? (set --url, \
+                 WEBHOOK_INBOX_URL or the config's `listen`)"
+            );
+        }
+        cause = e.source();
+    }
+    if error.is_timeout() {
+        return format!("{base} did not answer in time");
+    }
+    let mut text = format!("cannot reach {base}");
+    let mut cause = std::error::Error::source(error);
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e}"));
+        cause = e.source();
+    }
+    format!("{text}; is the server running there?")
 }
 
 /// `path` segments are user input: percent-encode them.

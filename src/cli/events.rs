@@ -2,30 +2,34 @@
 //! HTTP API. `--json` prints the API's answer for scripts.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, Remote, segment};
+use super::client::{ApiClient, CliError, RESOLUTION_HELP, Remote, segment};
 use super::table::{clip, render};
 
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
     /// List events, newest first.
+    #[command(after_help = RESOLUTION_HELP)]
     List(ListArgs),
-    /// One event with its payload and attempt history.
+    /// One event with its payload (as received) and attempt history.
+    #[command(after_help = RESOLUTION_HELP)]
     Show(ShowArgs),
     /// Retry one event, or every failed event matching a filter (`--failed`).
+    #[command(after_help = RESOLUTION_HELP)]
     Retry(RetryArgs),
     /// Write matching events as a replay file (JSON lines) for `webhook-inbox replay`.
+    #[command(after_help = RESOLUTION_HELP)]
     Export(ExportArgs),
 }
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
-    /// pending, claimed, completed or failed.
-    #[arg(long)]
+    #[arg(long, value_parser = ["pending", "claimed", "completed", "failed"])]
     status: Option<String>,
     #[arg(long)]
     source: Option<String>,
@@ -57,9 +61,12 @@ impl FilterArgs {
 pub struct ListArgs {
     #[command(flatten)]
     filter: FilterArgs,
-    /// Events per page (1 to 500).
-    #[arg(long, default_value_t = 50)]
+    /// Events per page.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
     limit: u32,
+    /// Start after the page that printed this cursor (`next_cursor` in --json).
+    #[arg(long, conflicts_with = "all")]
+    cursor: Option<String>,
     /// Follow the cursor to the last page.
     #[arg(long)]
     all: bool,
@@ -117,12 +124,12 @@ pub struct ExportArgs {
     remote: Remote,
 }
 
-pub fn run(command: EventsCommand) -> anyhow::Result<()> {
+pub fn run(config: Option<&Path>, command: EventsCommand) -> anyhow::Result<()> {
     match command {
-        EventsCommand::List(args) => list(args),
-        EventsCommand::Show(args) => show(args),
-        EventsCommand::Retry(args) => retry(args),
-        EventsCommand::Export(args) => export(args),
+        EventsCommand::List(args) => list(config, args),
+        EventsCommand::Show(args) => show(config, args),
+        EventsCommand::Retry(args) => retry(config, args),
+        EventsCommand::Export(args) => export(config, args),
     }
 }
 
@@ -134,12 +141,12 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn list(args: ListArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote)?;
+fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote, config)?;
     let mut query = args.filter.query();
     query.push(("limit", args.limit.to_string()));
     let mut events: Vec<Value> = Vec::new();
-    let mut next = Value::Null;
+    let mut next = args.cursor.clone().map_or(Value::Null, Value::String);
     // Bounded: at most 10,000 pages.
     for _ in 0..10_000 {
         let mut q = query.clone();
@@ -193,14 +200,14 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
             &rows
         )
     );
-    if !next.is_null() {
-        eprintln!("more events: add --all, or narrow the filter");
+    if let Value::String(cursor) = &next {
+        eprintln!("more events: add --cursor {cursor} for the next page, or --all");
     }
     Ok(())
 }
 
-fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote)?;
+fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote, config)?;
     let e = client.get(
         &format!(
             "/events/{}/{}",
@@ -264,8 +271,8 @@ fn show(args: ShowArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn retry(args: RetryArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote)?;
+fn retry(config: Option<&Path>, args: RetryArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote, config)?;
     if args.failed {
         let filter: serde_json::Map<String, Value> = [
             ("source", &args.source_filter),
@@ -294,11 +301,23 @@ fn retry(args: RetryArgs) -> anyhow::Result<()> {
     } else {
         vec![]
     };
-    let e = client.post(
-        &format!("/events/{}/{}/retry", segment(&source), segment(&event_id)),
-        &query,
-        None,
-    )?;
+    let e = client
+        .post(
+            &format!("/events/{}/{}/retry", segment(&source), segment(&event_id)),
+            &query,
+            None,
+        )
+        .map_err(|e| match e {
+            // The API's message names its query parameter; a CLI user needs the flag.
+            CliError::Api { code, message } if code == "conflict" => CliError::Api {
+                message: message.replace(
+                    "retry with ?force=true",
+                    "run `events retry` again with --force",
+                ),
+                code,
+            },
+            other => other,
+        })?;
     if args.json {
         println!("{e}");
     } else {
@@ -311,17 +330,41 @@ fn retry(args: RetryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn export(args: ExportArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote)?;
+fn export(config: Option<&Path>, args: ExportArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote, config)?;
     let mut response = client.get_stream("/events/export", &args.filter.query())?;
-    let mut out: Box<dyn std::io::Write> = match &args.output {
-        Some(path) => Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+    let out: Box<dyn std::io::Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
         None => Box::new(std::io::stdout().lock()),
     };
-    let bytes = std::io::copy(&mut response, &mut out)?;
+    let mut out = LineCounter {
+        inner: out,
+        lines: 0,
+    };
+    std::io::copy(&mut response, &mut out)?;
     out.flush()?;
     if let Some(path) = &args.output {
-        eprintln!("exported {} bytes to {}", bytes, path.display());
+        eprintln!("exported {} event(s) to {}", out.lines, path.display());
     }
     Ok(())
+}
+
+/// Counts the lines (one event each) of the replay file as it is written.
+struct LineCounter<W> {
+    inner: W,
+    lines: usize,
+}
+
+impl<W: std::io::Write> std::io::Write for LineCounter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.lines += buf[..n].iter().filter(|b| **b == b'\n').count();
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }

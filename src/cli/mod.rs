@@ -1,10 +1,12 @@
-//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`. `main.rs` only calls
+//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `loadgen`, and
+//! `completions`/`man` for shells and manuals. `main.rs` only calls
 //! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
 //! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
 
 pub mod client;
 mod events;
 mod loadgen;
+mod manual;
 mod replay;
 mod sign;
 mod table;
@@ -36,19 +38,23 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the HTTP server and the consumer pool.
+    /// Run the HTTP server and the consumer pool (Ctrl-C stops it gracefully).
     Serve,
     /// Apply database migrations and exit.
     Migrate,
     /// Print the headers that sign a body read from stdin, for curl (`curl -H @headers`).
     Sign(sign::SignArgs),
     /// Inspect, retry and export events through the HTTP API.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = client::RESOLUTION_HELP)]
     Events(events::EventsCommand),
     /// Redeliver a replay file (from `events export`), re-signed with fresh timestamps.
     Replay(replay::ReplayArgs),
     /// Send unique signed deliveries at a fixed concurrency; report throughput and latency.
     Loadgen(loadgen::LoadgenArgs),
+    /// Print a shell completion script (e.g. `webhook-inbox completions bash`).
+    Completions(manual::CompletionsArgs),
+    /// Print the man page, or write one page per command into a directory.
+    Man(manual::ManArgs),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -79,19 +85,35 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(loaded.settings.log_format);
             // Not `open_store`, which migrates already: this command reports what it applied.
             let path = loaded.settings.sqlite_path()?;
+            let existed = path.exists();
             let store = SqliteStore::open(&path, SqliteOptions::default())?;
             let applied = store.migrate().context("applying migrations")?;
             println!(
-                "database {} is up to date (applied now: {:?})",
-                store.path().display(),
-                applied
+                "{}",
+                migrate_report(&store.path().display().to_string(), existed, &applied)
             );
             Ok(())
         }
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
-        Command::Events(command) => events::run(command),
+        Command::Events(command) => events::run(cli.config.as_deref(), command),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
+        Command::Completions(args) => manual::completions(args),
+        Command::Man(args) => manual::man(args),
+    }
+}
+
+/// One line for `migrate`: what was created and applied, in words.
+fn migrate_report(path: &str, existed: bool, applied: &[u32]) -> String {
+    let list = applied
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match (existed, applied.is_empty()) {
+        (false, _) => format!("created database {path} and applied migrations {list}"),
+        (true, true) => format!("database {path} is up to date: no migration to apply"),
+        (true, false) => format!("database {path}: applied migrations {list}; now up to date"),
     }
 }
 
@@ -117,20 +139,27 @@ fn serve(config: Option<&Path>) -> anyhow::Result<()> {
 
 fn print_first_steps(listen: &str, data: &Path) {
     let d = data.display();
+    let url = client::url_for_listen(listen);
+    let bin = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "webhook-inbox".into());
     eprintln!(
         "
-webhook-inbox is running on the embedded default (no config file):
+webhook-inbox is running on the embedded default (no config file); Ctrl-C stops it:
+  listening on  {url}
   database      {d}/webhook-inbox.db
   source        demo (standard-webhooks), secret in {d}/demo-secret
   admin token   {d}/admin-token
 
-Send a first webhook from another terminal:
-  echo '{{\"type\":\"order.completed\",\"data\":{{\"order_id\":\"o-1\",\"customer_id\":\"c-1\",\"points\":10}}}}' > body.json
-  webhook-inbox sign --source demo < body.json > headers.txt
-  curl -i -H @headers.txt --data-binary @body.json http://{listen}/webhooks/demo
+Send a first webhook from another terminal, in this directory:
+  scratch=$(mktemp -d)
+  echo '{{\"type\":\"order.completed\",\"data\":{{\"order_id\":\"o-1\",\"customer_id\":\"c-1\",\"points\":10}}}}' > \"$scratch/body.json\"
+  {bin} sign --source demo < \"$scratch/body.json\" > \"$scratch/headers.txt\"
+  curl -i -H @\"$scratch/headers.txt\" --data-binary @\"$scratch/body.json\" {url}/webhooks/demo
 
 Then look at it:
-  curl -H \"Authorization: Bearer $(cat {d}/admin-token)\" http://{listen}/loyalty/c-1
+  curl -H \"Authorization: Bearer $(cat {d}/admin-token)\" {url}/loyalty/c-1
+  {bin} events list
 "
     );
 }

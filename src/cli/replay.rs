@@ -1,35 +1,39 @@
 //! `webhook-inbox replay FILE`: redeliver a replay file on purpose. Each line is re-signed with
 //! a fresh timestamp using its source's scheme and secret, and sent with bounded concurrency.
 //! Replaying an export into the server it came from is all duplicates.
+//!
+//! Output is meant for scripts as much as for people: problems are reported by physical line
+//! number (blank lines count), in file order, with how many were not shown; `--json` lists
+//! every failed line, and `--rejects FILE` writes the failed lines unchanged, ready to replay.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::client::CliError;
+use super::client::{CliError, resolve_url, segment, unreachable_message};
 use super::sign::parse_scheme;
 use crate::config::{Secret, Settings};
 use crate::domain::replay::ReplayLine;
 use crate::domain::time::now_secs;
 use crate::signature::Scheme;
 
+/// Problems printed in text mode; `--json` and `--rejects` have them all.
+const SHOWN: usize = 10;
+
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// The replay file (JSON lines); `-` reads stdin.
     file: PathBuf,
-    /// Base URL of the server.
-    #[arg(
-        long,
-        env = "WEBHOOK_INBOX_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    url: String,
+    /// Base URL of the server [default: from the config's `listen`, else http://127.0.0.1:8080].
+    #[arg(long, env = "WEBHOOK_INBOX_URL", value_name = "URL")]
+    url: Option<String>,
     /// Deliveries in flight at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     concurrency: u16,
@@ -38,44 +42,71 @@ pub struct ReplayArgs {
     scheme: Option<Scheme>,
     #[arg(long, requires = "scheme")]
     secret: Option<String>,
-    /// Print the summary as JSON.
+    /// Print the summary as JSON, with every line that was not delivered.
     #[arg(long)]
     json: bool,
+    /// Write the lines that were not delivered here, unchanged and in order, to replay again.
+    #[arg(long, value_name = "FILE")]
+    rejects: Option<PathBuf>,
 }
 
 /// Finds the scheme and secret a line is signed with.
 type Signer<'a> = dyn Fn(&ReplayLine) -> Result<(Scheme, Secret), String> + Sync + 'a;
 
-#[derive(Default)]
-struct Tally {
-    queued: AtomicUsize,
-    duplicate: AtomicUsize,
-    rejected: AtomicUsize,
-    errors: AtomicUsize,
-    /// The first few problems, to show what went wrong.
-    samples: Mutex<Vec<String>>,
+/// What became of one line.
+#[derive(Debug)]
+enum Outcome {
+    Queued,
+    Duplicate,
+    /// Refused: by us before sending (not a replay line, unknown source) or by the server (4xx).
+    Rejected {
+        message: String,
+        answered: bool,
+    },
+    /// Not delivered: the server could not be reached, did not answer, or failed (5xx).
+    Error {
+        message: String,
+        answered: bool,
+    },
 }
 
-impl Tally {
-    fn problem(&self, counter: &AtomicUsize, line: usize, what: String) {
-        counter.fetch_add(1, Ordering::SeqCst);
-        let mut samples = self.samples.lock().expect("no panics while held");
-        if samples.len() < 10 {
-            samples.push(format!("line {line}: {what}"));
+impl Outcome {
+    fn answered(&self) -> bool {
+        match self {
+            Outcome::Queued | Outcome::Duplicate => true,
+            Outcome::Rejected { answered, .. } | Outcome::Error { answered, .. } => *answered,
+        }
+    }
+
+    fn problem(&self) -> Option<(&'static str, &str)> {
+        match self {
+            Outcome::Queued | Outcome::Duplicate => None,
+            Outcome::Rejected { message, .. } => Some(("rejected", message)),
+            Outcome::Error { message, .. } => Some(("error", message)),
         }
     }
 }
 
-fn read_lines(path: &Path) -> anyhow::Result<Vec<String>> {
+/// A delivery line with its physical line number (1-based, blank lines counted).
+struct Line {
+    number: usize,
+    raw: String,
+}
+
+fn read_lines(path: &Path) -> anyhow::Result<Vec<Line>> {
     let reader: Box<dyn std::io::Read> = if path.as_os_str() == "-" {
         Box::new(std::io::stdin())
     } else {
         Box::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
     };
-    BufReader::new(reader)
-        .lines()
-        .collect::<Result<Vec<_>, _>>()
-        .context("reading the replay file")
+    let mut lines = Vec::new();
+    for (i, line) in BufReader::new(reader).lines().enumerate() {
+        let raw = line.with_context(|| format!("reading line {} of the replay file", i + 1))?;
+        if !raw.trim().is_empty() {
+            lines.push(Line { number: i + 1, raw });
+        }
+    }
+    Ok(lines)
 }
 
 pub fn run(config: Option<&Path>, args: ReplayArgs) -> anyhow::Result<()> {
@@ -83,20 +114,25 @@ pub fn run(config: Option<&Path>, args: ReplayArgs) -> anyhow::Result<()> {
         (Some(_), None) => None,
         _ => Some(super::load_settings(config)?.settings),
     };
-    let lines: Vec<String> = read_lines(&args.file)?
-        .into_iter()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
+    let base = match (&args.url, &settings) {
+        (Some(url), _) => url.trim_end_matches('/').to_string(),
+        (None, Some(s)) => super::client::url_for_listen(&s.listen),
+        (None, None) => resolve_url(None, config)?,
+    };
+    let lines = read_lines(&args.file)?;
     let http = reqwest::blocking::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()?;
-    let base = args.url.trim_end_matches('/').to_string();
-    let tally = Tally::default();
     let progress = ProgressBar::new(lines.len() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta}")
-            .expect("a valid template"),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {rate} eta {eta}")
+            .expect("a valid template")
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}/s", state.per_sec());
+                },
+            ),
     );
-    let next = AtomicUsize::new(0);
     let signer = |line: &ReplayLine| -> Result<(Scheme, Secret), String> {
         if let (Some(scheme), Some(secret)) = (args.scheme, &args.secret) {
             return Ok((scheme, Secret::new(secret.clone())));
@@ -107,40 +143,98 @@ pub fn run(config: Option<&Path>, args: ReplayArgs) -> anyhow::Result<()> {
             .ok_or_else(|| format!("source `{}` is not in the config", line.source))?;
         Ok((source.scheme, source.secrets[0].clone()))
     };
+    let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::with_capacity(lines.len()));
     std::thread::scope(|scope| {
         for _ in 0..args.concurrency {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(raw) = lines.get(i) else { break };
-                    send_line(&http, &base, raw, i + 1, &signer, &tally);
+                    let Some(line) = lines.get(i) else { break };
+                    let outcome = send_line(&http, &base, &line.raw, &signer);
+                    results
+                        .lock()
+                        .expect("no panics while held")
+                        .push((i, outcome));
                     progress.inc(1);
                 }
             });
         }
     });
     progress.finish_and_clear();
-    let count = |c: &AtomicUsize| c.load(Ordering::SeqCst);
-    let (queued, duplicate, rejected, errors) = (
-        count(&tally.queued),
-        count(&tally.duplicate),
-        count(&tally.rejected),
-        count(&tally.errors),
-    );
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut results = results.into_inner().expect("threads are done");
+    results.sort_by_key(|(i, _)| *i);
+    report(&args, &base, &lines, &results, elapsed)
+}
+
+fn report(
+    args: &ReplayArgs,
+    base: &str,
+    lines: &[Line],
+    results: &[(usize, Outcome)],
+    elapsed: f64,
+) -> anyhow::Result<()> {
+    let count = |f: fn(&Outcome) -> bool| results.iter().filter(|(_, o)| f(o)).count();
+    let queued = count(|o| matches!(o, Outcome::Queued));
+    let duplicate = count(|o| matches!(o, Outcome::Duplicate));
+    let rejected = count(|o| matches!(o, Outcome::Rejected { .. }));
+    let errors = count(|o| matches!(o, Outcome::Error { .. }));
+    let sent = count(Outcome::answered);
+    let failed: Vec<(&Line, &'static str, &str)> = results
+        .iter()
+        .filter_map(|(i, o)| o.problem().map(|(kind, m)| (&lines[*i], kind, m)))
+        .collect();
+    if let Some(path) = &args.rejects {
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        for (line, _, _) in &failed {
+            writeln!(file, "{}", line.raw)?;
+        }
+        file.flush()
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if args.json {
+        let failed: Vec<_> = failed
+            .iter()
+            .map(|(line, kind, message)| {
+                json!({"line": line.number, "result": kind, "error": message})
+            })
+            .collect();
         println!(
             "{}",
-            json!({"sent": lines.len(), "queued": queued, "duplicate": duplicate,
-                   "rejected": rejected, "errors": errors})
+            json!({"lines": lines.len(), "sent": sent, "queued": queued, "duplicate": duplicate,
+                   "rejected": rejected, "errors": errors, "failed": failed})
         );
     } else {
+        let rate = if elapsed > 0.0 {
+            lines.len() as f64 / elapsed
+        } else {
+            0.0
+        };
         println!(
-            "replayed {}: {queued} queued, {duplicate} duplicate, {rejected} rejected, {errors} errors",
+            "replayed {} line(s) to {base} in {elapsed:.1} s ({rate:.0}/s): {queued} queued, \
+             {duplicate} duplicate, {rejected} rejected, {errors} errors",
             lines.len()
         );
+        for (line, _, message) in failed.iter().take(SHOWN) {
+            eprintln!("  line {}: {message}", line.number);
+        }
+        if failed.len() > SHOWN {
+            eprintln!(
+                "  and {} more (--json lists them all; --rejects FILE keeps the lines)",
+                failed.len() - SHOWN
+            );
+        }
     }
-    for sample in tally.samples.lock().expect("threads are done").iter() {
-        eprintln!("  {sample}");
+    if let Some(path) = args.rejects.as_ref().filter(|_| !failed.is_empty()) {
+        eprintln!(
+            "{} line(s) not delivered written to {}",
+            failed.len(),
+            path.display()
+        );
     }
     match (rejected, errors) {
         (0, 0) => Ok(()),
@@ -153,10 +247,8 @@ fn send_line(
     http: &reqwest::blocking::Client,
     base: &str,
     raw: &str,
-    number: usize,
     signer: &Signer<'_>,
-    tally: &Tally,
-) {
+) -> Outcome {
     let prepared = serde_json::from_str::<ReplayLine>(raw)
         .map_err(|e| format!("not a replay line: {e}"))
         .and_then(|line| {
@@ -168,13 +260,15 @@ fn send_line(
         });
     let (line, body, headers) = match prepared {
         Ok(p) => p,
-        Err(e) => return tally.problem(&tally.rejected, number, e),
+        Err(message) => {
+            return Outcome::Rejected {
+                message,
+                answered: false,
+            };
+        }
     };
     let mut req = http
-        .post(format!(
-            "{base}/webhooks/{}",
-            super::client::segment(&line.source)
-        ))
+        .post(format!("{base}/webhooks/{}", segment(&line.source)))
         .header(
             "Content-Type",
             line.content_type.as_deref().unwrap_or("application/json"),
@@ -187,19 +281,32 @@ fn send_line(
         Ok(r) if r.status().is_success() => {
             let answer: serde_json::Value = r.json().unwrap_or_default();
             match answer["status"].as_str() {
-                Some("queued") => tally.queued.fetch_add(1, Ordering::SeqCst),
-                _ => tally.duplicate.fetch_add(1, Ordering::SeqCst),
-            };
-        }
-        Ok(r) if r.status().is_client_error() => {
-            let status = r.status();
-            let text = r.text().unwrap_or_default();
-            tally.problem(&tally.rejected, number, format!("{status}: {text}"));
+                Some("queued") => Outcome::Queued,
+                _ => Outcome::Duplicate,
+            }
         }
         Ok(r) => {
             let status = r.status();
-            tally.problem(&tally.errors, number, format!("{status}"));
+            let answer: serde_json::Value = r.json().unwrap_or_default();
+            let message = match (answer["error"].as_str(), answer["message"].as_str()) {
+                (Some(code), Some(text)) => format!("{} {code}: {text}", status.as_u16()),
+                _ => status.to_string(),
+            };
+            if status.is_client_error() {
+                Outcome::Rejected {
+                    message,
+                    answered: true,
+                }
+            } else {
+                Outcome::Error {
+                    message,
+                    answered: true,
+                }
+            }
         }
-        Err(e) => tally.problem(&tally.errors, number, format!("{e}")),
+        Err(e) => Outcome::Error {
+            message: unreachable_message(&e, base),
+            answered: false,
+        },
     }
 }

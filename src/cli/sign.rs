@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::config::Secret;
+use crate::domain::payload::peek;
 use crate::domain::time::now_secs;
 use crate::signature::Scheme;
 
@@ -21,7 +22,8 @@ pub struct SignArgs {
     scheme: Option<Scheme>,
     #[arg(long, requires = "scheme")]
     secret: Option<String>,
-    /// Event id for schemes that carry it in a header (default: generated).
+    /// Event id for schemes that carry it in a header (default: generated; for hmac-sha256,
+    /// the body's `event_id` when it has one, else generated).
     #[arg(long)]
     event_id: Option<String>,
     /// Event type for schemes that carry it in a header (github, shopify).
@@ -55,10 +57,15 @@ pub fn run(config: Option<&Path>, args: SignArgs) -> anyhow::Result<()> {
     std::io::stdin()
         .read_to_end(&mut body)
         .context("reading the body from stdin")?;
+    // hmac-sha256 takes the id from `X-Event-Id`, else the body's `event_id`: a header is
+    // added only when asked for, or when the body has no id (the delivery would be refused).
+    let body_has_id = scheme == Scheme::HmacSha256
+        && peek(&body, Some("application/json")).is_ok_and(|p| p.event_id().is_some());
+    let id_header = !(scheme == Scheme::HmacSha256 && args.event_id.is_none() && body_has_id);
     let event_id = args
         .event_id
         .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
-    let headers = scheme
+    let mut headers = scheme
         .sign(
             &secret,
             &event_id,
@@ -67,6 +74,9 @@ pub fn run(config: Option<&Path>, args: SignArgs) -> anyhow::Result<()> {
             args.timestamp.unwrap_or_else(now_secs),
         )
         .map_err(anyhow::Error::msg)?;
+    if !id_header {
+        headers.retain(|(name, _)| name != "X-Event-Id");
+    }
     println!("Content-Type: application/json");
     for (name, value) in headers {
         println!("{name}: {value}");

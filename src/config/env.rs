@@ -20,10 +20,13 @@ const STRING_KEYS: &[&str] = &[
 
 /// Set each override into the parsed document before it is deserialised, so that an override
 /// goes through the same unknown-key and type checks as the file.
+/// Returns each applied key (`consumers.workers`) with its variable, so that an error in the
+/// value is blamed on the variable rather than on the file.
 pub(super) fn apply_overrides(
     table: &mut toml::Table,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), ConfigError> {
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut applied = Vec::new();
     let mut vars: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(PREFIX))
@@ -65,8 +68,9 @@ pub(super) fn apply_overrides(
             };
         }
         node.insert(last.clone(), parsed);
+        applied.push((dotted, var));
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// A value is read as TOML when it parses as one (`4`, `true`, `["a", "b"]`), else as a string.

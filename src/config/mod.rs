@@ -8,7 +8,7 @@ mod embedded;
 mod env;
 mod secret;
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -23,10 +23,12 @@ pub const RESERVED_SOURCE: &str = "requests";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    /// The OS error is in the message and deliberately not a `#[source]`: printed as a chain,
+    /// it would appear twice.
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
@@ -202,12 +204,19 @@ impl Settings {
                     path: origin.to_string(),
                     message: e.to_string(),
                 })?;
-        env::apply_overrides(&mut table, env)?;
-        // The path (`downstream.mode`, `sources[0].scheme`) goes into the message.
+        let overridden = env::apply_overrides(&mut table, env)?;
+        // The path (`downstream.mode`, `sources[0].scheme`) goes into the message, and a value
+        // that came from the environment is blamed on its variable, not on the file.
         let settings: Settings = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|e| {
                 let path = e.path().to_string();
-                let inner = e.into_inner().message().to_string();
+                let inner = plain_words(e.into_inner().message());
+                if let Some((_, var)) = overridden.iter().find(|(key, _)| *key == path) {
+                    return ConfigError::Env {
+                        var: var.clone(),
+                        message: inner,
+                    };
+                }
                 ConfigError::Parse {
                     path: origin.to_string(),
                     message: if path == "." {
@@ -233,7 +242,7 @@ impl Settings {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(None),
-            Err(source) => return Err(ConfigError::Read { path, source }),
+            Err(error) => return Err(ConfigError::Read { path, error }),
         };
         Settings::from_toml(&text, &path.display().to_string(), env).map(Some)
     }
@@ -249,12 +258,23 @@ impl Settings {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.listen.parse::<SocketAddr>().map_err(|e| {
-            invalid(
-                "listen",
-                format!("`{}` is not host:port ({e})", self.listen),
-            )
-        })?;
+        // A host name (`localhost:8080`) is accepted as the listener will resolve it.
+        if self.listen.parse::<SocketAddr>().is_err() {
+            self.listen
+                .to_socket_addrs()
+                .ok()
+                .filter(|addrs| addrs.len() > 0)
+                .ok_or_else(|| {
+                    invalid(
+                        "listen",
+                        format!(
+                            "`{}` is not host:port with a host this machine can resolve \
+                             (e.g. 127.0.0.1:8080, localhost:8080, 0.0.0.0:8080)",
+                            self.listen
+                        ),
+                    )
+                })?;
+        }
         self.sqlite_path()?;
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
@@ -337,6 +357,21 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// serde's type names (`expected usize`) in the words a config author uses.
+fn plain_words(message: &str) -> String {
+    let mut text = message.to_string();
+    for (rust, words) in [
+        ("usize", "a non-negative integer"),
+        ("u64", "a non-negative integer"),
+        ("u32", "a non-negative integer"),
+        ("u16", "a non-negative integer"),
+        ("i64", "an integer"),
+    ] {
+        text = text.replace(&format!("expected {rust}"), &format!("expected {words}"));
+    }
+    text
 }
 
 /// Resolve a `sqlite://` URL to a path: two slashes relative to the working directory, three

@@ -33,6 +33,45 @@ fn an_empty_file_gives_the_spec_defaults() {
 }
 
 #[test]
+fn a_bad_environment_value_names_its_variable_in_plain_words() {
+    let err = Settings::from_toml(
+        "[consumers]\nworkers = 2",
+        "webhook-inbox.toml",
+        env(&[("WEBHOOK_INBOX_CONSUMERS__WORKERS", "abc")]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Env { var, .. } if var == "WEBHOOK_INBOX_CONSUMERS__WORKERS"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("a non-negative integer") && !text.contains("usize"),
+        "{text}"
+    );
+    assert!(!text.contains("webhook-inbox.toml"), "{text}");
+    // The same value in the file is the file's fault, in the same words.
+    let err = Settings::from_toml("[consumers]\nworkers = -1", "f.toml", env(&[])).unwrap_err();
+    assert!(
+        err.to_string().contains("f.toml") && err.to_string().contains("non-negative integer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn listen_takes_a_host_name_and_refuses_what_is_not_host_port() {
+    let s = Settings::from_toml("listen = \"localhost:28100\"", "t", env(&[])).unwrap();
+    assert_eq!(s.listen, "localhost:28100");
+    for bad in ["localhost", "127.0.0.1:http", "127.0.0.1:99999"] {
+        let err = Settings::from_toml(&format!("listen = \"{bad}\""), "t", env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("e.g. 127.0.0.1:8080"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
 fn unknown_keys_are_refused_by_name() {
     for (text, key) in [
         ("max_atempts = 3", "max_atempts"),

@@ -10,6 +10,21 @@ pub enum PayloadError {
     NoPayloadField,
     #[error("unsupported content type {0}: send JSON")]
     UnsupportedContentType(String),
+    /// Valid JSON of another kind (SPEC section 3: an array or a scalar is refused).
+    #[error("body is JSON but {0}, not an object: a webhook body must be a JSON object")]
+    NotObject(&'static str),
+}
+
+/// What a JSON document is, from its first byte, for [`PayloadError::NotObject`].
+fn kind(json: &[u8]) -> &'static str {
+    match json.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
 }
 
 fn media_type(content_type: Option<&str>) -> String {
@@ -110,6 +125,10 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
     }
     if is_form(content_type) {
         let json = payload_json(raw, content_type)?;
+        if !json.is_object() {
+            let text = json.to_string();
+            return Err(PayloadError::NotObject(kind(text.as_bytes())));
+        }
         return Ok(serde_json::from_value(json).unwrap_or_default());
     }
     // Only an object has fields. (A derived struct would also read an array positionally.)
@@ -134,7 +153,7 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
     } else {
         serde_json::from_slice::<serde::de::IgnoredAny>(raw)
             .map_err(|e| PayloadError::NotJson(e.to_string()))?;
-        Ok(Peek::default())
+        Err(PayloadError::NotObject(kind(raw)))
     }
 }
 
@@ -151,8 +170,20 @@ mod tests {
         );
         let p = peek(br#"{"event_id":42,"type":7}"#, Some("application/json")).unwrap();
         assert_eq!((p.event_id(), p.event_type()), (Some("42".into()), None));
-        let p = peek(br#"[1, 2, 3]"#, None).unwrap();
-        assert_eq!(p.id(), None);
+        for (body, what) in [
+            (&b" [1, 2, 3]"[..], "an array"),
+            (b"\"evt\"", "a string"),
+            (b"42", "a number"),
+            (b"null", "null"),
+            (b"true", "a boolean"),
+        ] {
+            assert_eq!(peek(body, None).unwrap_err(), PayloadError::NotObject(what));
+        }
+        let form = b"payload=%5B1%5D";
+        assert_eq!(
+            peek(form, Some("application/x-www-form-urlencoded")).unwrap_err(),
+            PayloadError::NotObject("an array")
+        );
         assert!(matches!(
             peek(b"{\"id\": ", None),
             Err(PayloadError::NotJson(_))

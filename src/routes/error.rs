@@ -132,7 +132,7 @@ impl From<SignatureError> for ApiError {
             SignatureError::Malformed { .. } | SignatureError::NoMatch => {
                 ApiError::InvalidSignature(e.to_string())
             }
-            SignatureError::TooOld(_) | SignatureError::TooNew(_) => {
+            SignatureError::TooOld(..) | SignatureError::TooNew(..) => {
                 ApiError::TimestampOutOfTolerance(e.to_string())
             }
         }

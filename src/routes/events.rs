@@ -13,8 +13,8 @@ use crate::domain::replay::ReplayLine;
 use crate::domain::time::{now_ms, parse_rfc3339};
 use crate::store::{EventFilter, Page, RetryOutcome, Status};
 
-const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 500;
+pub(super) const DEFAULT_LIMIT: usize = 50;
+pub(super) const MAX_LIMIT: usize = 500;
 
 /// Filters as they arrive in a query string or a bulk-retry body; all text, parsed by hand so
 /// that each bad value is a 422 naming its field.
@@ -101,11 +101,11 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
         .map_err(|e| ApiError::InvalidRequest(format!("query string: {e}")))
 }
 
-fn encode_cursor(seq: i64) -> String {
+pub(super) fn encode_cursor(seq: i64) -> String {
     URL_SAFE_NO_PAD.encode(format!("v1:{seq}"))
 }
 
-fn decode_cursor(cursor: &str) -> Result<i64, ApiError> {
+pub(super) fn decode_cursor(cursor: &str) -> Result<i64, ApiError> {
     URL_SAFE_NO_PAD
         .decode(cursor)
         .ok()
@@ -300,40 +300,35 @@ pub async fn retry_bulk(
     Ok(HttpResponse::Ok().json(json!({"retried": retried})))
 }
 
+/// Text, parsed by hand, so that `limit=-1` is a message naming `limit`, not serde's.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunParams {
-    limit: Option<usize>,
+    limit: Option<String>,
 }
 
 /// One synchronous drain pass, for ops and tests: claims up to `limit` due events.
 pub async fn run(
     _: Admin,
-    query: web::Query<RunParams>,
+    req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::InvalidRequest(
-            "limit: must be from 1 to 1000".into(),
-        ));
-    }
+    let params: RunParams = query(&req)?;
+    let limit = match params.limit.as_deref() {
+        None => 100,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "limit: `{l}` is not an integer from 1 to 1000 (events to claim in this pass)"
+                ))
+            })?,
+    };
     let claimed = state
         .consumer
         .run_once_blocking(format!("{}-run", state.worker_name), limit)
         .await?;
     Ok(HttpResponse::Ok().json(json!({"claimed": claimed})))
-}
-
-pub async fn loyalty(
-    _: Admin,
-    path: web::Path<String>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let customer = path.into_inner();
-    let account = blocking(&state, move |s| s.loyalty(&customer)).await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "customer_id": account.customer_id,
-        "balance": account.balance,
-        "credits": account.credits,
-    })))
 }

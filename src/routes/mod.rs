@@ -5,6 +5,7 @@ mod body;
 mod error;
 mod events;
 mod health;
+mod loyalty;
 mod requests;
 mod stats;
 mod ui;
@@ -76,7 +77,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/run").route(web::post().to(events::run)))
     .service(resource("/events/{source}/{event_id}").route(web::get().to(events::show)))
     .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
-    .service(resource("/loyalty/{customer_id}").route(web::get().to(events::loyalty)))
+    .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
     .service(resource("/requests").route(web::post().to(requests::create)))
     .service(resource("/requests/{id}").route(web::get().to(requests::get)))
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))

@@ -41,10 +41,18 @@ pub enum SignatureError {
     },
     #[error("no signature matches any configured secret")]
     NoMatch,
-    #[error("timestamp is {0} s older than allowed")]
-    TooOld(i64),
-    #[error("timestamp is {0} s in the future")]
-    TooNew(i64),
+    /// Age and tolerance, in seconds.
+    #[error(
+        "timestamp is {0} s old, beyond the tolerance of {1} s: check the sender's clock, or \
+         re-sign an old delivery with a fresh timestamp (`webhook-inbox replay` does)"
+    )]
+    TooOld(i64, i64),
+    /// How far ahead, and the tolerance, in seconds.
+    #[error(
+        "timestamp is {0} s in the future, beyond the tolerance of {1} s: check the sender's \
+         clock"
+    )]
+    TooNew(i64, i64),
 }
 
 /// A header value that is not visible ASCII.
@@ -114,10 +122,10 @@ impl Scheme {
             let tolerance = i64::try_from(tolerance).unwrap_or(i64::MAX);
             let age = now.saturating_sub(ts);
             if age > tolerance {
-                return Err(SignatureError::TooOld(age));
+                return Err(SignatureError::TooOld(age, tolerance));
             }
             if -age > tolerance {
-                return Err(SignatureError::TooNew(-age));
+                return Err(SignatureError::TooNew(-age, tolerance));
             }
         }
         Ok(verified)

@@ -93,7 +93,8 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> StoreResult<RetryOutcome>;
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize>;
-    fn loyalty(&self, customer_id: &str) -> StoreResult<LoyaltyAccount>;
+    /// The balance and one page of credits, newest first, paged like events.
+    fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount>;
 
     // Submission API.
     fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord>;

@@ -323,6 +323,9 @@ pub struct LoyaltyCredit {
     pub event_id: String,
     #[serde(skip)]
     pub credited_at: i64,
+    /// The `seq` of the event that earned the credit: the page order and cursor.
+    #[serde(skip)]
+    pub seq: i64,
 }
 
 #[derive(Debug, Clone)]

@@ -228,7 +228,16 @@ impl Harness {
     }
 
     pub fn balance(&self, customer: &str) -> i64 {
-        self.store.loyalty(customer).unwrap().balance
+        self.store
+            .loyalty(
+                customer,
+                webhook_inbox::store::Page {
+                    limit: 1,
+                    before_seq: None,
+                },
+            )
+            .unwrap()
+            .balance
     }
 
     pub fn count(&self, sql: &str) -> i64 {

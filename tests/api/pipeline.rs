@@ -41,7 +41,7 @@ async fn a_drain_pass_credits_orders_and_records_history() {
     assert_eq!(account["credits"].as_array().unwrap().len(), 2);
     assert_eq!(
         app.get("/loyalty/nobody").await.body,
-        json!({"customer_id": "nobody", "balance": 0, "credits": []})
+        json!({"customer_id": "nobody", "balance": 0, "credits": [], "next_cursor": null})
     );
 
     let e3 = app.event("shop", "e3").await;

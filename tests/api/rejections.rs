@@ -191,3 +191,72 @@ async fn event_lists_refuse_unknown_query_keys_by_name() {
     }
     assert_eq!(app.get("/events?status=failed&limit=5").await.status, 200);
 }
+
+/// SPEC section 3 (revised): every provider sends an object; an array or a scalar is refused,
+/// with a message that says so, and nothing is stored (it used to be stored with an empty type).
+#[tokio::test]
+async fn a_signed_body_that_is_json_but_not_an_object_is_400_invalid_json() {
+    let app = spawn_app().await;
+    for (body, what) in [
+        (&br#"[{"type":"order.completed"}]"#[..], "an array"),
+        (b"\"order.completed\"", "a string"),
+        (b"42", "a number"),
+        (b"null", "null"),
+    ] {
+        let headers = sign_for(&app.settings, "shop", "not-object", body);
+        let r = app.post_webhook("shop", &headers, body).await;
+        r.assert_error(400, "invalid_json");
+        let message = r.body["message"].as_str().unwrap();
+        assert!(
+            message.contains(what) && message.contains("must be a JSON object"),
+            "{message}"
+        );
+    }
+    assert_eq!(event_rows(&app), 0);
+}
+
+#[tokio::test]
+async fn a_stale_timestamp_message_gives_age_and_tolerance_and_suggests_the_clock() {
+    let app = spawn_app().await;
+    let body = order_body("o-1", "c-1", 1);
+    let now = webhook_inbox::domain::time::now_secs();
+    let headers = sign_with(
+        webhook_inbox::signature::Scheme::StandardWebhooks,
+        SW_SECRET,
+        "old-1",
+        body.as_bytes(),
+        now - 400,
+    );
+    let r = app.post_webhook("shop", &headers, body.as_bytes()).await;
+    r.assert_error(401, "timestamp_out_of_tolerance");
+    let message = r.body["message"].as_str().unwrap();
+    // 400 s, or 401 if a second ticked over between signing and checking.
+    assert!(
+        (message.contains("is 400 s old") || message.contains("is 401 s old"))
+            && message.contains("tolerance of 300 s")
+            && message.contains("clock"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_run_limit_names_the_parameter_and_what_it_takes() {
+    let app = spawn_app().await;
+    for query in ["limit=-1", "limit=abc", "limit=0", "limit=1001"] {
+        let r = app.admin_post(&format!("/events/run?{query}"), None).await;
+        r.assert_error(422, "invalid_request");
+        let message = r.body["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("limit:") && message.contains("from 1 to 1000"),
+            "{query}: {message}"
+        );
+        assert!(!message.contains("deserialize"), "{message}");
+    }
+    let r = app.admin_post("/events/run?limt=5", None).await;
+    r.assert_error(422, "invalid_request");
+    assert!(
+        r.body["message"].as_str().unwrap().contains("limt"),
+        "{}",
+        r.body
+    );
+}

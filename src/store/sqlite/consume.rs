@@ -279,7 +279,13 @@ pub(super) fn sweep(
     Ok(swept)
 }
 
-pub(super) fn loyalty(conn: &Connection, customer_id: &str) -> StoreResult<LoyaltyAccount> {
+/// The balance and one page of credits, newest first by the `seq` of the event that earned
+/// each credit: the order and cursor of `GET /events`.
+pub(super) fn loyalty(
+    conn: &Connection,
+    customer_id: &str,
+    page: crate::store::Page,
+) -> StoreResult<LoyaltyAccount> {
     let balance: i64 = conn
         .query_row(
             "SELECT balance FROM loyalty_balances WHERE customer_id = ?1",
@@ -288,18 +294,23 @@ pub(super) fn loyalty(conn: &Connection, customer_id: &str) -> StoreResult<Loyal
         )
         .optional()?
         .unwrap_or(0);
+    let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
     let credits = conn
         .prepare_cached(
-            "SELECT order_id, points, source, event_id, credited_at FROM loyalty_credits
-              WHERE customer_id = ?1 ORDER BY credited_at, order_id",
+            "SELECT c.order_id, c.points, c.source, c.event_id, c.credited_at, e.seq
+               FROM loyalty_credits c
+               JOIN events e ON e.source = c.source AND e.event_id = c.event_id
+              WHERE c.customer_id = ?1 AND (?2 IS NULL OR e.seq < ?2)
+              ORDER BY e.seq DESC LIMIT ?3",
         )?
-        .query_map([customer_id], |r| {
+        .query_map(params![customer_id, page.before_seq, limit], |r| {
             Ok(LoyaltyCredit {
                 order_id: r.get(0)?,
                 points: r.get(1)?,
                 source: r.get(2)?,
                 event_id: r.get(3)?,
                 credited_at: r.get(4)?,
+                seq: r.get(5)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

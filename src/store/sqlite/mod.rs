@@ -378,8 +378,8 @@ impl Store for SqliteStore {
         self.write(|tx| events::retry_failed(tx, filter, now))
     }
 
-    fn loyalty(&self, customer_id: &str) -> StoreResult<LoyaltyAccount> {
-        self.read(|c| consume::loyalty(c, customer_id))
+    fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
+        self.read(|c| consume::loyalty(c, customer_id, page))
     }
 
     fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
