@@ -23,6 +23,7 @@ mod leases;
 mod loyalty;
 mod ops;
 mod pipeline;
+mod plans;
 mod powercut;
 mod process;
 mod receiver;

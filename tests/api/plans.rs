@@ -1,0 +1,110 @@
+//! The SQL the consumer side runs at every batch and every scrape: query plans that must use
+//! the partial indexes, statements that must not be planned again, and the store's signal
+//! that ingest is active.
+
+use webhook_inbox::store::{Lane, Store};
+
+use crate::harness::Harness;
+use crate::helpers::*;
+
+/// The lines of `EXPLAIN QUERY PLAN` for `sql` on the harness's database.
+fn query_plan(h: &Harness, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params, |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
+    let h = Harness::new(5, 30);
+    for lane in [Lane::InProcess, Lane::CallOut] {
+        let plan = query_plan(
+            &h,
+            &webhook_inbox::store::sqlite::claim_sql(lane, 5),
+            rusqlite::params!["w", 0, 0],
+        );
+        assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
+        assert!(
+            !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+            "the claim sorts: {plan:?}"
+        );
+    }
+}
+
+/// `/metrics` reads the status counts at every scrape: they must not scan the event history
+/// (a GROUP BY over a table of millions of completed events costs a second per scrape).
+#[test]
+fn the_status_counts_read_only_the_partial_indexes() {
+    let h = Harness::new(5, 30);
+    let plan = query_plan(&h, webhook_inbox::store::sqlite::STATUS_COUNTS, []);
+    for index in ["events_due", "events_leases", "events_failed"] {
+        assert!(plan.iter().any(|p| p.contains(index)), "{index}: {plan:?}");
+    }
+    assert!(
+        !plan
+            .iter()
+            .any(|p| p.contains("TEMP B-TREE") || p.trim_end() == "SCAN events"),
+        "{plan:?}"
+    );
+    // And they add up, on every status.
+    let counts = |h: &Harness| h.store.status_counts().unwrap();
+    assert_eq!(counts(&h).pending + counts(&h).completed, 0);
+    h.insert(&[
+        ("shop", "a", "order.completed", order_body("o-1", "c-1", 1)),
+        ("shop", "b", "customer.created", "{}".into()),
+    ]);
+    let c = counts(&h);
+    assert_eq!((c.pending, c.claimed, c.completed, c.failed), (2, 0, 0, 0));
+    assert!(c.oldest_due_at.is_some());
+    h.drain();
+    let c = counts(&h);
+    assert_eq!((c.pending, c.claimed, c.completed, c.failed), (0, 0, 2, 0));
+    assert_eq!(c.oldest_due_at, None);
+}
+
+/// The claim runs for every batch: binding new values must not make SQLite parse and plan it
+/// again (a bound LIMIT does; the limit is in the text for that reason).
+#[test]
+fn the_claim_statement_is_not_prepared_again_at_each_claim() {
+    let h = Harness::new(5, 30);
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    let mut claim = conn
+        .prepare(&webhook_inbox::store::sqlite::claim_sql(Lane::InProcess, 5))
+        .unwrap();
+    for now in 1..=3_i64 {
+        let mut rows = claim.query(rusqlite::params!["w", now + 30, now]).unwrap();
+        while rows.next().unwrap().is_some() {}
+    }
+    assert_eq!(claim.get_status(rusqlite::StatementStatus::RePrepare), 0);
+}
+
+/// Consumers hold back while deliveries are being stored: the store says so for a moment
+/// after each ingest commit, and not otherwise.
+#[test]
+fn the_store_reports_recent_ingest_for_a_moment_only() {
+    let h = Harness::new(5, 30);
+    assert!(!h.store.ingest_active(), "nothing stored yet");
+    h.insert(&[("shop", "a", "customer.created", "{}".into())]);
+    let after = std::time::Instant::now();
+    let active = h.store.ingest_active();
+    // The window is 20 ms; only a thread stalled longer than that could miss it.
+    if after.elapsed() < std::time::Duration::from_millis(10) {
+        assert!(active, "an ingest commit just happened");
+    }
+    // A pause in ingest ends it (polled, bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while h.store.ingest_active() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still active after a pause"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Consumer commits do not count as ingest.
+    h.drain();
+    assert!(!h.store.ingest_active());
+}
