@@ -1,20 +1,16 @@
 //! Ops routes over events (SPEC section 5).
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Admin;
 use super::body::{parse_json, read_limited};
+use super::paging::Paging;
 use super::{ApiError, AppState, blocking, views};
 use crate::domain::replay::ReplayLine;
 use crate::domain::time::{now_ms, parse_rfc3339};
 use crate::store::{EventFilter, Page, RetryOutcome, Status};
-
-pub(super) const DEFAULT_LIMIT: usize = 50;
-pub(super) const MAX_LIMIT: usize = 500;
 
 /// Filters as they arrive in a query string or a bulk-retry body; all text, parsed by hand so
 /// that each bad value is a 422 naming its field.
@@ -101,19 +97,6 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
         .map_err(|e| ApiError::InvalidRequest(format!("query string: {e}")))
 }
 
-pub(super) fn encode_cursor(seq: i64) -> String {
-    URL_SAFE_NO_PAD.encode(format!("v1:{seq}"))
-}
-
-pub(super) fn decode_cursor(cursor: &str) -> Result<i64, ApiError> {
-    URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .and_then(|s| s.strip_prefix("v1:").and_then(|n| n.parse().ok()))
-        .ok_or_else(|| ApiError::InvalidRequest("cursor: not a cursor this server issued".into()))
-}
-
 pub async fn list(
     _: Admin,
     req: HttpRequest,
@@ -122,29 +105,10 @@ pub async fn list(
     refuse_unknown_keys(&req, &["limit", "cursor"])?;
     let filter = query::<FilterParams>(&req)?.parse()?;
     let params: PageParams = query(&req)?;
-    let limit = match params.limit.as_deref() {
-        None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| {
-                ApiError::InvalidRequest(format!("limit: must be an integer from 1 to {MAX_LIMIT}"))
-            })?,
-    };
-    let before_seq = params.cursor.as_deref().map(decode_cursor).transpose()?;
-    // One more than asked tells whether another page exists.
-    let page = Page {
-        limit: limit + 1,
-        before_seq,
-    };
+    let paging = Paging::parse(params.limit.as_deref(), params.cursor.as_deref())?;
+    let page = paging.page();
     let mut events = blocking(&state, move |s| s.list_events(&filter, page)).await?;
-    let next_cursor = if events.len() > limit {
-        events.truncate(limit);
-        events.last().map(|e| encode_cursor(e.seq))
-    } else {
-        None
-    };
+    let next_cursor = paging.finish(&mut events, |e| e.seq);
     let events: Vec<_> = events.iter().map(views::event).collect();
     Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
 }

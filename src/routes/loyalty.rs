@@ -6,9 +6,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Admin;
-use super::events::{DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor};
+use super::paging::Paging;
 use super::{ApiError, AppState, blocking};
-use crate::store::Page;
 
 /// Text, parsed by hand so that a bad value is a 422 naming its parameter; an unknown key is
 /// refused rather than ignored (a misspelt `limt` would silently page by 50).
@@ -35,31 +34,10 @@ pub async fn show(
                 "query string: {text}; this route takes limit, cursor"
             ))
         })?;
-    let limit = match params.limit.as_deref() {
-        None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| {
-                ApiError::InvalidRequest(format!(
-                    "limit: `{l}` is not an integer from 1 to {MAX_LIMIT}"
-                ))
-            })?,
-    };
-    let before_seq = params.cursor.as_deref().map(decode_cursor).transpose()?;
-    // One more than asked tells whether another page exists.
-    let page = Page {
-        limit: limit + 1,
-        before_seq,
-    };
+    let paging = Paging::parse(params.limit.as_deref(), params.cursor.as_deref())?;
+    let page = paging.page();
     let mut account = blocking(&state, move |s| s.loyalty(&customer, page)).await?;
-    let next_cursor = if account.credits.len() > limit {
-        account.credits.truncate(limit);
-        account.credits.last().map(|c| encode_cursor(c.seq))
-    } else {
-        None
-    };
+    let next_cursor = paging.finish(&mut account.credits, |c| c.seq);
     Ok(HttpResponse::Ok().json(json!({
         "customer_id": account.customer_id,
         "balance": account.balance,

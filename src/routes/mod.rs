@@ -6,6 +6,7 @@ mod error;
 mod events;
 mod health;
 mod loyalty;
+mod paging;
 mod requests;
 mod stats;
 mod ui;
