@@ -382,10 +382,22 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf, ConfigError> {
         _ => Err(invalid(
             "database_url",
             format!(
-                "`{url}` is not supported: only sqlite://path (relative) or sqlite:///path \
-                 (absolute) until the PostgreSQL store exists"
+                "`{}` is not supported: only sqlite://path (relative) or sqlite:///path \
+                 (absolute) until the PostgreSQL store exists",
+                redact_credentials(url)
             ),
         )),
+    }
+}
+
+/// A database URL as it may be shown: any `user:password@` part replaced, so that a config
+/// error never prints a password.
+pub fn redact_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://[redacted]@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
     }
 }
 

@@ -202,3 +202,15 @@ fn huge_durations_are_refused_without_overflow() {
         assert!(err.to_string().contains(key), "{text}: {err}");
     }
 }
+
+/// The refusal of a URL this build cannot use names the URL, never its password.
+#[test]
+fn a_refused_database_url_is_shown_without_its_credentials() {
+    let text = r#"database_url = "postgres://app:s3cret-pw@db.internal:5432/inbox""#;
+    let err = Settings::from_toml(text, "t", env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("database_url"), "{err}");
+    assert!(!err.contains("s3cret-pw") && !err.contains("app:"), "{err}");
+    assert!(err.contains("db.internal:5432/inbox"), "{err}");
+}
