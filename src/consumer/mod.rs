@@ -15,10 +15,13 @@ pub use backoff::Backoff;
 pub use pool::{ConsumerPool, PoolOptions};
 
 use crate::config::ConsumerSettings;
+use crate::config::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::handlers::{Handled, Registry};
 use crate::metrics::Metrics;
-use crate::store::{AttemptResult, Claimed, Finish, Finished, Lane, Next, Store, StoreResult};
+use crate::store::{
+    AttemptResult, Claimed, ExpiredClaim, Expiry, Finish, Finished, Lane, Next, Store, StoreResult,
+};
 
 /// Bound on the batches one pass takes before it returns to its caller.
 const MAX_ROUNDS: usize = 10_000;
@@ -304,13 +307,33 @@ impl Consumer {
         self.metrics.attempt(handler, attempt_result.as_str());
     }
 
-    /// Return expired leases (see [`Store::sweep`]).
+    /// Settle expired leases (see [`Store::sweep`]) by [`Consumer::expiry`].
     pub fn sweep(&self) -> StoreResult<usize> {
-        let registry = &self.registry;
-        self.store
-            .sweep(now_ms(), self.max_attempts, &|source, event_type| {
-                registry.mode(source, event_type)
-            })
+        self.store.sweep(now_ms(), &|expired| self.expiry(expired))
+    }
+
+    /// What a lease that ran out means, by the handler's mode: an at-most-once handler may
+    /// already have acted, so its event is failed as abandoned for ops to decide; an
+    /// at-least-once one gets the event again, unless its budget is spent.
+    fn expiry(&self, expired: &ExpiredClaim) -> Expiry {
+        let claim = &expired.claim;
+        match self.registry.mode(&claim.source, &expired.event_type) {
+            DeliveryMode::AtMostOnce => Expiry::Fail {
+                error: "abandoned: the lease expired during an at-most-once attempt; the \
+                        downstream may have acted, so it is not retried without force"
+                    .into(),
+                abandoned: true,
+            },
+            DeliveryMode::AtLeastOnce if expired.budget_used >= i64::from(self.max_attempts) => {
+                Expiry::Fail {
+                    error: "lease expired on the last attempt".into(),
+                    abandoned: false,
+                }
+            }
+            DeliveryMode::AtLeastOnce => Expiry::Retry {
+                error: "lease expired".into(),
+            },
+        }
     }
 
     /// Run `run_once` on a blocking thread, keeping the caller's span.

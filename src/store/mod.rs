@@ -11,8 +11,6 @@ mod types;
 
 pub use types::*;
 
-use crate::config::DeliveryMode;
-
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store could not answer in time (pool exhausted, write lock held too long). The HTTP
@@ -26,8 +24,8 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Decides, per event, what the sweeper does with an expired lease.
-pub type ModeOf<'a> = &'a (dyn Fn(&str, &str) -> DeliveryMode + Sync);
+/// Decides, per expired claim, what the sweeper does with it (the rule lives above the store).
+pub type DecideExpiry<'a> = &'a (dyn Fn(&ExpiredClaim) -> Expiry + Sync);
 
 pub trait Store: Send + Sync + 'static {
     /// Apply pending migrations (idempotent).
@@ -82,7 +80,9 @@ pub trait Store: Send + Sync + 'static {
     /// Give back claims whose handler never started (shutdown).
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
     /// Expired leases: back to pending, or failed for at-most-once handlers and spent budgets.
-    fn sweep(&self, now: i64, max_attempts: u32, mode_of: ModeOf<'_>) -> StoreResult<usize>;
+    /// Apply `decide` to every claim whose lease has run out, each transition fenced by its
+    /// claim token, in one transaction.
+    fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize>;
 
     // Ops.
     fn retry(

@@ -253,6 +253,25 @@ pub struct Claimed {
     pub claimed_until: i64,
 }
 
+/// A claim whose lease has run out, as the sweeper finds it.
+#[derive(Debug, Clone)]
+pub struct ExpiredClaim {
+    pub claim: ClaimRef,
+    pub event_type: String,
+    /// Claims used since the last fresh budget, the expired one included.
+    pub budget_used: i64,
+}
+
+/// What becomes of an expired claim: decided above the store (by the handler's mode and the
+/// retry budget), applied by it with a transition fenced by the claim token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expiry {
+    /// Back to pending, due now.
+    Retry { error: String },
+    /// Failed; `abandoned` when the handler may have acted (at-most-once).
+    Fail { error: String, abandoned: bool },
+}
+
 /// A business effect that must commit together with the event's completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {

@@ -8,9 +8,9 @@
 use rusqlite::types::Null;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transaction, params};
 
-use crate::config::DeliveryMode;
 use crate::store::{
-    AttemptResult, ClaimRef, Claimed, Lane, LoyaltyAccount, LoyaltyCredit, ModeOf, StoreResult,
+    AttemptResult, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane, LoyaltyAccount,
+    LoyaltyCredit, StoreResult,
 };
 
 /// The claim: one statement moves due pending rows to `claimed` and returns them. The
@@ -149,12 +149,8 @@ pub(super) const FAIL: &str = fence!(
     live
 );
 const RELEASE: &str = fence!("status = 'pending', next_attempt_at = ?3", live);
-const EXPIRED_ABANDONED: &str = fence!(
-    "status = 'failed', abandoned = 1, last_error = ?4, next_attempt_at = NULL",
-    expired
-);
-const EXPIRED_FAILED: &str = fence!(
-    "status = 'failed', last_error = ?4, next_attempt_at = NULL",
+const EXPIRED_FAIL: &str = fence!(
+    "status = 'failed', last_error = ?4, abandoned = ?5, next_attempt_at = NULL",
     expired
 );
 const EXPIRED_RETRY: &str = fence!(
@@ -222,14 +218,12 @@ pub(super) fn release(tx: &Transaction<'_>, claims: &[ClaimRef], now: i64) -> St
     Ok(released)
 }
 
-/// Expired leases. At-least-once handlers get the event again (unless its budget is spent);
-/// at-most-once handlers may already have acted, so the event is failed as abandoned for ops to
-/// decide. The UPDATEs are fenced by the token read in this same write transaction.
+/// Expired leases: each goes where `decide` says (the rule is the consumer's), through a
+/// transition fenced by the token read in this same write transaction.
 pub(super) fn sweep(
     tx: &Transaction<'_>,
     now: i64,
-    max_attempts: u32,
-    mode_of: ModeOf<'_>,
+    decide: DecideExpiry<'_>,
 ) -> StoreResult<usize> {
     let expired = tx
         .prepare_cached(
@@ -238,37 +232,35 @@ pub(super) fn sweep(
                FROM events WHERE status = 'claimed' AND claimed_until <= ?1",
         )?
         .query_map([now], |r| {
-            Ok((
-                ClaimRef {
+            Ok(ExpiredClaim {
+                claim: ClaimRef {
                     source: r.get(0)?,
                     event_id: r.get(1)?,
                     seq: r.get(6)?,
                     claim_token: r.get(3)?,
                     attempt: r.get(4)?,
                 },
-                r.get::<_, String>(2)?,
-                r.get::<_, i64>(5)?,
-            ))
+                event_type: r.get(2)?,
+                budget_used: r.get(5)?,
+            })
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut prepared = Prepared::new(tx);
     let mut swept = 0;
-    for (claim, event_type, used) in expired {
-        let (sql, error) = match mode_of(&claim.source, &event_type) {
-            DeliveryMode::AtMostOnce => (
-                EXPIRED_ABANDONED,
-                "abandoned: the lease expired during an at-most-once attempt; the downstream \
-                 may have acted, so it is not retried without force",
-            ),
-            DeliveryMode::AtLeastOnce if used >= i64::from(max_attempts) => {
-                (EXPIRED_FAILED, "lease expired on the last attempt")
+    for expired in expired {
+        let claim = &expired.claim;
+        let held = match decide(&expired) {
+            Expiry::Retry { error } => {
+                fenced(&mut prepared, EXPIRED_RETRY, claim, now, &error, &Null)?
             }
-            DeliveryMode::AtLeastOnce => (EXPIRED_RETRY, "lease expired"),
+            Expiry::Fail { error, abandoned } => {
+                fenced(&mut prepared, EXPIRED_FAIL, claim, now, &error, &abandoned)?
+            }
         };
-        if fenced(&mut prepared, sql, &claim, now, &error, &Null)? {
+        if held {
             close_attempt(
                 &mut prepared,
-                &claim,
+                claim,
                 AttemptResult::LeaseExpired,
                 Some("lease expired"),
                 now,

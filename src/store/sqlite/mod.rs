@@ -28,8 +28,8 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 use super::{
-    AddDocument, ClaimRef, Claimed, DocumentContent, EventDetail, EventFilter, EventRecord,
-    ExportedEvent, Finish, Finished, InsertOutcome, Lane, LoyaltyAccount, ModeOf, NewDelivery,
+    AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
+    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LoyaltyAccount, NewDelivery,
     NewDocument, Page, Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError,
     StoreResult, SubmitOutcome,
 };
@@ -360,8 +360,8 @@ impl Store for SqliteStore {
         self.consumer_write(|tx| consume::release(tx, claims, now))
     }
 
-    fn sweep(&self, now: i64, max_attempts: u32, mode_of: ModeOf<'_>) -> StoreResult<usize> {
-        self.consumer_write(|tx| consume::sweep(tx, now, max_attempts, mode_of))
+    fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
+        self.consumer_write(|tx| consume::sweep(tx, now, decide))
     }
 
     fn retry(
