@@ -5,6 +5,7 @@ mod body;
 mod error;
 mod events;
 mod health;
+mod openapi;
 mod requests;
 mod stats;
 mod ui;
@@ -82,6 +83,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))
     .service(resource("/requests/{id}/submit").route(web::post().to(requests::submit)))
     .configure(ui::configure)
+    .configure(openapi::configure)
     .default_service(web::to(no_route));
 }
 

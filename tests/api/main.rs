@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod apidoc_fuzz;
 mod balances;
 mod browser;
 mod callouts;
@@ -21,6 +22,7 @@ mod ops;
 mod pipeline;
 mod powercut;
 mod process;
+mod properties;
 mod receiver;
 mod rejections;
 mod requests;
