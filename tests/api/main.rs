@@ -14,6 +14,7 @@ mod crash;
 mod dashboard;
 mod dashboard_api;
 mod downstream;
+mod faults;
 mod group_commit;
 mod harness;
 mod ingest;
