@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::auth::Admin;
 use super::body::{parse_json, read_limited};
+use super::openapi::ErrorBody;
 use super::paging::Paging;
 use super::{ApiError, AppState, blocking, views};
 use crate::domain::replay::ReplayLine;
@@ -97,6 +98,22 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
         .map_err(|e| ApiError::InvalidRequest(format!("query string: {e}")))
 }
 
+/// Events, newest first by a store-assigned sequence. Every event committed before the first
+/// page appears exactly once, however many arrive meanwhile. Unknown query keys are refused.
+#[utoipa::path(get, path = "/events", tag = "ops", security(("bearer" = [])),
+    params(
+        ("status" = Option<super::views::EventStatus>, Query, description = "Only events in this state"),
+        ("source" = Option<String>, Query, description = "Only events from this source"),
+        ("type" = Option<String>, Query, description = "Only events of this type"),
+        ("received_after" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery after this time"),
+        ("received_before" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery before this time"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of events", body = super::openapi::schemas::EventPage),
+        (status = 422, description = "`invalid_request`: a bad or unknown query parameter, named in `message`", body = ErrorBody),
+    ))]
 pub async fn list(
     _: Admin,
     req: HttpRequest,
@@ -113,6 +130,20 @@ pub async fn list(
     Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
 }
 
+/// The replay file of every matching event (JSON lines, SPEC section 5), newest first, streamed.
+#[utoipa::path(get, path = "/events/export", tag = "ops", security(("bearer" = [])),
+    params(
+        ("status" = Option<super::views::EventStatus>, Query, description = "Only events in this state"),
+        ("source" = Option<String>, Query, description = "Only events from this source"),
+        ("type" = Option<String>, Query, description = "Only events of this type"),
+        ("received_after" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery after this time"),
+        ("received_before" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery before this time"),
+    ),
+    responses(
+        (status = 200, description = "One `{source, event_id, type, body | body_base64, content_type?}` a line",
+            body = String, content_type = "application/x-ndjson"),
+        (status = 422, description = "`invalid_request`: a bad or unknown query parameter", body = ErrorBody),
+    ))]
 /// `GET /events/export`: the replay file of every matching event, newest first, streamed page
 /// by page so that a large export is never held in memory whole.
 pub async fn export(
@@ -182,6 +213,13 @@ async fn export_page(
     })
 }
 
+/// One event with its body and attempt history.
+#[utoipa::path(get, path = "/events/{source}/{event_id}", tag = "ops", security(("bearer" = [])),
+    params(("source" = String, Path), ("event_id" = String, Path)),
+    responses(
+        (status = 200, description = "The event", body = super::views::EventWithHistory),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
 pub async fn show(
     _: Admin,
     path: web::Path<(String, String)>,
@@ -207,6 +245,17 @@ pub struct RetryParams {
     force: Option<bool>,
 }
 
+/// `failed -> pending`, due now, with a fresh budget. Pending or claimed: nothing changes.
+/// Completed, or abandoned mid-call (at-most-once): 409 unless `force=true`.
+#[utoipa::path(post, path = "/events/{source}/{event_id}/retry", tag = "ops", security(("bearer" = [])),
+    params(("source" = String, Path), ("event_id" = String, Path),
+        ("force" = Option<bool>, Query, description = "Run a completed or abandoned event again")),
+    responses(
+        (status = 200, description = "The event after the retry", body = super::views::Event),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`conflict`: completed or abandoned; needs `force=true`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: `force` is not a boolean", body = ErrorBody),
+    ))]
 pub async fn retry(
     _: Admin,
     path: web::Path<(String, String)>,
@@ -239,6 +288,15 @@ pub async fn retry(
     }
 }
 
+/// Retry every failed event that matches the filter (only failed events).
+#[utoipa::path(post, path = "/events/retry", tag = "ops", security(("bearer" = [])),
+    request_body(content = super::openapi::schemas::BulkRetry, description = "The filter; an empty body retries every failed event"),
+    responses(
+        (status = 200, description = "How many were retried", body = super::openapi::schemas::Retried),
+        (status = 400, description = "`invalid_json`: the body is not JSON", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: an unknown field or a bad time, named in `message`", body = ErrorBody),
+    ))]
 pub async fn retry_bulk(
     _: Admin,
     req: HttpRequest,
@@ -272,6 +330,12 @@ pub struct RunParams {
 }
 
 /// One synchronous drain pass, for ops and tests: claims up to `limit` due events.
+#[utoipa::path(post, path = "/events/run", tag = "ops", security(("bearer" = [])),
+    params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Most events to claim (default 100)")),
+    responses(
+        (status = 200, description = "How many were claimed", body = super::openapi::schemas::Claimed),
+        (status = 422, description = "`invalid_request`: a bad `limit`", body = ErrorBody),
+    ))]
 pub async fn run(
     _: Admin,
     req: HttpRequest,

@@ -3,15 +3,25 @@
 use actix_web::{HttpResponse, web};
 use serde_json::json;
 
+use super::openapi::ErrorBody;
 use super::{ApiError, AppState, blocking};
 use crate::domain::time::now_ms;
 use crate::store::Readiness;
 
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "open",
+    responses((status = 200, description = "Alive", body = super::openapi::schemas::Health)))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
 /// Ready when the store answers, every migration is applied and writes are still durable.
+#[utoipa::path(get, path = "/readyz", tag = "open",
+    responses(
+        (status = 200, description = "Ready", body = super::openapi::schemas::Ready),
+        (status = 503, description = "`unavailable`: not ready; `message` says why and what to do",
+            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
+    ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     match blocking(&state, |s| s.ready()).await? {
         Readiness::Ready => Ok(HttpResponse::Ok().json(json!({"status": "ready"}))),
@@ -25,6 +35,10 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     }
 }
 
+/// Prometheus metrics (OpenMetrics text).
+#[utoipa::path(get, path = "/metrics", tag = "open",
+    responses((status = 200, description = "The metrics", body = String,
+        content_type = "application/openmetrics-text")))]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let counts = blocking(&state, |s| s.status_counts()).await?;
     let text = state.metrics.render(&counts, now_ms());

@@ -18,6 +18,18 @@ struct CreditParams {
     cursor: Option<String>,
 }
 
+/// A customer's balance and its credits, a page at a time; a customer with no credits has
+/// balance 0. Unknown query keys are refused.
+#[utoipa::path(get, path = "/loyalty/{customer_id}", tag = "ops", security(("bearer" = [])),
+    params(
+        ("customer_id" = String, Path),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "The account", body = super::openapi::schemas::Loyalty),
+        (status = 422, description = "`invalid_request`: a bad or unknown query parameter, named in `message`", body = super::openapi::ErrorBody),
+    ))]
 pub async fn show(
     _: Admin,
     req: HttpRequest,

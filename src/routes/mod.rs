@@ -6,6 +6,7 @@ mod error;
 mod events;
 mod health;
 mod loyalty;
+mod openapi;
 mod paging;
 mod requests;
 mod stats;
@@ -84,6 +85,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))
     .service(resource("/requests/{id}/submit").route(web::post().to(requests::submit)))
     .configure(ui::configure)
+    .configure(openapi::configure)
     .default_service(web::to(no_route));
 }
 

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::auth::Submitter;
 use super::body::{parse_json, read_limited};
+use super::openapi::ErrorBody;
 use super::{ApiError, AppState, blocking, views};
 use crate::domain::time::now_ms;
 use crate::store::{AddDocument, NewDocument, SubmitOutcome};
@@ -20,6 +21,15 @@ fn not_found(id: &str) -> ApiError {
 #[serde(deny_unknown_fields)]
 struct CreateRequest {}
 
+/// A new draft request.
+#[utoipa::path(post, path = "/requests", tag = "requests", security(("bearer" = [])),
+    request_body(content = Option<super::openapi::schemas::NewRequest>, description = "Optional; empty or `{}`"),
+    responses(
+        (status = 201, description = "The draft", body = super::views::Request),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: the body has fields", body = ErrorBody),
+    ))]
 pub async fn create(
     _: Submitter,
     req: HttpRequest,
@@ -33,6 +43,13 @@ pub async fn create(
     Ok(HttpResponse::Created().json(views::request(&record)))
 }
 
+/// A request; once submitted, with its event's state.
+#[utoipa::path(get, path = "/requests/{id}", tag = "requests", security(("bearer" = [])),
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The request", body = super::views::Request),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
 pub async fn get(
     _: Submitter,
     path: web::Path<String>,
@@ -89,6 +106,18 @@ impl DocumentBody {
     }
 }
 
+/// Add a document to a draft.
+#[utoipa::path(post, path = "/requests/{id}/documents", tag = "requests", security(("bearer" = [])),
+    params(("id" = String, Path)),
+    request_body(content = super::openapi::schemas::NewDocument),
+    responses(
+        (status = 200, description = "The request with the document", body = super::views::Request),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`conflict`: already submitted", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a missing or bad field, named in `message`", body = ErrorBody),
+    ))]
 pub async fn add_document(
     _: Submitter,
     req: HttpRequest,
@@ -114,6 +143,13 @@ pub async fn add_document(
     }
 }
 
+/// Submit a request: one transaction turns it `submitted` and queues its event.
+#[utoipa::path(post, path = "/requests/{id}/submit", tag = "requests", security(("bearer" = [])),
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "`queued` the first time, `duplicate` after", body = super::openapi::schemas::Submitted),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
 pub async fn submit(
     _: Submitter,
     path: web::Path<String>,

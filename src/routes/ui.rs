@@ -67,7 +67,16 @@ async fn to_slash() -> HttpResponse {
         .finish()
 }
 
-async fn asset(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+/// The ops dashboard (`/ui/` is the page) and the files it loads.
+#[utoipa::path(get, path = "/ui/{asset}", tag = "open",
+    params(("asset" = String, Path, description = "Empty for the page, else a file it loads")),
+    responses(
+        (status = 200, description = "The file", content(
+            (String = "text/html"), (String = "text/css"),
+            (String = "text/javascript"), (String = "image/svg+xml"))),
+        (status = 404, description = "`not_found`", body = super::openapi::ErrorBody),
+    ))]
+pub(super) async fn asset(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let name = path.into_inner();
     let (_, media_type, body) = ASSETS
         .iter()
@@ -80,8 +89,11 @@ async fn asset(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
         .body(*body))
 }
 
-/// The security headers of the page and of every file it loads.
-fn secured(mut response: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
+/// The security headers of the page and of every file it loads (the API reference at `/docs/`
+/// is served under them too).
+pub(super) fn secured(
+    mut response: actix_web::HttpResponseBuilder,
+) -> actix_web::HttpResponseBuilder {
     response
         .insert_header((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))

@@ -9,6 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::body::read_limited;
+use super::openapi::ErrorBody;
 use super::{ApiError, AppState};
 use crate::config::{MismatchPolicy, SourceSettings};
 use crate::domain::EventId;
@@ -28,6 +29,42 @@ impl Headers for ActixHeaders<'_> {
     }
 }
 
+/// Receive a delivery: verified on the raw body by the source's signature scheme, stored, and
+/// answered only after the commit. Which headers count depends on the source's scheme: each
+/// header below names its scheme.
+#[utoipa::path(post, path = "/webhooks/{source}", tag = "ingest",
+    params(
+        ("source" = String, Path, description = "A configured source", example = "shop"),
+        ("webhook-id" = Option<String>, Header, description = "standard-webhooks: the event id (also `svix-id`)"),
+        ("webhook-timestamp" = Option<String>, Header, description = "standard-webhooks: unix seconds (also `svix-timestamp`)"),
+        ("webhook-signature" = Option<String>, Header, description = "standard-webhooks: space-separated `v1,<base64>` of HMAC-SHA256 over `{id}.{timestamp}.{body}` (also `svix-signature`)"),
+        ("svix-id" = Option<String>, Header, description = "standard-webhooks, Svix's name for `webhook-id`"),
+        ("svix-timestamp" = Option<String>, Header, description = "standard-webhooks, Svix's name for `webhook-timestamp`"),
+        ("svix-signature" = Option<String>, Header, description = "standard-webhooks, Svix's name for `webhook-signature`"),
+        ("Stripe-Signature" = Option<String>, Header, description = "stripe: `t=<ts>,v1=<hex>[,v1=...]`, HMAC-SHA256 over `{t}.{body}`; the event id is the body's `id`"),
+        ("X-Hub-Signature-256" = Option<String>, Header, description = "github: `sha256=<hex>` of HMAC-SHA256 over the body"),
+        ("X-GitHub-Delivery" = Option<String>, Header, description = "github: the event id"),
+        ("X-GitHub-Event" = Option<String>, Header, description = "github: the event type"),
+        ("X-Shopify-Hmac-Sha256" = Option<String>, Header, description = "shopify: base64 HMAC-SHA256 over the body"),
+        ("X-Shopify-Webhook-Id" = Option<String>, Header, description = "shopify: the event id"),
+        ("X-Shopify-Topic" = Option<String>, Header, description = "shopify: the event type"),
+        ("X-Signature" = Option<String>, Header, description = "hmac-sha256: `[sha256=]<hex>` of HMAC-SHA256 over the body"),
+        ("X-Event-Id" = Option<String>, Header, description = "hmac-sha256: the event id (else the body's `event_id`)"),
+    ),
+    request_body(description = "The provider's payload: a JSON object (GitHub may form-encode it in `payload`)",
+        content(
+            (serde_json::Map<String, serde_json::Value> = "application/json"),
+            (super::openapi::schemas::GithubForm = "application/x-www-form-urlencoded"),
+        )),
+    responses(
+        (status = 200, description = "Stored (`queued`), or already stored (`duplicate`, with `payload_mismatch` when the body differs)",
+            body = super::openapi::schemas::IngestAnswer),
+        (status = 400, description = "`invalid_json` (not a JSON object, or an unsupported content type) or `missing_event_id`", body = ErrorBody),
+        (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`", body = ErrorBody),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 409, description = "`payload_mismatch`: a different body for a known event, on a source with `on_payload_mismatch = \"reject\"`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: over `body_limit_bytes`", body = ErrorBody),
+    ))]
 pub async fn receive(
     req: HttpRequest,
     path: web::Path<String>,

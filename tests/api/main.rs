@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod apidoc_fuzz;
 mod balances;
 mod browser;
 mod callouts;
@@ -15,6 +16,7 @@ mod crash;
 mod dashboard;
 mod dashboard_api;
 mod downstream;
+mod faults;
 mod group_commit;
 mod harness;
 mod ingest;
@@ -26,6 +28,7 @@ mod pipeline;
 mod plans;
 mod powercut;
 mod process;
+mod properties;
 mod receiver;
 mod rejections;
 mod replay;

@@ -269,6 +269,11 @@ impl From<rusqlite::Error> for StoreError {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
                 StoreError::Unavailable(format!("database busy: {e}"))
             }
+            // A full disk or a file that became read-only is the machine's state, not a bug:
+            // nothing was written, and the same request may succeed once space is freed.
+            Some(ErrorCode::DiskFull | ErrorCode::ReadOnly) => {
+                StoreError::Unavailable(format!("database not writable: {e}"))
+            }
             _ => StoreError::Internal(anyhow::Error::new(e)),
         }
     }

@@ -1,0 +1,180 @@
+//! Fault injection with the real binary (issue 14): the database on a small tmpfs that fills
+//! up. While full, deliveries answer 503 `unavailable` with `Retry-After`, never 500, and no
+//! acknowledged delivery is lost; once space is freed the server recovers by itself.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::helpers::ADMIN_TOKEN;
+use crate::process::{ServerProcess, free_port, send_signed, write_config};
+use crate::requires;
+
+/// A size-limited tmpfs, unmounted on drop whatever the test's outcome.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(at: &Path, size: &str) -> Result<SmallFs, String> {
+        std::fs::create_dir_all(at).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if out.status.success() {
+            Ok(SmallFs(at.to_path_buf()))
+        } else {
+            Err(format!(
+                "mounting a tmpfs needs root: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Write zeros into `path` until the filesystem refuses (bounded by the filesystem's size).
+fn fill(path: &Path) -> u64 {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    let mut written = 0u64;
+    while written < 64 * 1024 * 1024 {
+        match file.write(&block) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => written += n as u64,
+        }
+    }
+    let _ = file.flush();
+    written
+}
+
+#[test]
+fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = match SmallFs::mount(&dir.path().join("db"), "4m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            if requires::available("a tmpfs mount (root)", Err(why)) {
+                unreachable!()
+            }
+            return;
+        }
+    };
+    let port = free_port();
+    let (config, settings) = write_config(dir.path(), port, "", "workers = 0\n");
+    let url = format!("sqlite://{}", small.0.join("t.db").display());
+    let server = ServerProcess::start_with_env(
+        dir.path(),
+        &config,
+        port,
+        "server.log",
+        &[("WEBHOOK_INBOX_DATABASE_URL", &url)],
+    );
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let body = |i: usize| {
+        format!(
+            r#"{{"type":"audit.note","n":{i},"pad":"{}"}}"#,
+            "x".repeat(2000)
+        )
+    };
+    let mut acknowledged = Vec::new();
+    for i in 0..5 {
+        let id = format!("before_{i}");
+        assert_eq!(
+            send_signed(&client, &server.base, &settings, &id, &body(i)),
+            200
+        );
+        acknowledged.push(id);
+    }
+
+    let filler = small.0.join("filler");
+    let filled = fill(&filler);
+    assert!(filled > 0, "nothing could be written to fill the disk");
+    let (mut refused, mut statuses) = (0, Vec::new());
+    for i in 0..200 {
+        let id = format!("full_{i}");
+        let mut req = client
+            .post(format!("{}/webhooks/shop", server.base))
+            .body(body(i));
+        for (k, v) in crate::helpers::sign_for(&settings, "shop", &id, body(i).as_bytes()) {
+            req = req.header(k, v);
+        }
+        let response = req.send().unwrap();
+        let status = response.status().as_u16();
+        statuses.push(status);
+        match status {
+            200 => acknowledged.push(id),
+            503 => {
+                assert!(
+                    response.headers().contains_key("retry-after"),
+                    "503 without Retry-After"
+                );
+                let error: serde_json::Value = response.json().unwrap();
+                assert_eq!(error["error"], "unavailable");
+                refused += 1;
+                if refused >= 20 {
+                    break;
+                }
+            }
+            other => panic!("a full disk answered {other}: {}", server.logs()),
+        }
+    }
+    assert!(refused >= 20, "the disk never filled up: {statuses:?}");
+    // A writing ops route answers 503 too, not 500.
+    let created = client
+        .post(format!("{}/requests", server.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .unwrap()
+        .status()
+        .as_u16();
+    // Before SQLITE_FULL was mapped to `unavailable` this was a 500 `internal`.
+    assert_eq!(created, 503, "POST /requests on a full disk");
+
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut n = 0;
+    loop {
+        let id = format!("after_{n}");
+        let status = send_signed(&client, &server.base, &settings, &id, &body(n));
+        if status == 200 {
+            acknowledged.push(id);
+            break;
+        }
+        assert_eq!(status, 503, "{}", server.logs());
+        assert!(
+            Instant::now() < deadline,
+            "no recovery 20 s after space was freed"
+        );
+        n += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ready = client
+        .get(format!("{}/readyz", server.base))
+        .send()
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 200, "{}", server.logs());
+    for id in &acknowledged {
+        let status = client
+            .get(format!("{}/events/shop/{id}", server.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16();
+        assert_eq!(status, 200, "acknowledged delivery {id} is missing");
+    }
+    eprintln!(
+        "disk full: {} acknowledged, {refused} refused with 503, filler {filled} bytes",
+        acknowledged.len()
+    );
+}
