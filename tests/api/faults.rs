@@ -178,3 +178,64 @@ fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself
         acknowledged.len()
     );
 }
+
+/// Before: the server started on a database it could not write, said it was ready, answered
+/// 503 to deliveries and 500 to `POST /requests`. Now it refuses to start and says what to fix.
+#[test]
+fn a_read_only_database_refuses_to_start_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = match SmallFs::mount(&dir.path().join("db"), "8m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            if requires::available("a tmpfs mount (root)", Err(why)) {
+                unreachable!()
+            }
+            return;
+        }
+    };
+    let port = free_port();
+    let (config, _) = write_config(dir.path(), port, "", "");
+    let url = format!("sqlite://{}", small.0.join("t.db").display());
+    let bin = env!("CARGO_BIN_EXE_webhook-inbox");
+    let migrated = Command::new(bin)
+        .args(["migrate", "--config"])
+        .arg(&config)
+        .env("WEBHOOK_INBOX_DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&small.0)
+        .status()
+        .unwrap();
+    assert!(remount.success());
+
+    let mut child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("WEBHOOK_INBOX_DATABASE_URL", &url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve kept running on a read-only database");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "serve exited 0 on a read-only database");
+    assert!(
+        stderr.contains("is not writable by this process") && stderr.contains("t.db"),
+        "unclear message: {stderr}"
+    );
+}
