@@ -20,6 +20,7 @@ mod harness;
 mod ingest;
 mod leases;
 mod ops;
+mod panics;
 mod pipeline;
 mod powercut;
 mod process;
