@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod apidoc;
 mod apidoc_fuzz;
 mod balances;
 mod browser;
