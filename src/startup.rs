@@ -52,9 +52,26 @@ pub fn worker_name() -> String {
 /// Open the store the settings name and bring its schema up to date.
 pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqliteStore>> {
     let path = settings.sqlite_path()?;
+    refuse_unwritable(&path)?;
     let store = SqliteStore::open(&path, SqliteOptions::default())?;
     store.migrate().context("applying migrations")?;
     Ok(Arc::new(store))
+}
+
+/// A database this process cannot write would otherwise start, say it is ready, answer 503 to
+/// every delivery and 500 elsewhere, and have its consumers fail eight times a second: refuse
+/// to start instead, saying what to fix.
+fn refuse_unwritable(path: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => anyhow::bail!(
+            "the database file {} is not writable by this process ({e}): give the user that \
+             runs webhook-inbox write access to it and to its directory, or mount its \
+             filesystem read-write",
+            path.display()
+        ),
+    }
 }
 
 impl Application {

@@ -204,9 +204,9 @@ impl Consumer {
                     event_id = %event.claim.event_id,
                     attempt = event.claim.attempt,
                 )
-                .in_scope(|| handler.handle(&event))
+                .in_scope(|| guarded(handler.as_ref(), &event))
             } else {
-                handler.handle(&event)
+                guarded(handler.as_ref(), &event)
             };
             self.metrics
                 .observe_processing(started.elapsed().as_secs_f64());
@@ -350,5 +350,34 @@ impl Consumer {
         .instrument(tracing::Span::current())
         .await
         .map_err(|e| crate::store::StoreError::Internal(anyhow::anyhow!("consumer task: {e}")))?
+    }
+}
+
+/// Run a handler so that a panic fails its event with the panic's message, rather than taking
+/// the worker's pass down and leaving the claim to the sweeper until its budget is spent. A
+/// handler that calls out may have acted before panicking: at most once, that is `abandoned`.
+fn guarded(handler: &dyn crate::handlers::Handler, event: &Claimed) -> Handled {
+    let panic =
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.handle(event))) {
+            Ok(handled) => return handled,
+            Err(panic) => panic,
+        };
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    let why = format!("handler {} panicked: {message}", handler.name());
+    tracing::error!(
+        source = %event.claim.source,
+        event_id = %event.claim.event_id,
+        "{why}"
+    );
+    let may_have_acted = handler.call_timeout().is_some()
+        && handler.mode() == crate::config::DeliveryMode::AtMostOnce;
+    if may_have_acted {
+        Handled::Abandoned(why)
+    } else {
+        Handled::Permanent(why)
     }
 }

@@ -130,7 +130,8 @@ pub async fn list(
     Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
 }
 
-/// The replay file of every matching event (JSON lines, SPEC section 5), newest first, streamed.
+/// `GET /events/export`: the replay file of every matching event, newest first, streamed page
+/// by page so that a large export is never held in memory whole.
 #[utoipa::path(get, path = "/events/export", tag = "ops", security(("bearer" = [])),
     params(
         ("status" = Option<super::views::EventStatus>, Query, description = "Only events in this state"),
@@ -144,8 +145,6 @@ pub async fn list(
             body = String, content_type = "application/x-ndjson"),
         (status = 422, description = "`invalid_request`: a bad or unknown query parameter", body = ErrorBody),
     ))]
-/// `GET /events/export`: the replay file of every matching event, newest first, streamed page
-/// by page so that a large export is never held in memory whole.
 pub async fn export(
     _: Admin,
     req: HttpRequest,

@@ -178,3 +178,176 @@ fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself
         acknowledged.len()
     );
 }
+
+/// Before: the server started on a database it could not write, said it was ready, answered
+/// 503 to deliveries and 500 to `POST /requests`. Now it refuses to start and says what to fix.
+#[test]
+fn a_read_only_database_refuses_to_start_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = match SmallFs::mount(&dir.path().join("db"), "8m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            if requires::available("a tmpfs mount (root)", Err(why)) {
+                unreachable!()
+            }
+            return;
+        }
+    };
+    let port = free_port();
+    let (config, _) = write_config(dir.path(), port, "", "");
+    let url = format!("sqlite://{}", small.0.join("t.db").display());
+    let bin = env!("CARGO_BIN_EXE_webhook-inbox");
+    let migrated = Command::new(bin)
+        .args(["migrate", "--config"])
+        .arg(&config)
+        .env("WEBHOOK_INBOX_DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&small.0)
+        .status()
+        .unwrap();
+    assert!(remount.success());
+
+    let mut child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("WEBHOOK_INBOX_DATABASE_URL", &url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve kept running on a read-only database");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "serve exited 0 on a read-only database");
+    assert!(
+        stderr.contains("is not writable by this process") && stderr.contains("t.db"),
+        "unclear message: {stderr}"
+    );
+}
+
+/// A loop-mounted ext4 image with `errors=remount-ro`: ext4's `trigger_fs_error` turns it
+/// read-only under open files, as the kernel does after a disk error.
+struct Ext4(PathBuf);
+
+impl Ext4 {
+    fn mount(dir: &Path) -> Result<Ext4, String> {
+        let image = dir.join("fs.img");
+        let mnt = dir.join("db");
+        std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(16 << 20))
+            .map_err(|e| e.to_string())?;
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            out.status
+                .success()
+                .then_some(())
+                .ok_or_else(|| format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+        };
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image))?;
+        run(Command::new("mount")
+            .args(["-o", "loop,errors=remount-ro"])
+            .arg(&image)
+            .arg(&mnt))?;
+        Ok(Ext4(mnt))
+    }
+
+    fn fail(&self) {
+        let out = Command::new("findmnt")
+            .args(["-n", "-o", "SOURCE"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let source = String::from_utf8(out.stdout).unwrap();
+        let device = Path::new(source.trim()).file_name().unwrap().to_owned();
+        let trigger = Path::new("/sys/fs/ext4")
+            .join(device)
+            .join("trigger_fs_error");
+        std::fs::write(&trigger, "test: disk error").unwrap();
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The filesystem under a running server turns read-only: `/readyz` says so with 503, and the
+/// writing routes answer 503, not 500.
+#[test]
+fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_writes_with_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = match Ext4::mount(dir.path()) {
+        Ok(fs) => fs,
+        Err(why) => {
+            if requires::available("a loop-mounted ext4 image (root, mkfs.ext4)", Err(why)) {
+                unreachable!()
+            }
+            return;
+        }
+    };
+    let port = free_port();
+    let (config, settings) = write_config(dir.path(), port, "", "workers = 0\n");
+    let url = format!("sqlite://{}", fs.0.join("t.db").display());
+    let server = ServerProcess::start_with_env(
+        dir.path(),
+        &config,
+        port,
+        "server.log",
+        &[("WEBHOOK_INBOX_DATABASE_URL", &url)],
+    );
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let note = r#"{"type":"note"}"#;
+    assert_eq!(
+        send_signed(&client, &server.base, &settings, "before", note),
+        200
+    );
+    // No worker writes meanwhile (workers = 0): `/readyz` must find out by itself.
+    fs.fail();
+
+    let ready = client
+        .get(format!("{}/readyz", server.base))
+        .send()
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 503, "{}", server.logs());
+    assert!(ready.headers().contains_key("retry-after"));
+    let status = send_signed(&client, &server.base, &settings, "after", note);
+    assert_eq!(
+        status,
+        503,
+        "ingest on a read-only database: {}",
+        server.logs()
+    );
+    let created = client
+        .post(format!("{}/requests", server.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(
+        created,
+        503,
+        "POST /requests on a read-only database: {}",
+        server.logs()
+    );
+}

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod apidoc;
 mod apidoc_fuzz;
 mod balances;
 mod browser;
@@ -24,6 +25,7 @@ mod lag;
 mod leases;
 mod loyalty;
 mod ops;
+mod panics;
 mod pipeline;
 mod plans;
 mod powercut;

@@ -63,3 +63,36 @@ pub(super) async fn docs(path: web::Path<String>) -> Result<HttpResponse, ApiErr
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .body(*body))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ASSETS;
+
+    /// Descriptions and answers are shown as text: no markup sink, nothing inline (the CSP
+    /// would drop it).
+    #[test]
+    fn the_reference_page_never_parses_strings_as_markup() {
+        for (name, _, body) in ASSETS {
+            let text = std::str::from_utf8(body).unwrap();
+            for sink in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+                "new Function",
+                "localStorage",
+                "<style",
+                " style=",
+                " onclick=",
+            ] {
+                assert!(!text.contains(sink), "docs/{name} uses {sink}");
+            }
+        }
+        let html = std::str::from_utf8(ASSETS[0].2).unwrap();
+        for (i, _) in html.match_indices("<script") {
+            let tag = &html[i..i + html[i..].find('>').unwrap()];
+            assert!(tag.contains(" src="), "inline script: {tag}");
+        }
+    }
+}

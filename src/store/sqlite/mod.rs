@@ -269,9 +269,10 @@ impl From<rusqlite::Error> for StoreError {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
                 StoreError::Unavailable(format!("database busy: {e}"))
             }
-            // A full disk or a file that became read-only is the machine's state, not a bug:
-            // nothing was written, and the same request may succeed once space is freed.
-            Some(ErrorCode::DiskFull | ErrorCode::ReadOnly) => {
+            // A full disk, a file that became read-only or a failed write (a filesystem the
+            // kernel turned read-only answers EIO/EROFS) is the machine's state, not a bug: the
+            // transaction did not commit, and the same request may succeed once that is fixed.
+            Some(ErrorCode::DiskFull | ErrorCode::ReadOnly | ErrorCode::SystemIoFailure) => {
                 StoreError::Unavailable(format!("database not writable: {e}"))
             }
             _ => StoreError::Internal(anyhow::Error::new(e)),
