@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::client::{ApiClient, Remote, segment};
+use super::purge;
 use super::table::{clip, render};
 
 #[derive(Debug, Subcommand)]
@@ -20,6 +21,8 @@ pub enum EventsCommand {
     Retry(RetryArgs),
     /// Write matching events as a replay file (JSON lines) for `webhook-inbox replay`.
     Export(ExportArgs),
+    /// Purge terminal events past an age now (bodies and history go, tombstones stay).
+    Purge(purge::PurgeArgs),
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -123,6 +126,7 @@ pub fn run(command: EventsCommand) -> anyhow::Result<()> {
         EventsCommand::Show(args) => show(args),
         EventsCommand::Retry(args) => retry(args),
         EventsCommand::Export(args) => export(args),
+        EventsCommand::Purge(args) => purge::run(args),
     }
 }
 

@@ -1,10 +1,12 @@
-//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`. `main.rs` only calls
+//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `backup`. `main.rs` only calls
 //! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
 //! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
 
+mod backup;
 pub mod client;
 mod events;
 mod loadgen;
+mod purge;
 mod replay;
 mod sign;
 mod table;
@@ -49,6 +51,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Send unique signed deliveries at a fixed concurrency; report throughput and latency.
     Loadgen(loadgen::LoadgenArgs),
+    /// Copy the SQLite database to FILE, consistently, while the server keeps serving.
+    Backup(backup::BackupArgs),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -92,6 +96,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(command) => events::run(command),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
+        Command::Backup(args) => backup::run(cli.config.as_deref(), args),
     }
 }
 

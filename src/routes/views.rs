@@ -22,12 +22,22 @@ pub fn event(e: &EventRecord) -> Value {
         "outcome": e.outcome,
         "last_error": e.last_error,
         "abandoned": e.abandoned,
+        "purged": e.purged_at.is_some(),
     })
 }
 
-/// The event with its payload (as JSON when it parses, else as text) and attempt history.
+/// The event with its payload (as JSON when it parses, else as text) and attempt history; a
+/// tombstone instead says when it finished and was purged, and keeps its body's digest.
 pub fn event_detail(d: &EventDetail) -> Value {
     let mut v = event(&d.event);
+    if let Some(purged_at) = d.event.purged_at {
+        v["finished_at"] = json!(d.event.finished_at.map(rfc3339));
+        v["purged_at"] = json!(rfc3339(purged_at));
+        v["payload_sha256"] = json!(hex::encode(&d.payload_sha256));
+        v["payload"] = Value::Null;
+        v["history"] = json!([]);
+        return v;
+    }
     let payload = payload_json(&d.payload, d.content_type.as_deref())
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&d.payload).into_owned()));
     let history: Vec<Value> = d

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod backup;
 mod balances;
 mod browser;
 mod callouts;
@@ -17,6 +18,7 @@ mod group_commit;
 mod harness;
 mod ingest;
 mod leases;
+mod lifecycle;
 mod ops;
 mod pipeline;
 mod powercut;
@@ -25,4 +27,5 @@ mod receiver;
 mod rejections;
 mod requests;
 mod requires;
+mod retention_space;
 mod schemes;
