@@ -15,6 +15,7 @@
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
 //! - [`handlers`]: one file per effect (loyalty credit, audit log, downstream submission).
 //! - [`routes`]: HTTP only (extract, call, map errors).
+//! - [`retention`]: the purge that frees terminal events' bodies and keeps their tombstones.
 //! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
 
@@ -25,6 +26,7 @@ pub mod domain;
 pub mod handlers;
 pub mod ingest;
 pub mod metrics;
+pub mod retention;
 pub mod routes;
 pub mod signature;
 pub mod startup;

@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::store::StatusCounts;
+use crate::store::{LifecycleCounts, StatusCounts};
 
 type Labels = Vec<(&'static str, String)>;
 /// Labels whose values are all fixed names (handlers, outcomes, results): no allocation per
@@ -30,6 +30,9 @@ pub struct Metrics {
     attempts: Family<StaticLabels, Counter>,
     events: Family<Labels, Gauge>,
     oldest_pending: Gauge<f64, std::sync::atomic::AtomicU64>,
+    purged: Counter,
+    tombstones: Gauge,
+    database_bytes: Family<Labels, Gauge>,
     ingest_seconds: Histogram,
     processing_seconds: Histogram,
 }
@@ -76,6 +79,9 @@ impl Metrics {
             attempts: Family::default(),
             events: Family::default(),
             oldest_pending: Gauge::default(),
+            purged: Counter::default(),
+            tombstones: Gauge::default(),
+            database_bytes: Family::default(),
             ingest_seconds: histogram(),
             processing_seconds: histogram(),
             registry: Registry::default(),
@@ -105,6 +111,21 @@ impl Metrics {
             "webhook_inbox_oldest_pending_seconds",
             "Age of the oldest pending event (0 when none)",
             m.oldest_pending.clone(),
+        );
+        registry.register(
+            "webhook_inbox_purged",
+            "Events this process made tombstones of (retention purge)",
+            m.purged.clone(),
+        );
+        registry.register(
+            "webhook_inbox_tombstones",
+            "Purged events kept as tombstones (their dedup key, no body)",
+            m.tombstones.clone(),
+        );
+        registry.register(
+            "webhook_inbox_database_bytes",
+            "SQLite database file pages, in use or free (reused before the file grows)",
+            m.database_bytes.clone(),
         );
         registry.register(
             "webhook_inbox_ingest_seconds",
@@ -152,6 +173,23 @@ impl Metrics {
 
     pub fn observe_processing(&self, seconds: f64) {
         self.processing_seconds.observe(seconds);
+    }
+
+    pub fn purged(&self, n: usize) {
+        self.purged.inc_by(n as u64);
+    }
+
+    /// The retention gauges, set before a render.
+    pub fn set_lifecycle(&self, counts: &LifecycleCounts) {
+        self.tombstones.set(counts.tombstones);
+        for (state, bytes) in [
+            ("used", counts.database_bytes - counts.free_bytes),
+            ("free", counts.free_bytes),
+        ] {
+            self.database_bytes
+                .get_or_create(&vec![("pages", state.into())])
+                .set(bytes);
+        }
     }
 
     /// Render the text format, with the store-derived gauges read just before.

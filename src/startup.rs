@@ -16,6 +16,7 @@ use crate::consumer::{Consumer, ConsumerPool, PoolOptions};
 use crate::handlers::{DownstreamSystem, HttpDownstream, Registry};
 use crate::ingest::{IngestOptions, Ingestor};
 use crate::metrics::Metrics;
+use crate::retention;
 use crate::routes::{self, AppState};
 use crate::store::Store;
 use crate::store::sqlite::{SqliteOptions, SqliteStore};
@@ -32,6 +33,8 @@ pub struct BuildOptions {
     pub idle_poll: Option<Duration>,
     /// Replaces the routing table (tests wrap handlers to count calls).
     pub registry: Option<Box<dyn FnOnce(Registry) -> Registry>>,
+    /// How often the background retention purge runs (default [`retention::DEFAULT_EVERY`]).
+    pub purge_every: Option<Duration>,
 }
 
 pub struct Application {
@@ -39,6 +42,7 @@ pub struct Application {
     port: u16,
     state: web::Data<AppState>,
     pool_options: PoolOptions,
+    purge_every: Duration,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -149,6 +153,7 @@ impl Application {
             port,
             state,
             pool_options,
+            purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
         })
     }
 
@@ -172,12 +177,23 @@ impl Application {
             self.pool_options,
             Arc::clone(&self.state.queued),
         );
+        let (stop_purge, purge_stopped) = tokio::sync::watch::channel(false);
+        let purge = tokio::spawn(retention::run_background(
+            Arc::clone(&self.state.store),
+            self.state.settings.retention.clone(),
+            Arc::clone(&self.state.metrics),
+            self.purge_every,
+            purge_stopped,
+        ));
         let handle = self.server.handle();
         let server = tokio::spawn(self.server);
         shutdown.await;
         tracing::info!("shutting down: no new deliveries or claims");
+        // The purge stops after its current batch (a batch is one short transaction).
+        let _ = stop_purge.send(true);
         // Both at once: stop accepting and claiming; in-flight requests and handlers finish.
         let (_, ()) = tokio::join!(handle.stop(true), pool.shutdown());
+        purge.await.context("retention purge task")?;
         server.await.context("HTTP server task")??;
         tracing::info!("stopped");
         Ok(())

@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::client::{ApiClient, CliError, RESOLUTION_HELP, Remote, segment};
+use super::purge;
 use super::table::{clip, render};
 
 #[derive(Debug, Subcommand)]
@@ -25,6 +26,8 @@ pub enum EventsCommand {
     /// Write matching events as a replay file (JSON lines) for `webhook-inbox replay`.
     #[command(after_help = RESOLUTION_HELP)]
     Export(ExportArgs),
+    /// Purge terminal events past an age now (bodies and history go, tombstones stay).
+    Purge(purge::PurgeArgs),
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -130,6 +133,7 @@ pub fn run(config: Option<&Path>, command: EventsCommand) -> anyhow::Result<()> 
         EventsCommand::Show(args) => show(config, args),
         EventsCommand::Retry(args) => retry(config, args),
         EventsCommand::Export(args) => export(config, args),
+        EventsCommand::Purge(args) => purge::run(config, args),
     }
 }
 

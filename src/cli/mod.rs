@@ -1,12 +1,14 @@
-//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `loadgen`, and
+//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `loadgen`, `backup`, and
 //! `completions`/`man` for shells and manuals. `main.rs` only calls
 //! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
 //! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
 
+mod backup;
 pub mod client;
 mod events;
 mod loadgen;
 mod manual;
+mod purge;
 mod replay;
 mod sign;
 mod table;
@@ -55,6 +57,8 @@ enum Command {
     Completions(manual::CompletionsArgs),
     /// Print the man page, or write one page per command into a directory.
     Man(manual::ManArgs),
+    /// Copy the SQLite database to FILE, consistently, while the server keeps serving.
+    Backup(backup::BackupArgs),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -98,6 +102,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(command) => events::run(cli.config.as_deref(), command),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
+        Command::Backup(args) => backup::run(cli.config.as_deref(), args),
         Command::Completions(args) => manual::completions(args),
         Command::Man(args) => manual::man(args),
     }

@@ -85,9 +85,33 @@ pub struct Settings {
     /// `text` for a terminal, `json` for log shippers.
     pub log_format: LogFormat,
     pub consumers: ConsumerSettings,
+    pub retention: RetentionSettings,
     pub downstream: DownstreamSettings,
     pub sources: Vec<SourceSettings>,
 }
+
+/// How long terminal events keep their body and history before the background purge makes
+/// tombstones of them (SPEC section 12). A tombstone keeps the dedup key forever.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSettings {
+    /// Days after completion; 0 keeps completed events whole forever.
+    pub completed_days: u32,
+    /// Days after failure; 0 keeps failed events whole forever.
+    pub failed_days: u32,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            completed_days: 30,
+            failed_days: 90,
+        }
+    }
+}
+
+/// Longest retention that can be set: a century.
+const MAX_RETENTION_DAYS: u32 = 36_500;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -149,6 +173,7 @@ impl Default for Settings {
             body_limit_bytes: 1024 * 1024,
             log_format: LogFormat::Text,
             consumers: ConsumerSettings::default(),
+            retention: RetentionSettings::default(),
             downstream: DownstreamSettings::default(),
             sources: Vec::new(),
         }
@@ -278,6 +303,17 @@ impl Settings {
         self.sqlite_path()?;
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
+        }
+        for (key, days) in [
+            ("retention.completed_days", self.retention.completed_days),
+            ("retention.failed_days", self.retention.failed_days),
+        ] {
+            if days > MAX_RETENTION_DAYS {
+                return Err(invalid(
+                    key,
+                    format!("must be at most {MAX_RETENTION_DAYS} (0 keeps forever)"),
+                ));
+            }
         }
         let c = &self.consumers;
         if c.batch_size == 0 || c.batch_size > 1000 {

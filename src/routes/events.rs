@@ -38,13 +38,16 @@ fn time_param(name: &str, value: &Option<String>) -> Result<Option<i64>, ApiErro
 
 impl FilterParams {
     fn parse(&self) -> Result<EventFilter, ApiError> {
+        // `purged` is not a status of its own: a tombstone is a completed or failed event.
+        let purged = self.status.as_deref() == Some("purged");
         let status = self
             .status
             .as_deref()
+            .filter(|_| !purged)
             .map(|s| {
                 Status::parse(s).ok_or_else(|| {
                     ApiError::InvalidRequest(format!(
-                        "status: `{s}` is not one of pending, claimed, completed, failed"
+                        "status: `{s}` is not one of pending, claimed, completed, failed, purged"
                     ))
                 })
             })
@@ -55,6 +58,7 @@ impl FilterParams {
             event_type: self.event_type.clone(),
             received_after: time_param("received_after", &self.received_after)?,
             received_before: time_param("received_before", &self.received_before)?,
+            purged,
         })
     }
 }
@@ -280,6 +284,10 @@ pub async fn retry(
         RetryOutcome::NeedsForce(e) if e.abandoned => Err(ApiError::Conflict(format!(
             "event `{event_id}` was abandoned during an at-most-once attempt: the downstream \
              may have acted; retry with ?force=true if it did not"
+        ))),
+        RetryOutcome::Purged(_) => Err(ApiError::Conflict(format!(
+            "event `{event_id}` was purged by retention: only its tombstone is left, so it \
+             cannot run again"
         ))),
         RetryOutcome::NeedsForce(_) => Err(ApiError::Conflict(format!(
             "event `{event_id}` is completed; retry with ?force=true to run it again"

@@ -53,6 +53,8 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         content_type = "application/openmetrics-text")))]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let counts = blocking(&state, |s| s.status_counts()).await?;
+    let lifecycle = blocking(&state, |s| s.lifecycle_counts()).await?;
+    state.metrics.set_lifecycle(&lifecycle);
     let text = state.metrics.render(&counts, now_ms());
     Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")

@@ -8,6 +8,7 @@ mod health;
 mod loyalty;
 mod openapi;
 mod paging;
+mod purge;
 mod requests;
 mod stats;
 mod ui;
@@ -77,6 +78,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/retry").route(web::post().to(events::retry_bulk)))
     .service(resource("/events/export").route(web::get().to(events::export)))
     .service(resource("/events/run").route(web::post().to(events::run)))
+    .service(resource("/events/purge").route(web::post().to(purge::purge)))
     .service(resource("/events/{source}/{event_id}").route(web::get().to(events::show)))
     .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))

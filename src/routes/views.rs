@@ -60,6 +60,9 @@ pub struct Event {
     last_error: Option<String>,
     /// An at-most-once event whose downstream call may have acted: only a forced retry runs it.
     abandoned: bool,
+    /// A tombstone: its body and history were removed by retention (SPEC section 12); its key
+    /// still answers redeliveries as duplicates.
+    purged: bool,
 }
 
 pub fn event(e: &EventRecord) -> Event {
@@ -78,6 +81,7 @@ pub fn event(e: &EventRecord) -> Event {
         outcome: e.outcome.clone(),
         last_error: e.last_error.clone(),
         abandoned: e.abandoned,
+        purged: e.purged_at.is_some(),
     }
 }
 
@@ -105,13 +109,36 @@ pub struct EventWithHistory {
     #[serde(flatten)]
     event: Event,
     /// The body as JSON when it parses (a form-encoded GitHub delivery: its `payload` field),
-    /// else as text.
+    /// else as text; null on a tombstone.
     payload: serde_json::Value,
+    /// Empty on a tombstone.
     history: Vec<Attempt>,
+    /// On a tombstone only: when the event ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    finished_at: Option<String>,
+    /// On a tombstone only: when retention purged its body and history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    purged_at: Option<String>,
+    /// On a tombstone only: hex SHA-256 of the body as first received.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_sha256: Option<String>,
 }
 
-/// The event with its payload (as JSON when it parses, else as text) and attempt history.
+/// The event with its payload (as JSON when it parses, else as text) and attempt history; a
+/// tombstone instead says when it finished and was purged, and keeps its body's digest.
 pub fn event_detail(d: &EventDetail) -> EventWithHistory {
+    if let Some(purged_at) = d.event.purged_at {
+        return EventWithHistory {
+            event: event(&d.event),
+            payload: serde_json::Value::Null,
+            history: Vec::new(),
+            finished_at: d.event.finished_at.map(rfc3339),
+            purged_at: Some(rfc3339(purged_at)),
+            payload_sha256: Some(hex::encode(&d.payload_sha256)),
+        };
+    }
     let payload = payload_json(&d.payload, d.content_type.as_deref()).unwrap_or_else(|_| {
         serde_json::Value::String(String::from_utf8_lossy(&d.payload).into_owned())
     });
@@ -119,6 +146,9 @@ pub fn event_detail(d: &EventDetail) -> EventWithHistory {
         event: event(&d.event),
         payload,
         history: d.history.iter().map(attempt).collect(),
+        finished_at: None,
+        purged_at: None,
+        payload_sha256: None,
     }
 }
 

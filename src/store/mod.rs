@@ -96,6 +96,20 @@ pub trait Store: Send + Sync + 'static {
     /// The balance and one page of credits, newest first, paged like events.
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount>;
 
+    // Retention (SPEC section 12).
+    /// One small batch of the purge: up to `limit` terminal events after `seq` `after` that
+    /// became terminal before their cutoff lose their body and history and keep a tombstone.
+    /// Finding them holds no write lock; the write is one short transaction in the writer's
+    /// queue like any other. Walk the table with `next_after` until it is `None`.
+    fn purge_batch(
+        &self,
+        cutoffs: &PurgeCutoffs,
+        after: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<PurgeBatch>;
+    fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts>;
+
     // Submission API.
     fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord>;
     fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>>;

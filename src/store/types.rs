@@ -163,6 +163,10 @@ pub struct EventRecord {
     pub outcome: Option<String>,
     pub last_error: Option<String>,
     pub abandoned: bool,
+    /// When the event became terminal; kept on tombstones (written by the purge).
+    pub finished_at: Option<i64>,
+    /// Set when the retention purge took the body and history: the row is a tombstone.
+    pub purged_at: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +182,9 @@ pub struct AttemptRecord {
 #[derive(Debug, Clone)]
 pub struct EventDetail {
     pub event: EventRecord,
+    /// SHA-256 of the first body: kept on tombstones, whose body is gone.
+    pub payload_sha256: Vec<u8>,
+    /// Empty on a tombstone (see `event.purged_at`), as is `history`.
     pub payload: Vec<u8>,
     pub content_type: Option<String>,
     pub history: Vec<AttemptRecord>,
@@ -199,6 +206,8 @@ pub struct EventFilter {
     pub event_type: Option<String>,
     pub received_after: Option<i64>,
     pub received_before: Option<i64>,
+    /// Tombstones only (`status=purged`); otherwise tombstones are left out.
+    pub purged: bool,
 }
 
 /// Newest first: `before_seq` is the cursor (exclusive), `None` for the first page.
@@ -332,6 +341,34 @@ pub enum RetryOutcome {
     Unchanged(EventRecord),
     /// Completed (or abandoned at-most-once) and `force` not given.
     NeedsForce(EventRecord),
+    /// A tombstone: its body is gone, so it can never run again, forced or not.
+    Purged(EventRecord),
+}
+
+/// What a purge may take (SPEC section 12): terminal events that became terminal before these
+/// times (unix ms). `None` leaves that kind alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeCutoffs {
+    pub completed_before: Option<i64>,
+    pub failed_before: Option<i64>,
+}
+
+/// One purge batch: how many events became tombstones, and where the next batch starts (the
+/// last `seq` examined), `None` once the walk reached the newest event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgeBatch {
+    pub purged: usize,
+    pub next_after: Option<i64>,
+}
+
+/// The retention gauges of `/metrics`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LifecycleCounts {
+    pub tombstones: i64,
+    /// The database file's pages in use and free (the free ones are reused before the file
+    /// grows, or given back by an incremental vacuum).
+    pub database_bytes: i64,
+    pub free_bytes: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -36,6 +36,7 @@ pub const BEARER: &str = "bearer";
         super::events::list,
         super::stats::stats,
         super::events::retry_bulk,
+        super::purge::purge,
         super::events::export,
         super::events::run,
         super::events::show,

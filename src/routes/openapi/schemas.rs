@@ -83,6 +83,23 @@ pub struct BulkRetry {
     received_before: Option<String>,
 }
 
+/// Purge on demand: each time optional; a time given wins over `[retention]` for that kind.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Purge {
+    /// Completed events that completed before this time (RFC 3339).
+    #[schema(format = DateTime)]
+    completed_before: Option<String>,
+    /// Failed events that failed before this time (RFC 3339).
+    #[schema(format = DateTime)]
+    failed_before: Option<String>,
+}
+
+#[derive(ToSchema)]
+pub struct Purged {
+    purged: u64,
+}
+
 #[derive(ToSchema)]
 pub struct Retried {
     retried: u64,

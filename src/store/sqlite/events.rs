@@ -26,11 +26,20 @@ pub(super) fn detail(
     let Some(event) = get(conn, source, event_id)? else {
         return Ok(None);
     };
-    let (payload, content_type) = conn.query_row(
-        "SELECT payload, content_type FROM event_payloads WHERE seq = ?1",
+    let payload_sha256 = conn.query_row(
+        "SELECT payload_sha256 FROM events WHERE seq = ?1",
         [event.seq],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| r.get(0),
     )?;
+    // A tombstone has no body left (and no history).
+    let (payload, content_type) = conn
+        .query_row(
+            "SELECT payload, content_type FROM event_payloads WHERE seq = ?1",
+            [event.seq],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+        .unwrap_or_default();
     let history = conn
         .prepare_cached(
             "SELECT attempt, worker, started_at, finished_at, result, error
@@ -40,6 +49,7 @@ pub(super) fn detail(
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some(EventDetail {
         event,
+        payload_sha256,
         payload,
         content_type,
         history,
@@ -49,6 +59,11 @@ pub(super) fn detail(
 /// `WHERE` clauses and their values for a filter; `extra` is ANDed in.
 fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Vec<Value>) -> String {
     let mut clauses: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    clauses.push(if filter.purged {
+        "purged_at IS NOT NULL".into()
+    } else {
+        "purged_at IS NULL".into()
+    });
     let mut push = |clause: &str, value: Value| {
         values.push(value);
         clauses.push(clause.replace('?', &format!("?{}", values.len())));
@@ -68,11 +83,7 @@ fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Vec<Value>) -
     if let Some(t) = filter.received_before {
         push("received_at < ?", Value::Integer(t));
     }
-    if clauses.is_empty() {
-        "1".into()
-    } else {
-        clauses.join(" AND ")
-    }
+    clauses.join(" AND ")
 }
 
 /// Newest first by `seq`. The cursor is the last `seq` seen: events committed later get larger
@@ -178,6 +189,7 @@ pub(super) fn retry(
 ) -> StoreResult<RetryOutcome> {
     let sql = format!(
         "UPDATE events SET {} WHERE source = ?2 AND event_id = ?3
+            AND purged_at IS NULL
             AND ((status = 'failed' AND abandoned = 0) OR (?4 AND status IN ('failed', 'completed')))
         RETURNING {EVENT_COLUMNS}",
         RETRY_SET.replace('?', "?1")
@@ -191,6 +203,7 @@ pub(super) fn retry(
     }
     Ok(match get(tx, source, event_id)? {
         None => RetryOutcome::NotFound,
+        Some(e) if e.purged_at.is_some() => RetryOutcome::Purged(e),
         Some(e) if matches!(e.status, Status::Pending | Status::Claimed) => {
             RetryOutcome::Unchanged(e)
         }
@@ -199,7 +212,8 @@ pub(super) fn retry(
 }
 
 /// Bulk retry: failed events matching the filter. Abandoned at-most-once events are left out:
-/// the downstream may have acted, so each needs a deliberate `force`.
+/// the downstream may have acted, so each needs a deliberate `force`. Tombstones are left out
+/// too (the filter's `purged_at IS NULL`): their bodies are gone.
 pub(super) fn retry_failed(
     tx: &Transaction<'_>,
     filter: &EventFilter,
@@ -208,6 +222,7 @@ pub(super) fn retry_failed(
     let mut values = vec![Value::Integer(now)];
     let filter = EventFilter {
         status: None,
+        purged: false,
         ..filter.clone()
     };
     let clause = where_clause(

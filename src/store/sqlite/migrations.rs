@@ -32,6 +32,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "lanes_and_integer_balances",
         include_str!("../../../migrations/0005_lanes_and_integer_balances.sql"),
     ),
+    (
+        6,
+        "tombstones",
+        include_str!("../../../migrations/0006_tombstones.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -217,7 +222,7 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         let seq_is_rowid: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {

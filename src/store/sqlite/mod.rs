@@ -8,12 +8,14 @@
 //! survives power loss. Every write transaction is `BEGIN IMMEDIATE`: a deferred one that reads
 //! then writes can fail with `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
+pub mod backup;
 mod consume;
 mod durable;
 mod events;
 mod finish;
 mod ingest;
 mod migrations;
+mod purge;
 mod requests;
 mod rows;
 mod stats;
@@ -29,9 +31,9 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 use super::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LoyaltyAccount, NewDelivery,
-    NewDocument, Page, Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError,
-    StoreResult, SubmitOutcome,
+    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
+    LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs, Readiness,
+    RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
 };
 
 pub use consume::claim_sql;
@@ -102,6 +104,8 @@ fn init_connection(conn: &mut Connection, wait: Duration) -> rusqlite::Result<()
     // runs ingest, claim, finish, sweep and ops statements in turn, and an evicted statement
     // is parsed and planned again on its next use.
     conn.set_prepared_statement_cache_capacity(64);
+    // Takes effect on a new, empty database only (see `purge::give_back_free_pages`).
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
     // A larger page cache keeps the indexes' hot pages in memory under write load, and memory
     // mapping saves a copy per page read (measured: about 10% faster draining).
@@ -386,6 +390,20 @@ impl Store for SqliteStore {
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
         self.read(|c| consume::loyalty(c, customer_id, page))
+    }
+
+    fn purge_batch(
+        &self,
+        cutoffs: &PurgeCutoffs,
+        after: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<PurgeBatch> {
+        purge::batch(self, cutoffs, after, limit, now)
+    }
+
+    fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts> {
+        self.read(purge::counts)
     }
 
     fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {

@@ -8,9 +8,9 @@ use crate::store::{AttemptRecord, EventRecord, Status};
 /// `RETURNING`.
 pub(super) const EVENT_COLUMNS: &str = "seq, source, event_id, event_type, status, attempts, \
      deliveries, payload_mismatches, received_at, last_delivered_at, next_attempt_at, \
-     completed_at, outcome, last_error, abandoned";
+     completed_at, outcome, last_error, abandoned, finished_at, purged_at";
 
-pub(super) const EVENT_COLUMN_COUNT: usize = 15;
+pub(super) const EVENT_COLUMN_COUNT: usize = 17;
 
 pub(super) fn event(row: &Row<'_>) -> rusqlite::Result<EventRecord> {
     let status: String = row.get(4)?;
@@ -37,6 +37,8 @@ pub(super) fn event(row: &Row<'_>) -> rusqlite::Result<EventRecord> {
         outcome: row.get(12)?,
         last_error: row.get(13)?,
         abandoned: row.get(14)?,
+        finished_at: row.get(15)?,
+        purged_at: row.get(16)?,
     })
 }
 
