@@ -241,3 +241,45 @@ fn serve_refuses_a_config_with_a_bad_key_and_names_it() {
     }
     assert!(!dir.path().join("data").exists(), "nothing was created");
 }
+
+/// `events purge` through the real binary: ages become times (`0s` is now), the answer is the
+/// count, a bad age is a usage error (exit 2) that sends nothing.
+#[tokio::test]
+async fn events_purge_turns_old_terminal_events_into_tombstones() {
+    let app = spawn_app().await;
+    app.deliver("shop", "done", &order_body("o-1", "c-1", 3))
+        .await;
+    app.deliver("shop", "done-too", &order_body("o-2", "c-1", 4))
+        .await;
+    app.drain().await;
+    // Stored after the drain: still pending when the purge runs.
+    app.deliver("shop", "later", &order_body("o-3", "c-1", 5))
+        .await;
+
+    let o = cli(&app, &["events", "purge", "--completed-before", "1x"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(app.event("shop", "done").await["purged"], false);
+
+    let o = cli(
+        &app,
+        &["events", "purge", "--completed-before", "0s", "--json"],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let answer: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(answer["purged"], 2, "{answer}");
+    for id in ["done", "done-too"] {
+        let event = app.event("shop", id).await;
+        assert_eq!(event["purged"], true, "{event}");
+    }
+    let pending = app.event("shop", "later").await;
+    assert_eq!(
+        pending["purged"], false,
+        "a pending event is never purged: {pending}"
+    );
+    assert_eq!(
+        app.balance("c-1").await,
+        7,
+        "guard rows and balances are kept"
+    );
+}
