@@ -219,18 +219,11 @@ fn a_read_only_database_refuses_to_start_with_a_clear_message() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("serve kept running on a read-only database");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = crate::process::exit_within(
+        &mut child,
+        Duration::from_secs(20),
+        "serve should refuse a read-only database",
+    );
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(!status.success(), "serve exited 0 on a read-only database");

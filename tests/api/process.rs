@@ -49,6 +49,23 @@ pub fn send_signed(
     req.send().unwrap().status().as_u16()
 }
 
+/// Wait for a child to exit, at most `within`; past that it is killed and the test fails
+/// naming `what` was expected.
+pub fn exit_within(child: &mut Child, within: Duration, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A port that was free a moment ago (the child binds it right after).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -140,18 +157,7 @@ impl ServerProcess {
             .unwrap();
         assert!(status.success());
         let mut child = self.child.take().unwrap();
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("server did not exit within {within:?} of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within(&mut child, within, "the server should exit on SIGTERM")
     }
 }
 

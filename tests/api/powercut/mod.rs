@@ -183,18 +183,11 @@ fn migrate(dir: &Path, config: &Path) {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("migrate did not finish within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = crate::process::exit_within(
+        &mut child,
+        Duration::from_secs(30),
+        "migrate should have finished",
+    );
     assert!(status.success(), "migrate failed: {status}");
 }
 
