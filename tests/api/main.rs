@@ -38,5 +38,4 @@ mod rejections;
 mod replay;
 mod requests;
 mod requires;
-mod retention_space;
 mod schemes;

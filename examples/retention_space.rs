@@ -1,8 +1,8 @@
-//! Figures for docs/lifecycle.md, not a pass/fail check (ignored by default): the database
-//! file's size before and after purging most of a large database, with the incremental
-//! auto-vacuum every new database gets, and on a database created without it.
+//! Figures for docs/lifecycle.md (a measurement, not a test): the database file's size before
+//! and after purging most of a large database, with the incremental auto-vacuum every new
+//! database gets, and on a database created without it.
 //!
-//! `cargo nextest run --run-ignored only --no-capture retention_space`
+//! `cargo run --release --example retention_space`
 
 use std::path::Path;
 use std::time::Instant;
@@ -12,7 +12,30 @@ use webhook_inbox::retention::{PAUSE, purge_pass};
 use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
 use webhook_inbox::store::{PurgeCutoffs, Store};
 
-use crate::helpers::*;
+use sha2::Digest;
+use webhook_inbox::store::{Lane, NewDelivery};
+
+fn new_delivery(id: &str, body: &str) -> NewDelivery {
+    NewDelivery {
+        source: "shop".into(),
+        event_id: id.into(),
+        event_type: "customer.created".into(),
+        payload: body.as_bytes().to_vec(),
+        content_type: Some("application/json".into()),
+        sha256: sha2::Sha256::digest(body.as_bytes()).into(),
+        received_at: now_ms(),
+        reject_mismatch: false,
+        lane: Lane::InProcess,
+    }
+}
+
+fn assert_integrity(path: &Path) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+}
 
 const EVENTS: usize = 200_000;
 const PURGED: usize = 180_000;
@@ -40,7 +63,7 @@ fn measure(legacy: bool) {
     );
     for chunk in 0..EVENTS / 1000 {
         let batch: Vec<_> = (0..1000)
-            .map(|i| new_delivery("shop", &format!("e-{chunk}-{i}"), "customer.created", &body))
+            .map(|i| new_delivery(&format!("e-{chunk}-{i}"), &body))
             .collect();
         store.insert_deliveries(&batch).unwrap();
     }
@@ -89,9 +112,7 @@ fn measure(legacy: bool) {
     assert_integrity(&path);
 }
 
-#[test]
-#[ignore = "a measurement (docs/lifecycle.md), about a minute"]
-fn retention_space_measurement() {
+fn main() {
     measure(false);
     measure(true);
 }
