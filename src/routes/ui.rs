@@ -50,7 +50,7 @@ const JS: &str = "text/javascript; charset=utf-8";
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/ui")
-            .route(web::get().to(to_slash))
+            .route(web::get().to(|| async { to_slash("/ui/") }))
             .default_service(web::to(super::method_not_allowed)),
     )
     .service(
@@ -60,10 +60,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
-/// Relative links in the page resolve against `/ui/`, so `/ui` is sent there.
-async fn to_slash() -> HttpResponse {
+/// Relative links in a page resolve against its folder (`/ui/`, `/docs/`), so the bare name
+/// is sent there, under the same headers as the page.
+pub(super) fn to_slash(folder: &'static str) -> HttpResponse {
     secured(HttpResponse::PermanentRedirect())
-        .insert_header((header::LOCATION, "/ui/"))
+        .insert_header((header::LOCATION, folder))
         .finish()
 }
 

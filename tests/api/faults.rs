@@ -54,6 +54,33 @@ fn fill(path: &Path) -> u64 {
     written
 }
 
+/// The real binary (`workers = 0`) with its config in `dir` and its database file in `db_dir`,
+/// and a blocking client for it.
+fn serve_on(
+    dir: &std::path::Path,
+    db_dir: &std::path::Path,
+) -> (
+    ServerProcess,
+    webhook_inbox::config::Settings,
+    reqwest::blocking::Client,
+) {
+    let port = free_port();
+    let (config, settings) = write_config(dir, port, "", "workers = 0\n");
+    let url = format!("sqlite://{}", db_dir.join("t.db").display());
+    let server = ServerProcess::start_with_env(
+        dir,
+        &config,
+        port,
+        "server.log",
+        &[("WEBHOOK_INBOX_DATABASE_URL", &url)],
+    );
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    (server, settings, client)
+}
+
 #[test]
 fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself() {
     let dir = tempfile::tempdir().unwrap();
@@ -66,20 +93,7 @@ fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself
             return;
         }
     };
-    let port = free_port();
-    let (config, settings) = write_config(dir.path(), port, "", "workers = 0\n");
-    let url = format!("sqlite://{}", small.0.join("t.db").display());
-    let server = ServerProcess::start_with_env(
-        dir.path(),
-        &config,
-        port,
-        "server.log",
-        &[("WEBHOOK_INBOX_DATABASE_URL", &url)],
-    );
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let (server, settings, client) = serve_on(dir.path(), &small.0);
     let body = |i: usize| {
         format!(
             r#"{{"type":"audit.note","n":{i},"pad":"{}"}}"#,
@@ -295,20 +309,7 @@ fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_wri
             return;
         }
     };
-    let port = free_port();
-    let (config, settings) = write_config(dir.path(), port, "", "workers = 0\n");
-    let url = format!("sqlite://{}", fs.0.join("t.db").display());
-    let server = ServerProcess::start_with_env(
-        dir.path(),
-        &config,
-        port,
-        "server.log",
-        &[("WEBHOOK_INBOX_DATABASE_URL", &url)],
-    );
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let (server, settings, client) = serve_on(dir.path(), &fs.0);
     let note = r#"{"type":"note"}"#;
     assert_eq!(
         send_signed(&client, &server.base, &settings, "before", note),

@@ -32,16 +32,10 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/docs")
-            .route(web::get().to(to_slash))
+            .route(web::get().to(|| async { super::super::ui::to_slash("/docs/") }))
             .default_service(web::to(method_not_allowed)),
     )
     .service(resource("/docs/{asset:.*}").route(web::get().to(docs)));
-}
-
-async fn to_slash() -> HttpResponse {
-    secured(HttpResponse::PermanentRedirect())
-        .insert_header((header::LOCATION, "/docs/"))
-        .finish()
 }
 
 /// The API reference (`/docs/` is the page) and the files it loads.
