@@ -5,9 +5,9 @@
 //! cargo run --release --example bare_actix -- 127.0.0.1:18081 [--verify SECRET]
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use webhook_inbox::config::Secret;
 use webhook_inbox::domain::time::now_secs;
 use webhook_inbox::signature::Scheme;
+use webhook_inbox::signature::Secret;
 
 struct Verify(Option<Secret>);
 

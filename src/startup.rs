@@ -11,6 +11,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use tokio::sync::Notify;
 
+use crate::config::Database;
 use crate::config::Settings;
 use crate::consumer::{Consumer, ConsumerPool, PoolOptions};
 use crate::handlers::{DownstreamSystem, HttpDownstream, Registry};
@@ -18,8 +19,7 @@ use crate::ingest::{IngestOptions, Ingestor};
 use crate::metrics::Metrics;
 use crate::retention;
 use crate::routes::{self, AppState};
-use crate::store::Store;
-use crate::store::sqlite::{SqliteOptions, SqliteStore};
+use crate::store::{self, Store};
 
 /// What a caller (main, tests, benchmarks) may choose beyond the config file.
 #[derive(Default)]
@@ -54,12 +54,14 @@ pub fn worker_name() -> String {
 }
 
 /// Open the store the settings name and bring its schema up to date.
-pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqliteStore>> {
-    let path = settings.sqlite_path()?;
-    refuse_unwritable(&path)?;
-    let store = SqliteStore::open(&path, SqliteOptions::default())?;
+pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    let database = settings.database()?;
+    if let Database::Sqlite(path) = &database {
+        refuse_unwritable(path)?;
+    }
+    let store = store::open(&database)?;
     store.migrate().context("applying migrations")?;
-    Ok(Arc::new(store))
+    Ok(store)
 }
 
 /// A database this process cannot write would otherwise start, say it is ready, answer 503 to
@@ -107,12 +109,15 @@ impl Application {
             registry = wrap(registry);
         }
         let registry = Arc::new(registry);
-        let consumer = Arc::new(Consumer::new(
-            Arc::clone(&store),
-            registry,
-            Arc::clone(&metrics),
-            &settings.consumers,
-        ));
+        let consumer = Arc::new(
+            Consumer::new(
+                Arc::clone(&store),
+                registry,
+                Arc::clone(&metrics),
+                &settings.consumers,
+            )
+            .paced_by(ingest.activity()),
+        );
         let name = worker_name();
         let lease = Duration::from_secs(settings.consumers.lease_seconds);
         let pool_options = PoolOptions {

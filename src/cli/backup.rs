@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::config::Settings;
+use crate::config::{self, Settings};
 use crate::store::sqlite::backup;
 
 #[derive(Debug, Args)]
@@ -25,7 +25,11 @@ pub fn run(config: Option<&Path>, args: BackupArgs) -> anyhow::Result<()> {
         Some(s) => s,
         None => Settings::from_toml("", "embedded default", std::env::vars())?,
     };
-    let source = settings.sqlite_path()?;
+    let source = config::sqlite_path(
+        &settings.database_url,
+        "back it up with `pg_dump` (a consistent snapshot of every table while the server \
+         keeps serving; `webhook-inbox backup` copies SQLite files only)",
+    )?;
     // Shown on a terminal only (indicatif draws nothing when stderr is not one).
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {eta}")

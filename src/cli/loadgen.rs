@@ -19,9 +19,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use super::sign::parse_scheme;
-use crate::config::Secret;
 use crate::domain::time::now_secs;
 use crate::signature::Scheme;
+use crate::signature::Secret;
 
 #[derive(Debug, Args)]
 pub struct LoadgenArgs {

@@ -18,10 +18,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::config::{self, Settings};
+use crate::config::{self, Database, Settings};
 use crate::startup::{Application, BuildOptions, shutdown_signal};
-use crate::store::Store as _;
-use crate::store::sqlite::{SqliteOptions, SqliteStore};
+use crate::store;
 use crate::telemetry;
 
 #[derive(Debug, Parser)]
@@ -88,14 +87,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let loaded = load_settings(cli.config.as_deref())?;
             telemetry::init(loaded.settings.log_format);
             // Not `open_store`, which migrates already: this command reports what it applied.
-            let path = loaded.settings.sqlite_path()?;
-            let existed = path.exists();
-            let store = SqliteStore::open(&path, SqliteOptions::default())?;
+            let database = loaded.settings.database()?;
+            let existed = match &database {
+                Database::Sqlite(path) => path.exists(),
+                Database::Postgres(_) => true,
+            };
+            let store = store::open(&database)?;
             let applied = store.migrate().context("applying migrations")?;
-            println!(
-                "{}",
-                migrate_report(&store.path().display().to_string(), existed, &applied)
-            );
+            println!("{}", migrate_report(&database.display(), existed, &applied));
             Ok(())
         }
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),

@@ -19,10 +19,11 @@ use serde_json::json;
 
 use super::client::{CliError, resolve_url, segment, unreachable_message};
 use super::sign::parse_scheme;
-use crate::config::{Secret, Settings};
+use crate::config::Settings;
 use crate::domain::replay::ReplayLine;
 use crate::domain::time::now_secs;
 use crate::signature::Scheme;
+use crate::signature::Secret;
 
 /// Problems printed in text mode; `--json` and `--rejects` have them all.
 const SHOWN: usize = 10;

@@ -7,10 +7,10 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::config::Secret;
 use crate::domain::payload::peek;
 use crate::domain::time::now_secs;
 use crate::signature::Scheme;
+use crate::signature::Secret;
 
 #[derive(Debug, Args)]
 pub struct SignArgs {

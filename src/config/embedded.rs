@@ -8,8 +8,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rand::RngCore;
 
-use super::{MismatchPolicy, Secret, Settings, SourceSettings};
-use crate::signature::Scheme;
+use super::{MismatchPolicy, Settings, SourceSettings};
+use crate::signature::{Scheme, Secret};
 
 pub const DEMO_SOURCE: &str = "demo";
 
@@ -64,14 +64,14 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     bytes
 }
 
-/// The directory that holds generated secrets: the database's directory.
+/// The directory that holds generated secrets: the SQLite database's directory, or `data`.
 pub fn data_dir(settings: &Settings) -> PathBuf {
-    settings
-        .sqlite_path()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("data"))
+    match settings.database() {
+        Ok(super::Database::Sqlite(path)) => path.parent().map(Path::to_path_buf),
+        _ => None,
+    }
+    .filter(|p| !p.as_os_str().is_empty())
+    .unwrap_or_else(|| PathBuf::from("data"))
 }
 
 /// Fill an empty `admin_token` from `<data dir>/admin-token`, generating it once.

@@ -6,7 +6,6 @@
 
 mod embedded;
 mod env;
-mod secret;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
@@ -14,12 +13,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use embedded::{DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token};
-pub use secret::Secret;
 
-use crate::signature::Scheme;
-
-/// The source name the submission API uses for its own events (SPEC section 6).
-pub const RESERVED_SOURCE: &str = "requests";
+use crate::domain::{DeliveryMode, RESERVED_SOURCE};
+use crate::signature::{Scheme, Secret};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -59,14 +55,6 @@ pub enum MismatchPolicy {
     Duplicate,
     /// Answer `409 payload_mismatch` (sources fed by your own tools).
     Reject,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum DeliveryMode {
-    #[serde(rename = "at-most-once")]
-    AtMostOnce,
-    #[serde(rename = "at-least-once")]
-    AtLeastOnce,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -277,9 +265,9 @@ impl Settings {
         self.sources.iter().find(|s| s.name == name)
     }
 
-    /// The SQLite file named by `database_url`.
-    pub fn sqlite_path(&self) -> Result<PathBuf, ConfigError> {
-        sqlite_path(&self.database_url)
+    /// The database `database_url` names.
+    pub fn database(&self) -> Result<Database, ConfigError> {
+        Database::parse(&self.database_url)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -300,7 +288,7 @@ impl Settings {
                     )
                 })?;
         }
-        self.sqlite_path()?;
+        self.database()?;
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
         }
@@ -410,17 +398,65 @@ fn plain_words(message: &str) -> String {
     text
 }
 
-/// Resolve a `sqlite://` URL to a path: two slashes relative to the working directory, three
-/// absolute. Any other scheme is refused until the PostgreSQL store exists.
-pub fn sqlite_path(url: &str) -> Result<PathBuf, ConfigError> {
-    match url.strip_prefix("sqlite://") {
-        Some(rest) if !rest.is_empty() => Ok(PathBuf::from(rest)),
-        _ => Err(invalid(
+/// Where the events live, parsed from `database_url`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// `sqlite://relative/path.db` (to the working directory) or `sqlite:///absolute/path.db`.
+    Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`, passed to the PostgreSQL client as it is.
+    Postgres(String),
+}
+
+impl std::fmt::Debug for Database {
+    /// Never the password: a `Debug` of the settings may be logged.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
+            Database::Postgres(url) => write!(f, "Postgres({})", redact_credentials(url)),
+        }
+    }
+}
+
+impl Database {
+    pub fn parse(url: &str) -> Result<Database, ConfigError> {
+        if let Some(rest) = url.strip_prefix("sqlite://").filter(|r| !r.is_empty()) {
+            return Ok(Database::Sqlite(PathBuf::from(rest)));
+        }
+        let postgres = ["postgres://", "postgresql://"]
+            .iter()
+            .any(|scheme| url.len() > scheme.len() && url.starts_with(scheme));
+        if postgres {
+            return Ok(Database::Postgres(url.to_string()));
+        }
+        Err(invalid(
             "database_url",
             format!(
-                "`{}` is not supported: only sqlite://path (relative) or sqlite:///path \
-                 (absolute) until the PostgreSQL store exists",
+                "`{}` is not supported: use sqlite://path (relative), sqlite:///path (absolute) \
+                 or postgres://user:password@host:port/database",
                 redact_credentials(url)
+            ),
+        ))
+    }
+
+    /// What a message may show: the file, or the URL without its credentials.
+    pub fn display(&self) -> String {
+        match self {
+            Database::Sqlite(path) => path.display().to_string(),
+            Database::Postgres(url) => redact_credentials(url),
+        }
+    }
+}
+
+/// Resolve a `sqlite://` URL to a path, for the commands that work on a SQLite file only
+/// (`backup`): `what` says which, for the refusal of any other URL.
+pub fn sqlite_path(url: &str, what: &str) -> Result<PathBuf, ConfigError> {
+    match Database::parse(url)? {
+        Database::Sqlite(path) => Ok(path),
+        Database::Postgres(url) => Err(invalid(
+            "database_url",
+            format!(
+                "`{}` is a PostgreSQL database: {what}",
+                redact_credentials(&url)
             ),
         )),
     }

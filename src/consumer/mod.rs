@@ -15,9 +15,10 @@ pub use backoff::Backoff;
 pub use pool::{ConsumerPool, PoolOptions};
 
 use crate::config::ConsumerSettings;
-use crate::config::DeliveryMode;
+use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::handlers::{Handled, Registry};
+use crate::ingest::Activity;
 use crate::metrics::Metrics;
 use crate::store::{
     AttemptResult, Claimed, ExpiredClaim, Expiry, Finish, Finished, Lane, Next, Store, StoreResult,
@@ -53,6 +54,7 @@ pub struct Consumer {
     /// first (a provider waits for its answer; the backlog can wait), and four workers at full
     /// speed would take most of the CPU and the write lock from it.
     ingest_first: parking_lot::Mutex<()>,
+    ingest: Arc<Activity>,
 }
 
 impl Consumer {
@@ -70,7 +72,14 @@ impl Consumer {
             max_attempts: settings.max_attempts,
             backoff: Backoff::new(settings.backoff_base_ms, settings.backoff_max_ms),
             ingest_first: parking_lot::Mutex::new(()),
+            ingest: Arc::default(),
         }
+    }
+
+    /// Pace the workers by this ingest writer's commits (see `ingest_first`).
+    pub fn paced_by(mut self, ingest: Arc<Activity>) -> Consumer {
+        self.ingest = ingest;
+        self
     }
 
     /// One pass for `POST /events/run`: claim up to `limit` due in-process events and
@@ -118,7 +127,7 @@ impl Consumer {
                 return Ok(total);
             }
             total += claimed.len();
-            let _one_at_a_time = self.store.ingest_active().then(|| self.ingest_first.lock());
+            let _one_at_a_time = self.ingest.recent().then(|| self.ingest_first.lock());
             let mut pending = self.handle_batch(claimed, stopping)?;
             if stopping() {
                 self.flush(&mut pending)?;
@@ -374,7 +383,7 @@ fn guarded(handler: &dyn crate::handlers::Handler, event: &Claimed) -> Handled {
         "{why}"
     );
     let may_have_acted = handler.call_timeout().is_some()
-        && handler.mode() == crate::config::DeliveryMode::AtMostOnce;
+        && handler.mode() == crate::domain::DeliveryMode::AtMostOnce;
     if may_have_acted {
         Handled::Abandoned(why)
     } else {

@@ -7,6 +7,21 @@ pub mod time;
 
 pub use order::{OrderCredit, OrderError};
 
+use serde::Deserialize;
+
+/// The source name the submission API uses for its own events (SPEC section 6).
+pub const RESERVED_SOURCE: &str = "requests";
+
+/// What a handler's effect tolerates when its outcome is unknown (a lease ran out mid-call, a
+/// call timed out): at most once gives up, at least once runs it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum DeliveryMode {
+    #[serde(rename = "at-most-once")]
+    AtMostOnce,
+    #[serde(rename = "at-least-once")]
+    AtLeastOnce,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
     #[error("must not be empty")]

@@ -5,7 +5,7 @@
 //! write per event and protect nothing.
 
 use super::{Handled, Handler};
-use crate::config::DeliveryMode;
+use crate::domain::DeliveryMode;
 use crate::store::{Claimed, Outcome};
 
 pub struct AuditLog;

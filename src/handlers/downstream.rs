@@ -15,7 +15,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{Handled, Handler};
-use crate::config::DeliveryMode;
+use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::store::{Claimed, Outcome, Store};
 

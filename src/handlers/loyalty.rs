@@ -7,7 +7,7 @@
 //! duplicate). The handler itself only validates and describes the effect.
 
 use super::{Handled, Handler};
-use crate::config::DeliveryMode;
+use crate::domain::DeliveryMode;
 use crate::domain::OrderCredit;
 use crate::domain::payload::{is_json, payload_json};
 use crate::store::{Claimed, Effect, Outcome};

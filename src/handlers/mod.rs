@@ -11,7 +11,7 @@ mod loyalty;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{DeliveryMode, RESERVED_SOURCE};
+use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::store::{Claimed, Effect, Outcome, Store};
 
 pub use audit::AuditLog;

@@ -7,9 +7,9 @@
 //! straight away (backpressure) instead of waiting without limit.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, oneshot};
 
@@ -64,6 +64,44 @@ const BACKSTOP: Duration = Duration::from_secs(5);
 pub struct Ingestor {
     jobs: mpsc::SyncSender<Job>,
     wait: Duration,
+    activity: Arc<Activity>,
+}
+
+/// How long after a commit ingest still counts as active.
+const RECENT: Duration = Duration::from_millis(20);
+
+/// When the writer last committed deliveries. While they keep coming, consumers drain one
+/// round at a time so that ingest keeps the CPU and the write lock it needs: pacing that
+/// belongs to this process, whatever the store.
+pub struct Activity {
+    started: Instant,
+    /// Milliseconds since `started` of the last commit, plus one (0: never).
+    last: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            started: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn mark(&self) {
+        self.last.store(self.elapsed_ms() + 1, Ordering::Relaxed);
+    }
+
+    /// Whether deliveries were committed within the last few milliseconds.
+    pub fn recent(&self) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        last != 0 && self.elapsed_ms() + 1 - last <= RECENT.as_millis() as u64
+    }
 }
 
 impl Ingestor {
@@ -72,14 +110,22 @@ impl Ingestor {
     pub fn start(store: Arc<dyn Store>, options: IngestOptions, queued: Arc<Notify>) -> Ingestor {
         let (tx, rx) = mpsc::sync_channel(options.queue.max(1));
         let max_batch = options.max_batch.max(1);
+        let activity = Arc::new(Activity::default());
+        let marks = Arc::clone(&activity);
         std::thread::Builder::new()
             .name("ingest-writer".into())
-            .spawn(move || writer(store, rx, max_batch, queued))
+            .spawn(move || writer(store, rx, max_batch, queued, &marks))
             .expect("spawning the ingest writer thread");
         Ingestor {
             jobs: tx,
             wait: options.wait,
+            activity,
         }
+    }
+
+    /// When this writer last committed, for the consumers' pacing.
+    pub fn activity(&self) -> Arc<Activity> {
+        Arc::clone(&self.activity)
     }
 
     /// Store one delivery; returns after the transaction holding it has committed.
@@ -107,7 +153,13 @@ impl Ingestor {
     }
 }
 
-fn writer(store: Arc<dyn Store>, rx: mpsc::Receiver<Job>, max_batch: usize, queued: Arc<Notify>) {
+fn writer(
+    store: Arc<dyn Store>,
+    rx: mpsc::Receiver<Job>,
+    max_batch: usize,
+    queued: Arc<Notify>,
+    activity: &Activity,
+) {
     let mut jobs = Vec::with_capacity(max_batch);
     while let Ok(first) = rx.recv() {
         jobs.push(first);
@@ -136,7 +188,9 @@ fn writer(store: Arc<dyn Store>, rx: mpsc::Receiver<Job>, max_batch: usize, queu
         if batch.is_empty() {
             continue;
         }
-        match store.insert_deliveries(&batch) {
+        let stored = store.insert_deliveries(&batch);
+        activity.mark();
+        match stored {
             Ok(outcomes) => {
                 if outcomes.contains(&InsertOutcome::Queued) {
                     queued.notify_waiters();

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{ApiError, AppState};
-use crate::config::Secret;
+use crate::signature::Secret;
 
 fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get("Authorization")?.to_str().ok()?;

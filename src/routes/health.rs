@@ -23,17 +23,9 @@ pub async fn healthz() -> HttpResponse {
             body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds"))),
     ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let path = state.settings.sqlite_path().ok();
-    let (readiness, writable) = blocking(&state, move |s| {
-        // Reads alone would call a database ready that can no longer be written (a file made
-        // read-only, a filesystem remounted read-only): one open for writing tells.
-        let writable = path.is_none_or(|p| std::fs::OpenOptions::new().write(true).open(p).is_ok());
-        Ok((s.ready()?, writable))
-    })
-    .await?;
-    match readiness {
-        Readiness::Ready if !writable => Err(ApiError::NotReady(
-            "the database file is not writable by this process: give it write access, or \
+    match blocking(&state, |s| s.ready()).await? {
+        Readiness::NotWritable => Err(ApiError::NotReady(
+            "the database is not writable by this process: give it write access, or \
              remount its filesystem read-write",
         )),
         Readiness::Ready => Ok(HttpResponse::Ok().json(json!({"status": "ready"}))),

@@ -5,7 +5,7 @@ use super::{
     Headers, SignatureError, Verified, any_match, hmac_hex, malformed, optional, required,
     utf8_keys,
 };
-use crate::config::Secret;
+use crate::signature::Secret;
 
 const HEADER: &str = "X-Signature";
 

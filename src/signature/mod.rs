@@ -6,6 +6,7 @@
 
 mod github;
 mod hmac_sha256;
+mod secret;
 mod shopify;
 mod standard;
 mod stripe;
@@ -14,7 +15,7 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use crate::config::Secret;
+pub use secret::Secret;
 
 type HmacSha256 = Hmac<Sha256>;
 

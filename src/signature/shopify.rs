@@ -8,7 +8,7 @@ use super::{
     Headers, SignatureError, Verified, any_match, hmac_bytes, malformed, optional, required,
     utf8_keys,
 };
-use crate::config::Secret;
+use crate::signature::Secret;
 
 const HEADER: &str = "X-Shopify-Hmac-Sha256";
 

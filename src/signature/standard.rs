@@ -6,7 +6,7 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::{DecodePaddingMode, general_purpose::STANDARD};
 
 use super::{Headers, SignatureError, Verified, any_match, hmac_bytes, malformed, required};
-use crate::config::Secret;
+use crate::signature::Secret;
 
 /// Secrets and signatures are accepted padded or not: senders differ.
 const LENIENT: GeneralPurpose = GeneralPurpose::new(

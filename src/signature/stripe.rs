@@ -4,7 +4,7 @@
 use super::{
     Headers, SignatureError, Verified, any_match, hmac_hex, malformed, required, utf8_keys,
 };
-use crate::config::Secret;
+use crate::signature::Secret;
 
 const HEADER: &str = "Stripe-Signature";
 

@@ -9,7 +9,23 @@
 pub mod sqlite;
 mod types;
 
+use std::sync::Arc;
+
 pub use types::*;
+
+use crate::config::Database;
+use sqlite::{SqliteOptions, SqliteStore};
+
+/// Open the store `database` names, without migrating: the one place that picks a store.
+pub fn open(database: &Database) -> anyhow::Result<Arc<dyn Store>> {
+    match database {
+        Database::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path, SqliteOptions::default())?)),
+        Database::Postgres(_) => anyhow::bail!(
+            "{}: this build has no PostgreSQL store yet",
+            database.display()
+        ),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -30,13 +46,8 @@ pub type DecideExpiry<'a> = &'a (dyn Fn(&ExpiredClaim) -> Expiry + Sync);
 pub trait Store: Send + Sync + 'static {
     /// Apply pending migrations (idempotent).
     fn migrate(&self) -> StoreResult<Vec<u32>>;
-    /// Whether the store can serve: reachable, migrations applied, writes still durable.
+    /// Whether the store can serve: reachable, migrations applied, writable, writes durable.
     fn ready(&self) -> StoreResult<Readiness>;
-    /// Deliveries (or ops writes) were committed a moment ago: consumers then keep their
-    /// transactions short and their pace down, so that ingest keeps its speed.
-    fn ingest_active(&self) -> bool {
-        false
-    }
 
     // Ingest.
     /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items

@@ -10,6 +10,8 @@ pub enum Readiness {
     NotMigrated,
     /// A write could not be made durable (a failed fsync): writes are refused until restart.
     NotDurable,
+    /// The database refuses writes (a file made read-only, a filesystem remounted read-only).
+    NotWritable,
 }
 
 /// A verified delivery, ready to be stored.

@@ -89,7 +89,14 @@ async fn every_call_starts_inside_a_lease_that_covers_its_whole_timeout() {
     for e in &events {
         assert_eq!(e["status"], "completed", "{e}");
         assert_eq!(e["outcome"], "delivered", "{e}");
-        assert_eq!(e["attempts"], 1, "{e}");
+        // On a loaded machine a claim can reach its handler late; the handler then gives the
+        // event back uncalled, which is the rule this test holds. Any other earlier attempt
+        // means a call was started and cut short.
+        let history = e["history"].as_array().unwrap();
+        for earlier in &history[..history.len() - 1] {
+            let error = earlier["error"].as_str().unwrap_or_default();
+            assert!(error.starts_with("not called: the lease had"), "{e}");
+        }
     }
     let mut keys = receiver.keys();
     keys.sort();

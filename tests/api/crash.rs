@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use webhook_inbox::config::Secret;
 use webhook_inbox::domain::time::now_secs;
 use webhook_inbox::signature::Scheme;
+use webhook_inbox::signature::Secret;
 
 use crate::helpers::*;
 use crate::process::{ServerProcess, free_port};

@@ -84,7 +84,7 @@ impl Handler for Recording {
         self.inner.name()
     }
 
-    fn mode(&self) -> webhook_inbox::config::DeliveryMode {
+    fn mode(&self) -> webhook_inbox::domain::DeliveryMode {
         self.inner.mode()
     }
 
@@ -162,14 +162,14 @@ impl Harness {
         Harness::with_mode(
             max_attempts,
             lease_seconds,
-            webhook_inbox::config::DeliveryMode::AtMostOnce,
+            webhook_inbox::domain::DeliveryMode::AtMostOnce,
         )
     }
 
     pub fn with_mode(
         max_attempts: u32,
         lease_seconds: u64,
-        mode: webhook_inbox::config::DeliveryMode,
+        mode: webhook_inbox::domain::DeliveryMode,
     ) -> Harness {
         init_logs();
         let dir = tempfile::tempdir().unwrap();

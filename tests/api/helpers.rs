@@ -9,10 +9,11 @@ pub use crate::harness::*;
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
-use webhook_inbox::config::{Secret, Settings};
+use webhook_inbox::config::Settings;
 use webhook_inbox::consumer::Consumer;
 use webhook_inbox::domain::time::now_secs;
 use webhook_inbox::signature::Scheme;
+use webhook_inbox::signature::Secret;
 use webhook_inbox::startup::{Application, BuildOptions};
 use webhook_inbox::store::Store;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use webhook_inbox::config::DeliveryMode;
+use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::store::{Effect, Finish, Finished, Lane, Next, Outcome, Status, Store};
 

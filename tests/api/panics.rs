@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use webhook_inbox::config::DeliveryMode;
+use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::handlers::{Handled, Handler, Registry};
 use webhook_inbox::startup::BuildOptions;
 use webhook_inbox::store::Claimed;

@@ -1,6 +1,6 @@
 //! The SQL the consumer side runs at every batch and every scrape: query plans that must use
-//! the partial indexes, statements that must not be planned again, and the store's signal
-//! that ingest is active.
+//! the partial indexes, statements that must not be planned again, and the ingest writer's
+//! signal that ingest is active.
 
 use webhook_inbox::store::{Lane, Store};
 
@@ -82,29 +82,36 @@ fn the_claim_statement_is_not_prepared_again_at_each_claim() {
     assert_eq!(claim.get_status(rusqlite::StatementStatus::RePrepare), 0);
 }
 
-/// Consumers hold back while deliveries are being stored: the store says so for a moment
-/// after each ingest commit, and not otherwise.
-#[test]
-fn the_store_reports_recent_ingest_for_a_moment_only() {
+/// Consumers hold back while deliveries are being stored: the ingest writer says so for a
+/// moment after each commit, and not otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ingest_writer_reports_recent_commits_for_a_moment_only() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use webhook_inbox::ingest::{IngestOptions, Ingestor};
+
     let h = Harness::new(5, 30);
-    assert!(!h.store.ingest_active(), "nothing stored yet");
-    h.insert(&[("shop", "a", "customer.created", "{}".into())]);
-    let after = std::time::Instant::now();
-    let active = h.store.ingest_active();
+    let store: Arc<dyn Store> = h.store.clone();
+    let ingest = Ingestor::start(store, IngestOptions::default(), Arc::default());
+    let activity = ingest.activity();
+    assert!(!activity.recent(), "nothing stored yet");
+    ingest
+        .ingest(new_delivery("shop", "a", "customer.created", "{}"))
+        .await
+        .unwrap();
+    let after = Instant::now();
+    let active = activity.recent();
     // The window is 20 ms; only a thread stalled longer than that could miss it.
-    if after.elapsed() < std::time::Duration::from_millis(10) {
+    if after.elapsed() < Duration::from_millis(10) {
         assert!(active, "an ingest commit just happened");
     }
     // A pause in ingest ends it (polled, bounded).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while h.store.ingest_active() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still active after a pause"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while activity.recent() {
+        assert!(Instant::now() < deadline, "still active after a pause");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Consumer commits do not count as ingest.
     h.drain();
-    assert!(!h.store.ingest_active());
+    assert!(!activity.recent());
 }

@@ -4,10 +4,11 @@
 //! parsers further; these run in the ordinary suite, bounded by proptest's case count.
 
 use proptest::prelude::*;
-use webhook_inbox::config::{Secret, Settings};
+use webhook_inbox::config::Settings;
 use webhook_inbox::domain::payload::peek;
 use webhook_inbox::domain::replay::ReplayLine;
 use webhook_inbox::signature::Scheme;
+use webhook_inbox::signature::Secret;
 
 const SCHEMES: [Scheme; 5] = [
     Scheme::StandardWebhooks,

@@ -5,7 +5,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use serde_json::json;
-use webhook_inbox::config::DeliveryMode;
+use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::handlers::{CallFailure, DownstreamError};
 use webhook_inbox::startup::BuildOptions;

@@ -10,32 +10,32 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     (
         1,
         "events",
-        include_str!("../../../migrations/0001_events.sql"),
+        include_str!("../../../migrations/sqlite/0001_events.sql"),
     ),
     (
         2,
         "requests",
-        include_str!("../../../migrations/0002_requests.sql"),
+        include_str!("../../../migrations/sqlite/0002_requests.sql"),
     ),
     (
         3,
         "checks_without_in_lists",
-        include_str!("../../../migrations/0003_checks_without_in_lists.sql"),
+        include_str!("../../../migrations/sqlite/0003_checks_without_in_lists.sql"),
     ),
     (
         4,
         "seq_is_the_rowid",
-        include_str!("../../../migrations/0004_seq_is_the_rowid.sql"),
+        include_str!("../../../migrations/sqlite/0004_seq_is_the_rowid.sql"),
     ),
     (
         5,
         "lanes_and_integer_balances",
-        include_str!("../../../migrations/0005_lanes_and_integer_balances.sql"),
+        include_str!("../../../migrations/sqlite/0005_lanes_and_integer_balances.sql"),
     ),
     (
         6,
         "tombstones",
-        include_str!("../../../migrations/0006_tombstones.sql"),
+        include_str!("../../../migrations/sqlite/0006_tombstones.sql"),
     ),
 ];
 

@@ -294,13 +294,17 @@ impl Store for SqliteStore {
         Ok(applied)
     }
 
-    fn ingest_active(&self) -> bool {
-        self.recent_other_write()
-    }
-
     fn ready(&self) -> StoreResult<Readiness> {
+        // Reads alone would call a database ready that can no longer be written: one open
+        // for writing tells.
+        let writable = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .is_ok();
         Ok(if self.sync.check().is_err() {
             Readiness::NotDurable
+        } else if !writable {
+            Readiness::NotWritable
         } else if !self.read(migrations::is_current)? {
             Readiness::NotMigrated
         } else {

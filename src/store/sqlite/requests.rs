@@ -12,7 +12,7 @@ use crate::store::{
 };
 
 /// The event every submission becomes (SPEC section 6).
-pub const REQUEST_SOURCE: &str = crate::config::RESERVED_SOURCE;
+pub const REQUEST_SOURCE: &str = crate::domain::RESERVED_SOURCE;
 pub const REQUEST_EVENT_TYPE: &str = "request.submitted";
 
 pub(super) fn create(tx: &Transaction<'_>, id: &str, now: i64) -> StoreResult<RequestRecord> {
