@@ -155,7 +155,7 @@ fn a_database_restart_while_a_node_serves_answers_503_then_recovers_by_itself() 
     let cluster = PrivateCluster::start(dir.path());
     let port = free_port();
     let extra = "[consumers]\nworkers = 1\nlease_seconds = 5\nbackoff_base_ms = 10\n\
-                 backoff_max_ms = 200\n";
+                 backoff_max_ms = 200\n\n[downstream]\ntimeout_ms = 500\n";
     let config = node_config(dir.path(), "node", port, &cluster.url, extra);
     let node = ServerProcess::start(dir.path(), &config, port, "node.log");
     assert_eq!(send_one(&node.base, "before", "{}").1, "queued");

@@ -77,7 +77,9 @@ impl TestDb {
     }
 
     /// Make the database refuse every credit of `order_id` (a trigger raising an error), as a
-    /// constraint would: the message is `order <order_id> is refused`.
+    /// constraint would: the message is `order <order_id> is refused`. The error is a
+    /// constraint error on both (SQLite's RAISE(ABORT) is SQLITE_CONSTRAINT_TRIGGER; here
+    /// SQLSTATE 23514, check_violation), so that a store tells it from a failing database.
     pub fn refuse_credits_for(&self, order_id: &str) {
         let n = order_id.replace('-', "_");
         match self {
@@ -88,7 +90,8 @@ impl TestDb {
             )),
             TestDb::Postgres(_) => self.execute(&format!(
                 "CREATE FUNCTION refuse_{n}() RETURNS trigger LANGUAGE plpgsql AS $$
-                 BEGIN RAISE EXCEPTION 'order {order_id} is refused'; END $$;
+                 BEGIN RAISE EXCEPTION USING ERRCODE = 'check_violation',
+                   MESSAGE = 'order {order_id} is refused'; END $$;
                  CREATE TRIGGER refuse_{n} BEFORE INSERT ON loyalty_credits
                   FOR EACH ROW WHEN (NEW.order_id = '{order_id}')
                   EXECUTE FUNCTION refuse_{n}();"
