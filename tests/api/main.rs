@@ -30,6 +30,7 @@ mod ops;
 mod panics;
 mod pipeline;
 mod plans;
+mod postgres_store;
 mod powercut;
 mod process;
 mod properties;
