@@ -92,6 +92,7 @@ impl Application {
             settings.sources.iter().map(|s| s.name.as_str()),
         ));
         let queued = Arc::new(Notify::new());
+        store.on_queued(Arc::clone(&queued));
         let ingest = Ingestor::start(Arc::clone(&store), options.ingest, Arc::clone(&queued));
         let downstream = options.downstream.unwrap_or_else(|| {
             Arc::new(HttpDownstream::new(

@@ -6,6 +6,7 @@
 //! invariants (one row per event key, one credit per order, fenced completion) are enforced by
 //! the database inside that transaction, never by a read followed by a write.
 
+pub mod postgres;
 pub mod sqlite;
 mod types;
 
@@ -14,16 +15,17 @@ use std::sync::Arc;
 pub use types::*;
 
 use crate::config::Database;
+use postgres::{PostgresOptions, PostgresStore};
 use sqlite::{SqliteOptions, SqliteStore};
 
 /// Open the store `database` names, without migrating: the one place that picks a store.
 pub fn open(database: &Database) -> anyhow::Result<Arc<dyn Store>> {
     match database {
         Database::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path, SqliteOptions::default())?)),
-        Database::Postgres(_) => anyhow::bail!(
-            "{}: this build has no PostgreSQL store yet",
-            database.display()
-        ),
+        Database::Postgres(url) => Ok(Arc::new(PostgresStore::open(
+            url,
+            PostgresOptions::default(),
+        )?)),
     }
 }
 
@@ -48,6 +50,10 @@ pub trait Store: Send + Sync + 'static {
     fn migrate(&self) -> StoreResult<Vec<u32>>;
     /// Whether the store can serve: reachable, migrations applied, writable, writes durable.
     fn ready(&self) -> StoreResult<Readiness>;
+    /// Wake `wake` whenever another process queues work, so that idle consumers on every node
+    /// start at once (PostgreSQL's LISTEN/NOTIFY). Polling stays the fallback; a store whose
+    /// writers are all in this process (SQLite) has nothing to add.
+    fn on_queued(&self, _wake: Arc<tokio::sync::Notify>) {}
 
     // Ingest.
     /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items

@@ -33,6 +33,7 @@ mod pg_restart;
 mod pgdb;
 mod pipeline;
 mod plans;
+mod postgres_store;
 mod powercut;
 mod process;
 mod properties;

@@ -1,0 +1,122 @@
+//! Storing deliveries: a group commit is one multi-row `INSERT … ON CONFLICT (source,
+//! event_id) DO NOTHING RETURNING`, its bodies in the same statement. The unique key is the
+//! dedup, across nodes too: a second node inserting the same key waits for the first one's
+//! transaction and then inserts nothing. There is no SELECT before the INSERT.
+
+use std::collections::HashSet;
+
+use super::session::Db;
+use super::{NOW_MS, QUEUED_CHANNEL};
+use crate::store::{InsertOutcome, NewDelivery, StoreError, StoreResult};
+
+/// Only the first copy of each key in a batch is offered to the INSERT; the rows are inserted
+/// in key order, so that two nodes whose batches share keys take their locks in one order and
+/// cannot deadlock. `ord` says which batch item each inserted row was.
+fn insert_sql() -> String {
+    format!(
+        "WITH input AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
+                                 $6::bigint[], $7::bytea[], $8::text[], $9::bigint[])
+                AS t (source, event_id, event_type, sha, received_at, lane, payload,
+                      content_type, ord)
+         ), inserted AS (
+            INSERT INTO events (source, event_id, event_type, payload_sha256, received_at,
+                                last_delivered_at, next_attempt_at, lane)
+            SELECT source, event_id, event_type, sha, received_at, received_at, {NOW_MS}, lane
+              FROM input ORDER BY source, event_id
+            ON CONFLICT (source, event_id) DO NOTHING
+            RETURNING seq, source, event_id
+         ), bodies AS (
+            INSERT INTO event_payloads (seq, payload, content_type)
+            SELECT inserted.seq, input.payload, input.content_type
+              FROM inserted JOIN input USING (source, event_id)
+         )
+         SELECT input.ord FROM inserted JOIN input USING (source, event_id)"
+    )
+}
+
+/// A redelivery: counted on the row, and compared with the first body's SHA-256.
+const REDELIVERED: &str = "UPDATE events
+    SET deliveries = deliveries + 1,
+        last_delivered_at = $3,
+        payload_mismatches = payload_mismatches + (payload_sha256 IS DISTINCT FROM $4)::int
+  WHERE source = $1 AND event_id = $2
+RETURNING payload_sha256 = $4";
+
+/// Insert every delivery of a group commit in the caller's transaction. A second copy of a key
+/// within the batch is a duplicate of the first, as on SQLite.
+pub(super) fn insert_all(
+    db: &mut Db<'_>,
+    batch: &[NewDelivery],
+) -> StoreResult<Vec<InsertOutcome>> {
+    let mut seen = HashSet::with_capacity(batch.len());
+    let first: Vec<usize> = (0..batch.len())
+        .filter(|&i| seen.insert((&batch[i].source, &batch[i].event_id)))
+        .collect();
+    let sources: Vec<&str> = first.iter().map(|&i| batch[i].source.as_str()).collect();
+    let ids: Vec<&str> = first.iter().map(|&i| batch[i].event_id.as_str()).collect();
+    let types: Vec<&str> = first.iter().map(|&i| batch[i].event_type.as_str()).collect();
+    let shas: Vec<&[u8]> = first.iter().map(|&i| &batch[i].sha256[..]).collect();
+    let received: Vec<i64> = first.iter().map(|&i| batch[i].received_at).collect();
+    let lanes: Vec<i64> = first.iter().map(|&i| batch[i].lane.as_i64()).collect();
+    let payloads: Vec<&[u8]> = first.iter().map(|&i| batch[i].payload.as_slice()).collect();
+    let content_types: Vec<Option<&str>> = first
+        .iter()
+        .map(|&i| batch[i].content_type.as_deref())
+        .collect();
+    let ords: Vec<i64> = first.iter().map(|&i| i as i64).collect();
+    let rows = db.query(
+        &insert_sql(),
+        &[
+            &sources,
+            &ids,
+            &types,
+            &shas,
+            &received,
+            &lanes,
+            &payloads,
+            &content_types,
+            &ords,
+        ],
+    )?;
+    let mut outcomes = vec![None; batch.len()];
+    for row in &rows {
+        let ord: i64 = row.try_get(0)?;
+        outcomes[ord as usize] = Some(InsertOutcome::Queued);
+    }
+    let queued = !rows.is_empty();
+    // The redeliveries, in key order (the lock order of the INSERT above).
+    let mut again: Vec<usize> = (0..batch.len()).filter(|&i| outcomes[i].is_none()).collect();
+    again.sort_by(|&a, &b| {
+        (&batch[a].source, &batch[a].event_id).cmp(&(&batch[b].source, &batch[b].event_id))
+    });
+    for i in again {
+        let d = &batch[i];
+        let same: bool = db
+            .query_opt(
+                REDELIVERED,
+                &[&d.source, &d.event_id, &d.received_at, &&d.sha256[..]],
+            )?
+            .ok_or_else(|| {
+                StoreError::Internal(anyhow::anyhow!(
+                    "event {}/{} conflicted on insert but is not there",
+                    d.source,
+                    d.event_id
+                ))
+            })?
+            .try_get(0)?;
+        outcomes[i] = Some(match (same, d.reject_mismatch) {
+            (true, _) => InsertOutcome::Duplicate,
+            (false, false) => InsertOutcome::Mismatch,
+            (false, true) => InsertOutcome::MismatchRejected,
+        });
+    }
+    if queued {
+        // Delivered at commit, to every node's listener (see `listen`).
+        db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.expect("every item is inserted or a redelivery"))
+        .collect())
+}

@@ -1,0 +1,348 @@
+//! The PostgreSQL store, for several receiver nodes sharing one queue (SPEC section 8).
+//!
+//! The [`Store`] trait is synchronous, and r2d2 is already the pool: so the `postgres` client
+//! (blocking) through `r2d2_postgres`. Each pooled connection keeps its own prepared statements
+//! ([`session::Conn`]), so that a statement costs one round trip instead of two.
+//!
+//! Nothing here depends on a node's clock or a node-local lock for correctness: leases and due
+//! times are compared with the database's clock ([`NOW_MS`]), claims take rows with
+//! `FOR UPDATE SKIP LOCKED` in one statement, and every later transition is fenced by the claim
+//! token, as on SQLite. Times that only record what happened (received, completed, attempt
+//! start and end) are the caller's, as on SQLite.
+//!
+//! Every method is one transaction on one pooled connection; a commit is durable
+//! (`synchronous_commit = on`, set in the connection options) before the method returns.
+
+mod consume;
+mod errors;
+mod events;
+mod finish;
+mod ingest;
+mod listen;
+mod migrations;
+mod purge;
+mod requests;
+mod rows;
+mod session;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use postgres::NoTls;
+use r2d2::Pool;
+
+use super::{
+    AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
+    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
+    LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs, Readiness,
+    RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+};
+use crate::config::redact_credentials;
+pub use migrations::MIGRATIONS;
+use session::{Db, Manager};
+
+/// The database's clock in unix milliseconds, for every comparison that decides whether a
+/// lease has run out or an event is due: nodes with skewed clocks then agree. `clock_timestamp`
+/// rather than `now()` (the transaction's start), so that a long transaction does not see
+/// leases as younger than they are.
+pub const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// The channel a commit that queued work notifies (see [`listen`]).
+pub const QUEUED_CHANNEL: &str = "webhook_inbox_queued";
+
+/// How long a caller may wait for a pooled connection, as SQLite's `DEFAULT_WAIT`: well under
+/// any provider's delivery timeout.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
+
+/// Options of [`PostgresStore::open`].
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    pub pool_size: u32,
+    pub wait: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            pool_size: 16,
+            wait: DEFAULT_WAIT,
+        }
+    }
+}
+
+pub struct PostgresStore {
+    /// `Option` only so that `Drop` can close the connections off any async runtime.
+    pool: Option<Pool<Manager>>,
+    config: postgres::Config,
+    /// Stops the LISTEN thread (if any) when the store goes.
+    stopping: Arc<AtomicBool>,
+}
+
+impl PostgresStore {
+    /// Open a pool on `url` without connecting yet (a database that is down at this moment
+    /// makes the first statement fail with `Unavailable`, not this call) and without migrating.
+    pub fn open(url: &str, options: PostgresOptions) -> anyhow::Result<PostgresStore> {
+        let config = connection_config(url, options.wait)
+            .with_context(|| format!("parsing the PostgreSQL URL {}", redact_credentials(url)))?;
+        let manager = Manager::new(r2d2_postgres::PostgresConnectionManager::new(
+            config.clone(),
+            NoTls,
+        ));
+        let pool = Pool::builder()
+            .max_size(options.pool_size)
+            .min_idle(Some(1))
+            .connection_timeout(options.wait)
+            // Checked out connections are tested (one empty query): after a server restart,
+            // each stale connection is replaced there instead of failing one request.
+            .test_on_check_out(true)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(manager);
+        Ok(PostgresStore {
+            pool: Some(pool),
+            config,
+            stopping: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Run `f` in one transaction on a pooled connection and commit.
+    fn tx<T: Send>(&self, f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send) -> StoreResult<T> {
+        off_async(|| {
+            let pool = self.pool.as_ref().expect("the pool lives as long as the store");
+            let mut conn = pool
+                .get()
+                .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
+            let mut db = conn.begin()?;
+            let value = f(&mut db)?;
+            db.commit()?;
+            Ok(value)
+        })
+    }
+
+    /// A consumer transaction that finishes a batch: run first without savepoints, and again
+    /// with a savepoint per event only if the database refused an effect (see
+    /// [`finish::finish_all`]).
+    fn finishing<T: Send>(
+        &self,
+        f: impl Fn(&mut Db<'_>, bool) -> StoreResult<T> + Send + Sync,
+    ) -> StoreResult<T> {
+        match self.tx(|db| f(db, false)) {
+            Err(e) if errors::refused_by_a_constraint(&e) => self.tx(|db| f(db, true)),
+            other => other,
+        }
+    }
+}
+
+/// The URL's settings, plus bounded waits and durable commits. A URL's own `options` are kept
+/// and ours appended.
+fn connection_config(url: &str, wait: Duration) -> anyhow::Result<postgres::Config> {
+    let mut config: postgres::Config = url.parse()?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(wait);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("webhook-inbox");
+    }
+    // A statement waits for a row lock at most as long as SQLite waits for its write lock;
+    // any statement is bounded; commits wait for the WAL flush whatever the server's default.
+    let ours = format!(
+        "-c synchronous_commit=on -c lock_timeout={} -c statement_timeout=60000",
+        wait.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
+        _ => ours,
+    };
+    config.options(&options);
+    // A server that vanished without closing its sockets is noticed within seconds.
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(10));
+    config.tcp_user_timeout(Duration::from_secs(10));
+    Ok(config)
+}
+
+/// Run `f` where the blocking client may block. The `postgres` client drives its connection
+/// with a runtime of its own, which Tokio refuses to start on a thread that already runs async
+/// tasks: callers inside a runtime (the server's startup, tests) get a scoped thread; others
+/// (the ingest writer, `spawn_blocking`) pay one thread start per transaction at most.
+fn off_async<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        // Closing a client blocks on its connection: off any async runtime too.
+        if let Some(pool) = self.pool.take() {
+            off_async(move || drop(pool));
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn migrate(&self) -> StoreResult<Vec<u32>> {
+        off_async(|| {
+            let pool = self.pool.as_ref().expect("the pool lives as long as the store");
+            let mut conn = pool
+                .get()
+                .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
+            migrations::apply(&mut conn)
+        })
+    }
+
+    fn ready(&self) -> StoreResult<Readiness> {
+        self.tx(|db| {
+            // A standby (or a primary that lost its disk) answers reads but refuses writes.
+            let read_only: bool = db
+                .query_one(
+                    "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+                    &[],
+                )?
+                .try_get(0)?;
+            Ok(if read_only {
+                Readiness::NotWritable
+            } else if !migrations::is_current(db)? {
+                Readiness::NotMigrated
+            } else {
+                Readiness::Ready
+            })
+        })
+    }
+
+    fn on_queued(&self, wake: Arc<tokio::sync::Notify>) {
+        listen::start(self.config.clone(), wake, Arc::clone(&self.stopping));
+    }
+
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
+        self.tx(|db| ingest::insert_all(db, batch))
+    }
+
+    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
+        self.tx(|db| events::detail(db, source, event_id))
+    }
+
+    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
+        self.tx(|db| events::list(db, filter, page))
+    }
+
+    fn status_counts(&self) -> StoreResult<StatusCounts> {
+        self.tx(events::status_counts)
+    }
+
+    fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
+        self.tx(|db| events::received_per_minute(db, since))
+    }
+
+    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
+        self.tx(|db| events::export(db, filter, page))
+    }
+
+    fn claim(
+        &self,
+        worker: &str,
+        lane: Lane,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Claimed>> {
+        self.tx(|db| consume::claim(db, worker, lane, limit, lease_ms, now))
+    }
+
+    fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
+        self.finishing(|db, isolate| finish::finish_all(db, items, now, isolate))
+    }
+
+    fn finish_and_claim(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        lane: Lane,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
+        self.finishing(|db, isolate| {
+            let finished = finish::finish_all(db, items, now, isolate)?;
+            let claimed = consume::claim(db, worker, lane, limit, lease_ms, now)?;
+            Ok((finished, claimed))
+        })
+    }
+
+    fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
+        self.tx(|db| consume::release(db, claims, now))
+    }
+
+    fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
+        self.tx(|db| consume::sweep(db, now, decide))
+    }
+
+    fn retry(
+        &self,
+        source: &str,
+        event_id: &str,
+        force: bool,
+        now: i64,
+    ) -> StoreResult<RetryOutcome> {
+        self.tx(|db| events::retry(db, source, event_id, force, now))
+    }
+
+    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
+        self.tx(|db| events::retry_failed(db, filter, now))
+    }
+
+    fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
+        self.tx(|db| consume::loyalty(db, customer_id, page))
+    }
+
+    fn purge_batch(
+        &self,
+        cutoffs: &PurgeCutoffs,
+        after: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<PurgeBatch> {
+        let (seqs, next_after) = self.tx(|db| purge::candidates(db, cutoffs, after, limit))?;
+        let purged = if seqs.is_empty() {
+            0
+        } else {
+            self.tx(|db| purge::purge(db, cutoffs, &seqs, now))?
+        };
+        Ok(PurgeBatch { purged, next_after })
+    }
+
+    fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts> {
+        self.tx(purge::counts)
+    }
+
+    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
+        self.tx(|db| requests::create(db, id, now))
+    }
+
+    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
+        self.tx(|db| requests::get(db, id))
+    }
+
+    fn add_document(
+        &self,
+        request_id: &str,
+        doc: &NewDocument,
+        now: i64,
+    ) -> StoreResult<AddDocument> {
+        self.tx(|db| requests::add_document(db, request_id, doc, now))
+    }
+
+    fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
+        self.tx(|db| requests::submit(db, id, now))
+    }
+
+    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
+        self.tx(|db| requests::documents(db, id))
+    }
+}

@@ -1,0 +1,139 @@
+//! Pooled connections that keep their prepared statements, and the transaction every store
+//! method runs in.
+//!
+//! The `postgres` client prepares a statement given as text at every call (a round trip of its
+//! own before the one that runs it). Each pooled connection here keeps the statements it has
+//! prepared, by SQL text, for as long as the connection lives.
+
+use std::collections::HashMap;
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement, Transaction};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::store::{StoreError, StoreResult};
+
+pub struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl Conn {
+    /// Begin a transaction (read committed, the server's default).
+    pub(super) fn begin(&mut self) -> StoreResult<Db<'_>> {
+        Ok(Db {
+            tx: self.client.transaction()?,
+            statements: &mut self.statements,
+        })
+    }
+
+    /// Forget prepared statements (after a schema change, whose plans they may not survive).
+    pub(super) fn forget_statements(&mut self) {
+        self.statements.clear();
+    }
+}
+
+/// `r2d2_postgres`'s manager, with a statement cache beside each client.
+pub struct Manager(PostgresConnectionManager<NoTls>);
+
+impl Manager {
+    pub(super) fn new(inner: PostgresConnectionManager<NoTls>) -> Self {
+        Manager(inner)
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Conn, postgres::Error> {
+        Ok(Conn {
+            client: self.0.connect()?,
+            statements: HashMap::new(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        self.0.has_broken(&mut conn.client)
+    }
+}
+
+/// One transaction with the connection's statement cache.
+pub struct Db<'c> {
+    tx: Transaction<'c>,
+    statements: &'c mut HashMap<String, Statement>,
+}
+
+pub(super) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+impl Db<'_> {
+    fn statement(&mut self, sql: &str) -> StoreResult<Statement> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.tx.prepare(sql)?;
+        self.statements.insert(sql.to_string(), statement.clone());
+        Ok(statement)
+    }
+
+    pub(super) fn query(&mut self, sql: &str, params: Params<'_>) -> StoreResult<Vec<Row>> {
+        let statement = self.statement(sql)?;
+        Ok(self.tx.query(&statement, params)?)
+    }
+
+    pub(super) fn query_one(&mut self, sql: &str, params: Params<'_>) -> StoreResult<Row> {
+        let statement = self.statement(sql)?;
+        Ok(self.tx.query_one(&statement, params)?)
+    }
+
+    pub(super) fn query_opt(&mut self, sql: &str, params: Params<'_>) -> StoreResult<Option<Row>> {
+        let statement = self.statement(sql)?;
+        Ok(self.tx.query_opt(&statement, params)?)
+    }
+
+    pub(super) fn execute(&mut self, sql: &str, params: Params<'_>) -> StoreResult<u64> {
+        let statement = self.statement(sql)?;
+        Ok(self.tx.execute(&statement, params)?)
+    }
+
+    /// Statements without parameters or results (`SAVEPOINT`, `NOTIFY`), in one round trip.
+    pub(super) fn batch(&mut self, sql: &str) -> StoreResult<()> {
+        Ok(self.tx.batch_execute(sql)?)
+    }
+
+    /// Run `sql` through a portal, `chunk` rows at a time, until `each` says stop.
+    pub(super) fn walk(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+        chunk: i32,
+        mut each: impl FnMut(&Row) -> StoreResult<bool>,
+    ) -> StoreResult<()> {
+        let statement = self.statement(sql)?;
+        let portal = self.tx.bind(&statement, params)?;
+        loop {
+            let rows = self.tx.query_portal(&portal, chunk)?;
+            for row in &rows {
+                if !each(row)? {
+                    return Ok(());
+                }
+            }
+            if rows.len() < chunk as usize {
+                return Ok(());
+            }
+        }
+    }
+
+    pub(super) fn commit(self) -> StoreResult<()> {
+        self.tx.commit().map_err(|e| match StoreError::from(e) {
+            // Whether a commit whose answer was lost took effect is unknown: not
+            // acknowledged (a retry is then a duplicate, which is correct).
+            StoreError::Internal(e) => StoreError::Unavailable(format!("commit failed: {e:#}")),
+            unavailable => unavailable,
+        })
+    }
+}
