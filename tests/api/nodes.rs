@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -254,20 +254,32 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
     let all = deliveries();
     let submitted = submit_requests(&bases);
 
-    let killed = AtomicBool::new(false);
+    let node0 = format!("'%-{}-%'", nodes[0].pid());
+    let held_by_node0 =
+        format!("SELECT count(*) FROM events WHERE status = 'claimed' AND claimed_by LIKE {node0}");
+    let killed = AtomicI64::new(0);
     let acked = std::thread::scope(|s| {
         let sender = s.spawn(|| send_across(&bases, &all, 4));
-        // Kill node 0 while deliveries still arrive and the consumers are draining.
+        // Kill node 0 while deliveries still arrive, the consumers drain, and node 0 holds
+        // claims (its pipelined workers nearly always do).
         let deadline = Instant::now() + Duration::from_secs(120);
-        while db.count("SELECT count(*) FROM events WHERE status = 'completed'") < 200 {
+        while db.count("SELECT count(*) FROM events WHERE status = 'completed'") < 200
+            || db.count(&held_by_node0) == 0
+        {
             assert!(Instant::now() < deadline, "no drain: {}", nodes[0].logs());
             std::thread::sleep(Duration::from_millis(20));
         }
         nodes[0].kill();
-        killed.store(true, Ordering::SeqCst);
+        killed.store(db.count(&held_by_node0), Ordering::SeqCst);
         sender.join().unwrap()
     });
-    assert!(killed.load(Ordering::SeqCst));
+    // Nothing changes a dead node's claims until their lease runs out.
+    let held = killed.load(Ordering::SeqCst);
+    assert!(
+        held > 0,
+        "the kill came between two batches: nothing to sweep"
+    );
+    eprintln!("node 0 held {held} claims when it was killed");
     let total = (ORDERS + REPEATS) as i64;
     assert_eq!(acked.len(), ORDERS + REPEATS, "every delivery acknowledged");
 
@@ -283,6 +295,12 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    assert!(
+        db.count(&format!(
+            "SELECT count(*) FROM event_attempts WHERE result = 'lease_expired' AND worker LIKE {node0}"
+        )) >= held,
+        "node 0's claims were swept by the others"
+    );
     let shop = "source = 'shop'";
     assert_eq!(
         db.count(&format!("SELECT count(*) FROM events WHERE {shop}")),

@@ -242,18 +242,18 @@ pub(super) fn retry(
 
 /// Bulk retry: failed events matching the filter, abandoned and purged ones left out (as on
 /// SQLite).
-pub(super) fn retry_failed(
-    db: &mut Db<'_>,
-    filter: &EventFilter,
-    _now: i64,
-) -> StoreResult<usize> {
+pub(super) fn retry_failed(db: &mut Db<'_>, filter: &EventFilter, _now: i64) -> StoreResult<usize> {
     let mut values = Values::new();
     let filter = EventFilter {
         status: None,
         purged: false,
         ..filter.clone()
     };
-    let clause = where_clause(&filter, &["status = 'failed'", "NOT abandoned"], &mut values);
+    let clause = where_clause(
+        &filter,
+        &["status = 'failed'", "NOT abandoned"],
+        &mut values,
+    );
     let sql = format!("UPDATE events SET {} WHERE {clause}", retry_set());
     let retried = db.execute(&sql, &refs(&values))?;
     if retried > 0 {

@@ -47,12 +47,7 @@ impl Statements {
 const CLOSE_ATTEMPT: &str = "UPDATE event_attempts SET finished_at = $3, result = $4, error = $5
   WHERE event_seq = $1 AND attempt = $2";
 
-fn finish_one(
-    db: &mut Db<'_>,
-    sql: &Statements,
-    item: &Finish,
-    now: i64,
-) -> StoreResult<Finished> {
+fn finish_one(db: &mut Db<'_>, sql: &Statements, item: &Finish, now: i64) -> StoreResult<Finished> {
     let claim = &item.claim;
     let lost = Ok(Finished::LeaseLost);
     match &item.next {
@@ -62,7 +57,15 @@ fn finish_one(
                 None => Some(AttemptResult::Ok),
                 Some(_) => None,
             };
-            if !fenced(db, &sql.complete, claim, now, held, None, &[&proposed.as_str()])? {
+            if !fenced(
+                db,
+                &sql.complete,
+                claim,
+                now,
+                held,
+                None,
+                &[&proposed.as_str()],
+            )? {
                 return lost;
             }
             let Some(effect) = effect else {
@@ -95,7 +98,15 @@ fn finish_one(
         Next::Retry { at, error } => {
             let delay = (at - now).max(0);
             let result = Some(AttemptResult::RetryableError);
-            if !fenced(db, &sql.retry, claim, now, result, Some(error), &[&delay, error])? {
+            if !fenced(
+                db,
+                &sql.retry,
+                claim,
+                now,
+                result,
+                Some(error),
+                &[&delay, error],
+            )? {
                 return lost;
             }
             Ok(Finished::Retrying)
@@ -210,7 +221,15 @@ pub(super) fn finish_all(
                 );
                 let result = AttemptResult::PermanentError;
                 let set: [&(dyn postgres::types::ToSql + Sync); 2] = [&error, &false];
-                if fenced(db, &sql.fail, &item.claim, now, Some(result), Some(&error), &set)? {
+                if fenced(
+                    db,
+                    &sql.fail,
+                    &item.claim,
+                    now,
+                    Some(result),
+                    Some(&error),
+                    &set,
+                )? {
                     Finished::Failed
                 } else {
                     Finished::LeaseLost

@@ -109,7 +109,10 @@ impl PostgresStore {
     /// Run `f` in one transaction on a pooled connection and commit.
     fn tx<T: Send>(&self, f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send) -> StoreResult<T> {
         off_async(|| {
-            let pool = self.pool.as_ref().expect("the pool lives as long as the store");
+            let pool = self
+                .pool
+                .as_ref()
+                .expect("the pool lives as long as the store");
             let mut conn = pool
                 .get()
                 .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
@@ -189,7 +192,10 @@ impl Drop for PostgresStore {
 impl Store for PostgresStore {
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         off_async(|| {
-            let pool = self.pool.as_ref().expect("the pool lives as long as the store");
+            let pool = self
+                .pool
+                .as_ref()
+                .expect("the pool lives as long as the store");
             let mut conn = pool
                 .get()
                 .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
