@@ -6,6 +6,7 @@
 //! invariants (one row per event key, one credit per order, fenced completion) are enforced by
 //! the database inside that transaction, never by a read followed by a write.
 
+pub mod rules;
 pub mod sqlite;
 mod types;
 
