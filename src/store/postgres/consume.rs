@@ -200,9 +200,15 @@ pub(super) fn sweep(db: &mut Db<'_>, now: i64, decide: DecideExpiry<'_>) -> Stor
                 requeued |= held;
                 held
             }
-            Expiry::Fail { error, abandoned } => {
-                fenced(db, &fail, claim, now, lease_expired, why, &[&error, &abandoned])?
-            }
+            Expiry::Fail { error, abandoned } => fenced(
+                db,
+                &fail,
+                claim,
+                now,
+                lease_expired,
+                why,
+                &[&error, &abandoned],
+            )?,
         };
         swept += usize::from(held);
     }

@@ -55,7 +55,10 @@ pub(super) fn insert_all(
         .collect();
     let sources: Vec<&str> = first.iter().map(|&i| batch[i].source.as_str()).collect();
     let ids: Vec<&str> = first.iter().map(|&i| batch[i].event_id.as_str()).collect();
-    let types: Vec<&str> = first.iter().map(|&i| batch[i].event_type.as_str()).collect();
+    let types: Vec<&str> = first
+        .iter()
+        .map(|&i| batch[i].event_type.as_str())
+        .collect();
     let shas: Vec<&[u8]> = first.iter().map(|&i| &batch[i].sha256[..]).collect();
     let received: Vec<i64> = first.iter().map(|&i| batch[i].received_at).collect();
     let lanes: Vec<i64> = first.iter().map(|&i| batch[i].lane.as_i64()).collect();
@@ -86,7 +89,9 @@ pub(super) fn insert_all(
     }
     let queued = !rows.is_empty();
     // The redeliveries, in key order (the lock order of the INSERT above).
-    let mut again: Vec<usize> = (0..batch.len()).filter(|&i| outcomes[i].is_none()).collect();
+    let mut again: Vec<usize> = (0..batch.len())
+        .filter(|&i| outcomes[i].is_none())
+        .collect();
     again.sort_by(|&a, &b| {
         (&batch[a].source, &batch[a].event_id).cmp(&(&batch[b].source, &batch[b].event_id))
     });

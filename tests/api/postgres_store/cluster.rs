@@ -63,7 +63,10 @@ impl Cluster {
     /// `TEST_REQUIRE_ALL`).
     pub fn start() -> Option<Cluster> {
         let bin = server_bin();
-        if !requires::available("PostgreSQL server binaries", bin.as_ref().map(|_| ()).map_err(Clone::clone)) {
+        if !requires::available(
+            "PostgreSQL server binaries",
+            bin.as_ref().map(|_| ()).map_err(Clone::clone),
+        ) {
             return None;
         }
         let bin = bin.expect("checked above");
@@ -72,15 +75,29 @@ impl Cluster {
             .args(["-R", "postgres"])
             .arg(dir.path())
             .status();
-        assert!(chown.is_ok_and(|s| s.success()) || !is_root(), "chown postgres failed");
+        assert!(
+            chown.is_ok_and(|s| s.success()) || !is_root(),
+            "chown postgres failed"
+        );
         let data = dir.path().join("data");
         let out = as_server_user(
             &bin.join("initdb"),
-            &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres"],
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+            ],
         )
         .output()
         .unwrap();
-        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let cluster = Cluster {
             dir,
             bin,
@@ -98,7 +115,9 @@ impl Cluster {
         let data = self.data();
         let mut all = vec!["-D", data.to_str().unwrap()];
         all.extend_from_slice(args);
-        as_server_user(&self.bin.join("pg_ctl"), &all).output().unwrap()
+        as_server_user(&self.bin.join("pg_ctl"), &all)
+            .output()
+            .unwrap()
     }
 
     /// Start (again) and wait until it accepts connections (`-w`, bounded by `-t`).
@@ -109,14 +128,31 @@ impl Cluster {
             self.port,
             self.dir.path().display()
         );
-        let out = self.pg_ctl(&["-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"]);
-        assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
+        let out = self.pg_ctl(&[
+            "-l",
+            log.to_str().unwrap(),
+            "-o",
+            &options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ]);
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Stop the server (fast: sessions are ended, as at a restart).
     pub fn stop(&self) {
         let out = self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "stop"]);
-        assert!(out.status.success(), "pg_ctl stop: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn url(&self) -> String {

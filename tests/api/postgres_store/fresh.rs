@@ -99,7 +99,10 @@ pub fn with_database(url: &str, name: &str) -> String {
 #[test]
 fn a_database_name_replaces_the_path_and_keeps_the_query() {
     assert_eq!(
-        with_database("postgres://u:p@127.0.0.1:5432/postgres?sslmode=disable", "t_1"),
+        with_database(
+            "postgres://u:p@127.0.0.1:5432/postgres?sslmode=disable",
+            "t_1"
+        ),
         "postgres://u:p@127.0.0.1:5432/t_1?sslmode=disable"
     );
     assert_eq!(

@@ -72,8 +72,15 @@ fn postgres_migrations_apply_once_even_from_two_nodes_at_once_and_then_nothing()
     let mut seen = applied.concat();
     seen.sort();
     assert_eq!(seen, all, "each migration applied by exactly one node");
-    assert_eq!(a.migrate().unwrap(), Vec::<u32>::new(), "a second run applies nothing");
-    assert_eq!(db.scalar("SELECT count(*) FROM schema_migrations"), all.len() as i64);
+    assert_eq!(
+        a.migrate().unwrap(),
+        Vec::<u32>::new(),
+        "a second run applies nothing"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM schema_migrations"),
+        all.len() as i64
+    );
     assert_eq!(a.ready().unwrap(), Readiness::Ready);
     assert_eq!(b.ready().unwrap(), Readiness::Ready);
 }
@@ -89,13 +96,7 @@ fn postgres_duplicates_and_mismatches_within_a_batch_are_answered_as_on_sqlite()
         ..other_body.clone()
     };
     let unrelated = new_delivery("shop", "evt-2", ORDER, "{}");
-    let batch = [
-        first.clone(),
-        first.clone(),
-        other_body,
-        strict,
-        unrelated,
-    ];
+    let batch = [first.clone(), first.clone(), other_body, strict, unrelated];
     use InsertOutcome::*;
     assert_eq!(
         store.insert_deliveries(&batch).unwrap(),
@@ -126,13 +127,17 @@ fn postgres_one_delivery_sent_to_many_nodes_at_once_is_queued_exactly_once() {
                 let (barrier, delivery) = (&barrier, &delivery);
                 s.spawn(move || {
                     barrier.wait();
-                    node.insert_deliveries(std::slice::from_ref(delivery)).unwrap()[0]
+                    node.insert_deliveries(std::slice::from_ref(delivery))
+                        .unwrap()[0]
                 })
             })
             .collect();
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
-    let queued = outcomes.iter().filter(|o| **o == InsertOutcome::Queued).count();
+    let queued = outcomes
+        .iter()
+        .filter(|o| **o == InsertOutcome::Queued)
+        .count();
     assert_eq!(queued, 1, "{outcomes:?}");
     assert_eq!(db.scalar("SELECT deliveries FROM events"), NODES as i64);
 }
@@ -173,9 +178,16 @@ fn postgres_concurrent_claims_from_two_nodes_never_hand_one_event_to_two_workers
     });
     let all: Vec<i64> = claimed.concat();
     let distinct: HashSet<i64> = all.iter().copied().collect();
-    assert_eq!(all.len(), distinct.len(), "an event was handed to two workers");
+    assert_eq!(
+        all.len(),
+        distinct.len(),
+        "an event was handed to two workers"
+    );
     assert_eq!(distinct.len(), EVENTS, "every due event was claimed");
-    assert_eq!(db.scalar("SELECT count(*) FROM event_attempts"), EVENTS as i64);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM event_attempts"),
+        EVENTS as i64
+    );
     assert_eq!(db.scalar("SELECT max(attempts) FROM events"), 1);
 }
 
@@ -184,7 +196,12 @@ fn postgres_a_completion_after_lease_loss_writes_nothing() {
     let Some(db) = FreshDb::create() else { return };
     let store = db.migrated();
     store
-        .insert_deliveries(&[new_delivery("shop", "evt-1", ORDER, &order_body("o-1", "c-1", 10))])
+        .insert_deliveries(&[new_delivery(
+            "shop",
+            "evt-1",
+            ORDER,
+            &order_body("o-1", "c-1", 10),
+        )])
         .unwrap();
     let a = store.claim("A", Lane::InProcess, 1, 50, now_ms()).unwrap();
     assert_eq!(a.len(), 1);
@@ -195,7 +212,10 @@ fn postgres_a_completion_after_lease_loss_writes_nothing() {
             webhook_inbox::store::postgres::NOW_MS
         )) == 1
     });
-    assert_eq!(finish(store.as_ref(), &a[0], credit("o-1", "c-1", 10)), Finished::LeaseLost);
+    assert_eq!(
+        finish(store.as_ref(), &a[0], credit("o-1", "c-1", 10)),
+        Finished::LeaseLost
+    );
     assert_eq!(store.loyalty("c-1", page()).unwrap().balance, 0);
     assert_eq!(db.scalar("SELECT count(*) FROM loyalty_credits"), 0);
     assert_eq!(db.scalar("SELECT count(*) FROM processed_events"), 0);
@@ -203,13 +223,21 @@ fn postgres_a_completion_after_lease_loss_writes_nothing() {
         error: "lease expired".into(),
     };
     assert_eq!(store.sweep(now_ms(), &retry).unwrap(), 1);
-    let b = store.claim("B", Lane::InProcess, 1, 60_000, now_ms()).unwrap();
+    let b = store
+        .claim("B", Lane::InProcess, 1, 60_000, now_ms())
+        .unwrap();
     assert_eq!(b.len(), 1);
     // A is still refused while B holds the event; B credits.
-    assert_eq!(finish(store.as_ref(), &a[0], credit("o-1", "c-1", 10)), Finished::LeaseLost);
+    assert_eq!(
+        finish(store.as_ref(), &a[0], credit("o-1", "c-1", 10)),
+        Finished::LeaseLost
+    );
     assert!(matches!(
         finish(store.as_ref(), &b[0], credit("o-1", "c-1", 10)),
-        Finished::Completed { outcome: Outcome::Credited, .. }
+        Finished::Completed {
+            outcome: Outcome::Credited,
+            ..
+        }
     ));
     assert_eq!(store.loyalty("c-1", page()).unwrap().balance, 10);
     let d = store.event("shop", "evt-1").unwrap().unwrap();
@@ -238,7 +266,9 @@ fn postgres_two_events_of_one_order_finished_at_once_on_two_nodes_credit_once() 
                 new_delivery("shop", &format!("b-{round}"), ORDER, &body),
             ])
             .unwrap();
-        let claimed = nodes[0].claim("w", Lane::InProcess, 2, 60_000, now_ms()).unwrap();
+        let claimed = nodes[0]
+            .claim("w", Lane::InProcess, 2, 60_000, now_ms())
+            .unwrap();
         assert_eq!(claimed.len(), 2);
         let barrier = Barrier::new(2);
         let finished: Vec<Finished> = std::thread::scope(|s| {
@@ -267,8 +297,14 @@ fn postgres_two_events_of_one_order_finished_at_once_on_two_nodes_credit_once() 
             "round {round}: {outcomes:?}"
         );
     }
-    assert_eq!(nodes[1].loyalty("c-1", page()).unwrap().balance, 7 * ROUNDS as i64);
-    assert_eq!(db.scalar("SELECT count(*) FROM loyalty_credits"), ROUNDS as i64);
+    assert_eq!(
+        nodes[1].loyalty("c-1", page()).unwrap().balance,
+        7 * ROUNDS as i64
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM loyalty_credits"),
+        ROUNDS as i64
+    );
 }
 
 #[test]
@@ -281,20 +317,37 @@ fn postgres_two_nodes_sweeping_at_once_settle_each_expired_claim_once() {
         .collect();
     nodes[0].insert_deliveries(&batch).unwrap();
     let claimed: Vec<Claimed> = (0..EVENTS)
-        .flat_map(|_| nodes[0].claim("dead", Lane::CallOut, 1, 1, now_ms()).unwrap())
+        .flat_map(|_| {
+            nodes[0]
+                .claim("dead", Lane::CallOut, 1, 1, now_ms())
+                .unwrap()
+        })
         .collect();
     assert_eq!(claimed.len(), EVENTS);
     // One claim completes before the sweep: a terminal state is never overwritten.
     let survivor = nodes[0]
-        .insert_deliveries(&[new_delivery("requests", "r-live", "request.submitted", "{}")])
-        .map(|_| nodes[0].claim("live", Lane::CallOut, 1, 60_000, now_ms()).unwrap())
+        .insert_deliveries(&[new_delivery(
+            "requests",
+            "r-live",
+            "request.submitted",
+            "{}",
+        )])
+        .map(|_| {
+            nodes[0]
+                .claim("live", Lane::CallOut, 1, 60_000, now_ms())
+                .unwrap()
+        })
         .unwrap();
-    wait_until(Duration::from_secs(5), "every short lease to expire", || {
-        db.scalar(&format!(
-            "SELECT count(*) FROM events WHERE claimed_until <= {}",
-            webhook_inbox::store::postgres::NOW_MS
-        )) == EVENTS as i64
-    });
+    wait_until(
+        Duration::from_secs(5),
+        "every short lease to expire",
+        || {
+            db.scalar(&format!(
+                "SELECT count(*) FROM events WHERE claimed_until <= {}",
+                webhook_inbox::store::postgres::NOW_MS
+            )) == EVENTS as i64
+        },
+    );
     let abandon = |_: &_| Expiry::Fail {
         error: "abandoned".into(),
         abandoned: true,
@@ -323,23 +376,32 @@ fn postgres_two_nodes_sweeping_at_once_settle_each_expired_claim_once() {
         EVENTS as i64
     );
     // The live claim was left alone and completes; nothing more to sweep, nothing due.
-    let done = finish(nodes[1].as_ref(), &survivor[0], Next::Complete {
-        effect: None,
-        outcome: Outcome::Delivered,
-    });
+    let done = finish(
+        nodes[1].as_ref(),
+        &survivor[0],
+        Next::Complete {
+            effect: None,
+            outcome: Outcome::Delivered,
+        },
+    );
     assert!(matches!(done, Finished::Completed { .. }));
     assert_eq!(nodes[1].sweep(now_ms(), &abandon).unwrap(), 0);
-    assert!(nodes[1].claim("w", Lane::CallOut, 10, 1000, now_ms()).unwrap().is_empty());
+    assert!(
+        nodes[1]
+            .claim("w", Lane::CallOut, 10, 1000, now_ms())
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
 fn postgres_readiness_and_writes_on_a_stopped_server_are_unavailable_and_recover() {
-    let Some(server) = cluster::Cluster::start() else { return };
-    let store = webhook_inbox::store::postgres::PostgresStore::open(
-        &server.url(),
-        Default::default(),
-    )
-    .unwrap();
+    let Some(server) = cluster::Cluster::start() else {
+        return;
+    };
+    let store =
+        webhook_inbox::store::postgres::PostgresStore::open(&server.url(), Default::default())
+            .unwrap();
     store.migrate().unwrap();
     assert_eq!(store.ready().unwrap(), Readiness::Ready);
     server.stop();
@@ -357,9 +419,11 @@ fn postgres_readiness_and_writes_on_a_stopped_server_are_unavailable_and_recover
     );
     server.start_again();
     // The pool replaces its dead connections by itself (bounded poll).
-    wait_until(Duration::from_secs(15), "readiness after the restart", || {
-        matches!(store.ready(), Ok(Readiness::Ready))
-    });
+    wait_until(
+        Duration::from_secs(15),
+        "readiness after the restart",
+        || matches!(store.ready(), Ok(Readiness::Ready)),
+    );
     assert_eq!(
         store.insert_deliveries(&[delivery]).unwrap(),
         [InsertOutcome::Queued]
