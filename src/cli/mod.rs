@@ -1,10 +1,11 @@
-//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `loadgen`, `backup`, and
+//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `loadgen`, `backup`, `copy`, and
 //! `completions`/`man` for shells and manuals. `main.rs` only calls
 //! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
 //! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
 
 mod backup;
 pub mod client;
+mod copy;
 mod events;
 mod loadgen;
 mod manual;
@@ -58,6 +59,8 @@ enum Command {
     Man(manual::ManArgs),
     /// Copy the SQLite database to FILE, consistently, while the server keeps serving.
     Backup(backup::BackupArgs),
+    /// Copy a whole database into another store (e.g. SQLite into PostgreSQL).
+    Copy(copy::CopyArgs),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -102,6 +105,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Backup(args) => backup::run(cli.config.as_deref(), args),
+        Command::Copy(args) => copy::run(args),
         Command::Completions(args) => manual::completions(args),
         Command::Man(args) => manual::man(args),
     }

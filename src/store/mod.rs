@@ -6,7 +6,9 @@
 //! invariants (one row per event key, one credit per order, fenced completion) are enforced by
 //! the database inside that transaction, never by a read followed by a write.
 
+pub mod copy;
 pub mod postgres;
+pub mod rules;
 pub mod sqlite;
 mod types;
 
@@ -15,6 +17,7 @@ use std::sync::Arc;
 pub use types::*;
 
 use crate::config::Database;
+use copy::{Cell, Row, Table};
 use postgres::{PostgresOptions, PostgresStore};
 use sqlite::{SqliteOptions, SqliteStore};
 
@@ -138,4 +141,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<AddDocument>;
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome>;
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>>;
+
+    // Moving a database between stores (`webhook-inbox copy`, see `copy`).
+    /// Up to `limit` rows of `table` whose key comes after `after` (empty: from the first), in
+    /// key order, with the columns `table` names.
+    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>>;
+    fn copy_count(&self, table: &Table) -> StoreResult<u64>;
+    /// Write rows as they are, in one durable transaction; rows already present are skipped.
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()>;
+    /// After the last `copy_in`: whatever the store derives from the rows (a sequence moved
+    /// past the copied keys).
+    fn copy_finished(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }

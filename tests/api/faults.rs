@@ -54,18 +54,19 @@ fn fill(path: &Path) -> u64 {
     written
 }
 
-/// The real binary (`workers = 0`) with its config in `dir` and its database file in `db_dir`,
-/// and a blocking client for it.
+/// The real binary with `workers` consumers, its config in `dir` and its database file in
+/// `db_dir`, and a blocking client for it.
 fn serve_on(
     dir: &std::path::Path,
     db_dir: &std::path::Path,
+    workers: u32,
 ) -> (
     ServerProcess,
     webhook_inbox::config::Settings,
     reqwest::blocking::Client,
 ) {
     let port = free_port();
-    let (config, settings) = write_config(dir, port, "", "workers = 0\n");
+    let (config, settings) = write_config(dir, port, "", &format!("workers = {workers}\n"));
     let url = format!("sqlite://{}", db_dir.join("t.db").display());
     let server = ServerProcess::start_with_env(
         dir,
@@ -93,7 +94,7 @@ fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself
             return;
         }
     };
-    let (server, settings, client) = serve_on(dir.path(), &small.0);
+    let (server, settings, client) = serve_on(dir.path(), &small.0, 0);
     let body = |i: usize| {
         format!(
             r#"{{"type":"audit.note","n":{i},"pad":"{}"}}"#,
@@ -309,7 +310,7 @@ fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_wri
             return;
         }
     };
-    let (server, settings, client) = serve_on(dir.path(), &fs.0);
+    let (server, settings, client) = serve_on(dir.path(), &fs.0, 0);
     let note = r#"{"type":"note"}"#;
     assert_eq!(
         send_signed(&client, &server.base, &settings, "before", note),
@@ -344,4 +345,59 @@ fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_wri
         "POST /requests on a read-only database: {}",
         server.logs()
     );
+}
+
+/// Consumers on a database that turned unwritable back off: their failed passes come at
+/// growing intervals (1 s, 2 s, 4 s, …), not at the idle poll's pace (every 500 ms) nor, as
+/// once, eight times a second.
+#[test]
+fn consumers_on_an_unwritable_database_back_off_exponentially() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = match Ext4::mount(dir.path()) {
+        Ok(fs) => fs,
+        Err(why) => {
+            if requires::available("a loop-mounted ext4 image (root, mkfs.ext4)", Err(why)) {
+                unreachable!()
+            }
+            return;
+        }
+    };
+    let (server, settings, client) = serve_on(dir.path(), &fs.0, 1);
+    let note = r#"{"type":"note"}"#;
+    assert_eq!(
+        send_signed(&client, &server.base, &settings, "before", note),
+        200
+    );
+    fs.fail();
+    let logs = || server.logs();
+    // The first failure comes within a few idle polls.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !logs().contains("claim pass failed") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed pass logged: {}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Then a window of 6.5 s. Each worker (one in-process, two call-out by default) backs off
+    // on its own, doubling each wait (1 + 2 + 4 s: at most four failures each, the first
+    // included); the idle poll alone would fail 13 times each, the old loop about 50.
+    std::thread::sleep(Duration::from_millis(6_500));
+    let text = logs();
+    let mut per_worker = std::collections::BTreeMap::<&str, usize>::new();
+    for line in text.lines().filter(|l| l.contains("claim pass failed")) {
+        let worker = line
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("worker="))
+            .unwrap_or_else(|| panic!("no worker in {line}"));
+        *per_worker.entry(worker).or_default() += 1;
+    }
+    assert!(!per_worker.is_empty());
+    for (worker, seen) in &per_worker {
+        assert!(
+            (2..=4).contains(seen),
+            "{worker}: {seen} failed passes in 6.5 s: {text}"
+        );
+    }
 }

@@ -14,6 +14,7 @@ mod cli_config;
 mod cli_usage;
 mod concurrency;
 mod consumers;
+mod copy;
 mod crash;
 mod dashboard;
 mod dashboard_api;

@@ -95,16 +95,25 @@ async fn the_ingest_writer_reports_recent_commits_for_a_moment_only() {
     let ingest = Ingestor::start(store, IngestOptions::default(), Arc::default());
     let activity = ingest.activity();
     assert!(!activity.recent(), "nothing stored yet");
-    ingest
-        .ingest(new_delivery("shop", "a", "customer.created", "{}"))
-        .await
-        .unwrap();
-    let after = Instant::now();
-    let active = activity.recent();
-    // The window is 20 ms; only a thread stalled longer than that could miss it.
-    if after.elapsed() < Duration::from_millis(10) {
-        assert!(active, "an ingest commit just happened");
+    // While deliveries keep coming, the signal is seen (polled between them, bounded: on a
+    // loaded machine one answer can arrive after the window has closed, not all of them).
+    let mut seen = false;
+    for i in 0..200 {
+        ingest
+            .ingest(new_delivery(
+                "shop",
+                &format!("e-{i}"),
+                "customer.created",
+                "{}",
+            ))
+            .await
+            .unwrap();
+        if activity.recent() {
+            seen = true;
+            break;
+        }
     }
+    assert!(seen, "ingest commits were never reported");
     // A pause in ingest ends it (polled, bounded).
     let deadline = Instant::now() + Duration::from_secs(5);
     while activity.recent() {

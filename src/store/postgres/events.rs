@@ -5,6 +5,7 @@ use postgres::types::ToSql;
 use super::rows::{self, EVENT_COLUMNS};
 use super::session::Db;
 use super::{NOW_MS, QUEUED_CHANNEL};
+use crate::store::rules;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
     StoreResult,
@@ -209,8 +210,9 @@ fn retry_set() -> String {
     )
 }
 
-/// One conditional UPDATE does the transition; only when it changes nothing do we read the row
-/// to say why (in the same transaction).
+/// The retry of one event, decided by [`rules::may_retry_event`] on the row as it is inside
+/// this transaction: read `FOR UPDATE`, so that no other node changes it in between, and
+/// fenced on the status it was read with all the same.
 pub(super) fn retry(
     db: &mut Db<'_>,
     source: &str,
@@ -218,30 +220,31 @@ pub(super) fn retry(
     force: bool,
     _now: i64,
 ) -> StoreResult<RetryOutcome> {
+    let Some(row) = db.query_opt(
+        &format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND event_id = $2 FOR UPDATE"
+        ),
+        &[&source, &event_id],
+    )?
+    else {
+        return Ok(RetryOutcome::NotFound);
+    };
+    let event = rows::event(&row)?;
+    if let Err(refusal) = rules::may_retry_event(&event, force) {
+        return Ok(refusal.answer(event));
+    }
     let sql = format!(
-        "UPDATE events SET {} WHERE source = $1 AND event_id = $2
-            AND purged_at IS NULL
-            AND ((status = 'failed' AND NOT abandoned)
-                 OR ($3 AND status IN ('failed', 'completed')))
-        RETURNING {EVENT_COLUMNS}",
+        "UPDATE events SET {} WHERE seq = $1 AND status = $2 RETURNING {EVENT_COLUMNS}",
         retry_set()
     );
-    if let Some(row) = db.query_opt(&sql, &[&source, &event_id, &force])? {
-        db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
-        return Ok(RetryOutcome::Retried(rows::event(&row)?));
-    }
-    Ok(match get(db, source, event_id)? {
-        None => RetryOutcome::NotFound,
-        Some(e) if e.purged_at.is_some() => RetryOutcome::Purged(e),
-        Some(e) if matches!(e.status, Status::Pending | Status::Claimed) => {
-            RetryOutcome::Unchanged(e)
-        }
-        Some(e) => RetryOutcome::NeedsForce(e),
-    })
+    let row = db.query_one(&sql, &[&event.seq, &event.status.as_str()])?;
+    db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
+    Ok(RetryOutcome::Retried(rows::event(&row)?))
 }
 
-/// Bulk retry: failed events matching the filter, abandoned and purged ones left out (as on
-/// SQLite).
+/// Bulk retry: failed events matching the filter that [`rules::may_retry`] lets go without
+/// `force` (abandoned ones each need a deliberate forced retry). Candidates are locked as they
+/// are read.
 pub(super) fn retry_failed(db: &mut Db<'_>, filter: &EventFilter, _now: i64) -> StoreResult<usize> {
     let mut values = Values::new();
     let filter = EventFilter {
@@ -249,15 +252,28 @@ pub(super) fn retry_failed(db: &mut Db<'_>, filter: &EventFilter, _now: i64) -> 
         purged: false,
         ..filter.clone()
     };
-    let clause = where_clause(
-        &filter,
-        &["status = 'failed'", "NOT abandoned"],
-        &mut values,
+    let clause = where_clause(&filter, &["status = 'failed'"], &mut values);
+    let candidates = db.query(
+        &format!(
+            "SELECT seq, abandoned, purged_at IS NOT NULL FROM events WHERE {clause}
+              ORDER BY seq FOR UPDATE"
+        ),
+        &refs(&values),
+    )?;
+    let update = format!(
+        "UPDATE events SET {} WHERE seq = $1 AND status = 'failed'",
+        retry_set()
     );
-    let sql = format!("UPDATE events SET {} WHERE {clause}", retry_set());
-    let retried = db.execute(&sql, &refs(&values))?;
+    let mut retried = 0;
+    for row in &candidates {
+        let (seq, abandoned, purged): (i64, bool, bool) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
+            retried += db.execute(&update, &[&seq])? as usize;
+        }
+    }
     if retried > 0 {
         db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
     }
-    Ok(retried as usize)
+    Ok(retried)
 }

@@ -14,6 +14,7 @@
 //! (`synchronous_commit = on`, set in the connection options) before the method returns.
 
 mod consume;
+mod copy;
 mod errors;
 mod events;
 mod finish;
@@ -33,6 +34,7 @@ use anyhow::Context;
 use postgres::NoTls;
 use r2d2::Pool;
 
+use super::copy::{Cell, Row, Table};
 use super::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
@@ -350,5 +352,21 @@ impl Store for PostgresStore {
 
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
         self.tx(|db| requests::documents(db, id))
+    }
+
+    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
+        self.tx(|db| copy::rows(db, table, after, limit))
+    }
+
+    fn copy_count(&self, table: &Table) -> StoreResult<u64> {
+        self.tx(|db| copy::count(db, table))
+    }
+
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()> {
+        self.tx(|db| copy::insert(db, table, rows))
+    }
+
+    fn copy_finished(&self) -> StoreResult<()> {
+        self.tx(copy::finished)
     }
 }

@@ -80,6 +80,11 @@ impl Db<'_> {
         Ok(statement)
     }
 
+    /// The parameter types of `sql` as the server inferred them.
+    pub(super) fn param_types(&mut self, sql: &str) -> StoreResult<Vec<postgres::types::Type>> {
+        Ok(self.statement(sql)?.params().to_vec())
+    }
+
     pub(super) fn query(&mut self, sql: &str, params: Params<'_>) -> StoreResult<Vec<Row>> {
         let statement = self.statement(sql)?;
         Ok(self.tx.query(&statement, params)?)

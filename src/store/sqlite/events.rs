@@ -4,6 +4,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_iter};
 
 use super::rows::{self, EVENT_COLUMNS};
+use crate::store::rules;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
     StoreResult,
@@ -178,8 +179,9 @@ pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
 const RETRY_SET: &str = "status = 'pending', next_attempt_at = ?, budget_floor = attempts, \
      completed_at = NULL, outcome = NULL, abandoned = 0";
 
-/// One conditional UPDATE does the transition; only when it changes nothing do we read the row
-/// to say why (inside the same write transaction, so the answer is consistent).
+/// The retry of one event, decided by [`rules::may_retry_event`] on the row as it is inside
+/// this write transaction (`BEGIN IMMEDIATE`: no other writer can change it in between), and
+/// fenced on the status it was read with all the same.
 pub(super) fn retry(
     tx: &Transaction<'_>,
     source: &str,
@@ -187,52 +189,58 @@ pub(super) fn retry(
     force: bool,
     now: i64,
 ) -> StoreResult<RetryOutcome> {
+    let Some(event) = get(tx, source, event_id)? else {
+        return Ok(RetryOutcome::NotFound);
+    };
+    if let Err(refusal) = rules::may_retry_event(&event, force) {
+        return Ok(refusal.answer(event));
+    }
     let sql = format!(
-        "UPDATE events SET {} WHERE source = ?2 AND event_id = ?3
-            AND purged_at IS NULL
-            AND ((status = 'failed' AND abandoned = 0) OR (?4 AND status IN ('failed', 'completed')))
-        RETURNING {EVENT_COLUMNS}",
+        "UPDATE events SET {} WHERE seq = ?2 AND status = ?3 RETURNING {EVENT_COLUMNS}",
         RETRY_SET.replace('?', "?1")
     );
     let retried = tx
         .prepare_cached(&sql)?
-        .query_row(params![now, source, event_id, force], rows::event)
-        .optional()?;
-    if let Some(event) = retried {
-        return Ok(RetryOutcome::Retried(event));
-    }
-    Ok(match get(tx, source, event_id)? {
-        None => RetryOutcome::NotFound,
-        Some(e) if e.purged_at.is_some() => RetryOutcome::Purged(e),
-        Some(e) if matches!(e.status, Status::Pending | Status::Claimed) => {
-            RetryOutcome::Unchanged(e)
-        }
-        Some(e) => RetryOutcome::NeedsForce(e),
-    })
+        .query_row(params![now, event.seq, event.status.as_str()], rows::event)?;
+    Ok(RetryOutcome::Retried(retried))
 }
 
-/// Bulk retry: failed events matching the filter. Abandoned at-most-once events are left out:
-/// the downstream may have acted, so each needs a deliberate `force`. Tombstones are left out
-/// too (the filter's `purged_at IS NULL`): their bodies are gone.
+/// Bulk retry: failed events matching the filter that [`rules::may_retry`] lets go without
+/// `force` (abandoned at-most-once events each need a deliberate forced retry: the downstream
+/// may have acted). Tombstones are left out by the filter's `purged_at IS NULL` and by the rule.
 pub(super) fn retry_failed(
     tx: &Transaction<'_>,
     filter: &EventFilter,
     now: i64,
 ) -> StoreResult<usize> {
-    let mut values = vec![Value::Integer(now)];
+    let mut values = Vec::new();
     let filter = EventFilter {
         status: None,
         purged: false,
         ..filter.clone()
     };
-    let clause = where_clause(
-        &filter,
-        &["status = 'failed'", "abandoned = 0"],
-        &mut values,
-    );
-    let sql = format!(
-        "UPDATE events SET {} WHERE {clause}",
+    let clause = where_clause(&filter, &["status = 'failed'"], &mut values);
+    let candidates = tx
+        .prepare(&format!(
+            "SELECT seq, abandoned, purged_at IS NOT NULL FROM events WHERE {clause}"
+        ))?
+        .query_map(params_from_iter(values), |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, bool>(1)?,
+                r.get::<_, bool>(2)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut update = tx.prepare_cached(&format!(
+        "UPDATE events SET {} WHERE seq = ?2 AND status = 'failed'",
         RETRY_SET.replace('?', "?1")
-    );
-    Ok(tx.execute(&sql, params_from_iter(values))?)
+    ))?;
+    let mut retried = 0;
+    for (seq, abandoned, purged) in candidates {
+        if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
+            retried += update.execute(params![now, seq])?;
+        }
+    }
+    Ok(retried)
 }

@@ -1,131 +1,166 @@
-//! Finishing claimed events: the fenced completion (or retry, or failure), the loyalty
-//! credit's guarded effect, and the attempt's result, for a batch of events in one
-//! transaction.
+//! Finishing claimed events on SQLite: the statements of [`FinishStatements`] over the batch's
+//! transaction. What they mean (the loyalty guard's outcomes, a refused effect) is decided in
+//! `store::rules`, the same for every store.
 
 use rusqlite::types::Null;
 use rusqlite::{ErrorCode, Transaction, params};
 
 use super::consume::{COMPLETE, FAIL, Prepared, RETRY, close_attempt, fenced};
-use crate::store::{
-    AttemptResult, ClaimRef, Effect, Finish, Finished, Next, Outcome, StoreError, StoreResult,
-};
+use crate::store::rules::{self, FinishStatements};
+use crate::store::{AttemptResult, ClaimRef, Finish, Finished, Outcome, StoreError, StoreResult};
 
-fn finish_one(prepared: &mut Prepared<'_>, item: &Finish, now: i64) -> StoreResult<Finished> {
-    let claim = &item.claim;
-    let lost = Ok(Finished::LeaseLost);
-    match &item.next {
-        Next::Complete { effect, outcome } => {
-            if !fenced(prepared, COMPLETE, claim, now, &outcome.as_str(), &Null)? {
-                return lost;
-            }
-            let proposed = *outcome;
-            let (outcome, result) = match effect {
-                None => (proposed, AttemptResult::Ok),
-                Some(effect) => apply_effect(prepared, claim, effect, now)?,
-            };
-            // The fence wrote the handler's expected outcome; the guards may say otherwise.
-            if outcome != proposed {
-                prepared
-                    .get("UPDATE events SET outcome = ?2 WHERE seq = ?1")?
-                    .execute(params![claim.seq, outcome.as_str()])?;
-            }
-            close_attempt(prepared, claim, result, None, now)?;
-            Ok(Finished::Completed { outcome, result })
-        }
-        Next::Retry { at, error } => {
-            if !fenced(prepared, RETRY, claim, now, at, error)? {
-                return lost;
-            }
-            close_attempt(
-                prepared,
-                claim,
-                AttemptResult::RetryableError,
-                Some(error),
-                now,
-            )?;
-            Ok(Finished::Retrying)
-        }
-        Next::Fail {
-            error,
-            result,
-            abandoned,
-        } => {
-            if !fenced(prepared, FAIL, claim, now, error, abandoned)? {
-                return lost;
-            }
-            close_attempt(prepared, claim, *result, Some(error), now)?;
-            Ok(Finished::Failed)
-        }
-    }
+/// The batch's transaction, its cached statements and the time every write records.
+struct Statements<'c> {
+    prepared: Prepared<'c>,
+    now: i64,
 }
 
-/// The loyalty credit: consumer dedup row, business-key row and balance, all in the
-/// transaction that also completes the event. All or nothing.
-fn apply_effect(
-    prepared: &mut Prepared<'_>,
-    claim: &ClaimRef,
-    effect: &Effect,
-    now: i64,
-) -> StoreResult<(Outcome, AttemptResult)> {
-    let Effect::LoyaltyCredit {
-        consumer,
-        order_id,
-        customer_id,
-        points,
-    } = effect;
-    let first_time = prepared
-        .get(
-            "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
-             VALUES (?1, ?2, ?3, 'credited', ?4) ON CONFLICT DO NOTHING",
-        )?
-        .execute(params![consumer, claim.source, claim.event_id, now])?
-        == 1;
-    if !first_time {
-        // A forced re-run: the effect already happened; report what it was and move nothing.
-        let previous: String = prepared
+impl FinishStatements for Statements<'_> {
+    fn complete(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<bool> {
+        let now = self.now;
+        fenced(
+            &mut self.prepared,
+            COMPLETE,
+            claim,
+            now,
+            &outcome.as_str(),
+            &Null,
+        )
+    }
+
+    fn retry_at(&mut self, claim: &ClaimRef, at: i64, error: &str) -> StoreResult<bool> {
+        let now = self.now;
+        fenced(&mut self.prepared, RETRY, claim, now, &at, &error)
+    }
+
+    fn fail(&mut self, claim: &ClaimRef, error: &str, abandoned: bool) -> StoreResult<bool> {
+        let now = self.now;
+        fenced(&mut self.prepared, FAIL, claim, now, &error, &abandoned)
+    }
+
+    fn set_outcome(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<()> {
+        self.prepared
+            .get("UPDATE events SET outcome = ?2 WHERE seq = ?1")?
+            .execute(params![claim.seq, outcome.as_str()])?;
+        Ok(())
+    }
+
+    fn close_attempt(
+        &mut self,
+        claim: &ClaimRef,
+        result: AttemptResult,
+        error: Option<&str>,
+    ) -> StoreResult<()> {
+        close_attempt(&mut self.prepared, claim, result, error, self.now)
+    }
+
+    fn mark_processed(
+        &mut self,
+        consumer: &str,
+        claim: &ClaimRef,
+        outcome: Outcome,
+    ) -> StoreResult<bool> {
+        let inserted = self
+            .prepared
+            .get(
+                "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![
+                consumer,
+                claim.source,
+                claim.event_id,
+                outcome.as_str(),
+                self.now
+            ])?;
+        Ok(inserted == 1)
+    }
+
+    fn processed_outcome(&mut self, consumer: &str, claim: &ClaimRef) -> StoreResult<String> {
+        Ok(self
+            .prepared
             .get(
                 "SELECT outcome FROM processed_events
                   WHERE consumer = ?1 AND source = ?2 AND event_id = ?3",
             )?
             .query_row(params![consumer, claim.source, claim.event_id], |r| {
                 r.get(0)
-            })?;
-        let outcome = Outcome::parse(&previous).ok_or_else(|| {
-            StoreError::Internal(anyhow::anyhow!("unknown stored outcome {previous}"))
-        })?;
-        return Ok((outcome, AttemptResult::AlreadyProcessed));
+            })?)
     }
-    let credited = prepared
-        .get(
-            "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
-                                          credited_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
-        )?
-        .execute(params![
-            order_id,
-            customer_id,
-            points,
-            claim.source,
-            claim.event_id,
-            now
-        ])?
-        == 1;
-    if !credited {
-        prepared
+
+    fn set_processed_outcome(
+        &mut self,
+        consumer: &str,
+        claim: &ClaimRef,
+        outcome: Outcome,
+    ) -> StoreResult<()> {
+        self.prepared
             .get(
-                "UPDATE processed_events SET outcome = 'duplicate_order'
+                "UPDATE processed_events SET outcome = ?4
                   WHERE consumer = ?1 AND source = ?2 AND event_id = ?3",
             )?
-            .execute(params![consumer, claim.source, claim.event_id])?;
-        return Ok((Outcome::DuplicateOrder, AttemptResult::Ok));
+            .execute(params![
+                consumer,
+                claim.source,
+                claim.event_id,
+                outcome.as_str()
+            ])?;
+        Ok(())
     }
-    prepared
-        .get(
-            "INSERT INTO loyalty_balances (customer_id, balance) VALUES (?1, ?2)
-             ON CONFLICT (customer_id) DO UPDATE SET balance = balance + excluded.balance",
-        )?
-        .execute(params![customer_id, points])?;
-    Ok((Outcome::Credited, AttemptResult::Ok))
+
+    fn insert_credit(
+        &mut self,
+        claim: &ClaimRef,
+        order_id: &str,
+        customer_id: &str,
+        points: i64,
+    ) -> StoreResult<bool> {
+        let inserted = self
+            .prepared
+            .get(
+                "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
+                                              credited_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
+            )?
+            .execute(params![
+                order_id,
+                customer_id,
+                points,
+                claim.source,
+                claim.event_id,
+                self.now
+            ])?;
+        Ok(inserted == 1)
+    }
+
+    fn add_to_balance(&mut self, customer_id: &str, points: i64) -> StoreResult<()> {
+        self.prepared
+            .get(
+                "INSERT INTO loyalty_balances (customer_id, balance) VALUES (?1, ?2)
+                 ON CONFLICT (customer_id) DO UPDATE SET balance = balance + excluded.balance",
+            )?
+            .execute(params![customer_id, points])?;
+        Ok(())
+    }
+
+    fn savepoint(&mut self) -> StoreResult<()> {
+        self.prepared.get("SAVEPOINT finish_event")?.execute([])?;
+        Ok(())
+    }
+
+    fn rollback_to_savepoint(&mut self) -> StoreResult<()> {
+        self.prepared.get("ROLLBACK TO finish_event")?.execute([])?;
+        Ok(())
+    }
+
+    fn release_savepoint(&mut self) -> StoreResult<()> {
+        self.prepared.get("RELEASE finish_event")?.execute([])?;
+        Ok(())
+    }
+
+    fn is_refusal(&self, error: &StoreError) -> bool {
+        refused_by_a_constraint(error)
+    }
 }
 
 /// Whether an error belongs to one event's writes (a constraint or trigger refused them)
@@ -141,54 +176,19 @@ pub(super) fn refused_by_a_constraint(e: &StoreError) -> bool {
     }
 }
 
-/// Finish a batch in the caller's transaction. A failed fence writes nothing (the fence comes
-/// first), so events need no savepoint of their own unless the database refuses an effect.
-/// Refusals are rare, so the caller first runs the batch with `isolate` off: no savepoint at
-/// all (a savepoint over the whole batch made SQLite spill its sub-journal to a temporary
-/// file at every batch: measured 7% slower than a savepoint per event, and a savepoint per
-/// event costs two statements per event, 7% of the drain's instructions). If an effect is
-/// refused ([`refused_by_a_constraint`]), the caller rolls the transaction back and runs it
-/// again with `isolate` on: each event in its own savepoint, the refused one failed
-/// (permanent: the same effect would be refused again) with the database's reason, so that it
-/// is neither lost nor retried forever, and the others committed. Any other error fails the
-/// whole transaction.
+/// Finish a batch in the caller's transaction ([`rules::finish_all`]). Without `isolate` no
+/// savepoint at all: a savepoint over the whole batch made SQLite spill its sub-journal to a
+/// temporary file at every batch (measured 7% slower than a savepoint per event), and a
+/// savepoint per event costs two statements per event, 7% of the drain's instructions.
 pub(super) fn finish_all(
     tx: &Transaction<'_>,
     items: &[Finish],
     now: i64,
     isolate: bool,
 ) -> StoreResult<Vec<Finished>> {
-    let prepared = &mut Prepared::new(tx);
-    let mut results = Vec::with_capacity(items.len());
-    for item in items {
-        if !isolate {
-            results.push(finish_one(prepared, item, now)?);
-            continue;
-        }
-        prepared.get("SAVEPOINT finish_event")?.execute([])?;
-        let finished = match finish_one(prepared, item, now) {
-            Ok(finished) => finished,
-            Err(e) if refused_by_a_constraint(&e) => {
-                prepared.get("ROLLBACK TO finish_event")?.execute([])?;
-                let error = format!("the store refused the event's effect: {e}");
-                tracing::warn!(
-                    source = %item.claim.source,
-                    event_id = %item.claim.event_id,
-                    %error,
-                    "event failed"
-                );
-                let result = AttemptResult::PermanentError;
-                if fenced(prepared, FAIL, &item.claim, now, &error, &false)? {
-                    close_attempt(prepared, &item.claim, result, Some(&error), now)?;
-                    Finished::Failed
-                } else {
-                    Finished::LeaseLost
-                }
-            }
-            Err(e) => return Err(e),
-        };
-        prepared.get("RELEASE finish_event")?.execute([])?;
-        results.push(finished);
-    }
-    Ok(results)
+    let mut statements = Statements {
+        prepared: Prepared::new(tx),
+        now,
+    };
+    rules::finish_all(&mut statements, items, isolate)
 }

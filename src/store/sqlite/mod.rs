@@ -10,6 +10,7 @@
 
 pub mod backup;
 mod consume;
+mod copy;
 mod durable;
 mod events;
 mod finish;
@@ -29,6 +30,7 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
+use super::copy::{Cell, Row, Table};
 use super::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
@@ -429,6 +431,18 @@ impl Store for SqliteStore {
 
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
         self.write(|tx| requests::submit(tx, id, now))
+    }
+
+    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
+        self.read(|c| copy::rows(c, table, after, limit))
+    }
+
+    fn copy_count(&self, table: &Table) -> StoreResult<u64> {
+        self.read(|c| copy::count(c, table))
+    }
+
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()> {
+        self.write(|tx| copy::insert(tx, table, rows))
     }
 
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {

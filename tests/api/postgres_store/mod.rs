@@ -460,3 +460,63 @@ fn postgres_a_commit_that_queues_work_wakes_idle_consumers_on_another_node() {
         assert!(woken.is_ok(), "delivery {i} woke nobody on the other node");
     }
 }
+
+#[test]
+fn postgres_a_sqlite_database_copied_in_keeps_every_row_and_its_dedup() {
+    use webhook_inbox::store::copy::{TABLES, copy_all};
+    use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
+    let Some(db) = FreshDb::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(&dir.path().join("s.db"), SqliteOptions::default()).unwrap();
+    sqlite.migrate().unwrap();
+    let batch: Vec<_> = (0..30)
+        .map(|i| {
+            new_delivery(
+                "shop",
+                &format!("e-{i}"),
+                ORDER,
+                &order_body(&format!("o-{}", i % 20), "c-1", 3),
+            )
+        })
+        .collect();
+    sqlite.insert_deliveries(&batch).unwrap();
+    for c in sqlite
+        .claim("w", Lane::InProcess, 30, 60_000, now_ms())
+        .unwrap()
+    {
+        let order = format!("o-{}", c.claim.event_id[2..].parse::<usize>().unwrap() % 20);
+        finish(&sqlite, &c, credit(&order, "c-1", 3));
+    }
+    let now = now_ms();
+    sqlite.create_request("req-1", now).unwrap();
+    let doc = webhook_inbox::store::NewDocument {
+        id: "doc-1".into(),
+        name: "a.pdf".into(),
+        content_type: "application/pdf".into(),
+        content: vec![0, 159, 146, 150],
+    };
+    sqlite.add_document("req-1", &doc, now).unwrap();
+    sqlite.submit_request("req-1", now).unwrap();
+    let pg = db.migrated();
+    copy_all(&sqlite, pg.as_ref(), false, &mut |_, _, _| {}).unwrap();
+    for table in TABLES {
+        assert_eq!(
+            pg.copy_out(table, &[], 10_000).unwrap(),
+            sqlite.copy_out(table, &[], 10_000).unwrap(),
+            "table {}",
+            table.name
+        );
+    }
+    let balance = sqlite.loyalty("c-1", page()).unwrap().balance;
+    assert!(balance > 0);
+    assert_eq!(pg.loyalty("c-1", page()).unwrap().balance, balance);
+    // The copied keys go on deduplicating; a new event gets a seq after every copied one.
+    assert_eq!(
+        pg.insert_deliveries(&batch[..1]).unwrap(),
+        [InsertOutcome::Duplicate]
+    );
+    pg.insert_deliveries(&[new_delivery("shop", "new", ORDER, "{}")])
+        .unwrap();
+    let newest = pg.event("shop", "new").unwrap().unwrap().event.seq;
+    assert!(newest > db.scalar("SELECT max(seq) FROM events WHERE event_id <> 'new'"));
+}

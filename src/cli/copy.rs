@@ -1,0 +1,71 @@
+//! `webhook-inbox copy --from URL --to URL`: move a whole database to another store (SQLite to
+//! PostgreSQL when one machine is outgrown), everything included (see `store::copy`).
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::Database;
+use crate::store::{self, copy};
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// The database to read, e.g. sqlite://data/webhook-inbox.db. Stop the server that uses it
+    /// first (or copy from a `webhook-inbox backup` file): a copy of a live database could
+    /// miss what changes while it runs.
+    #[arg(long, value_name = "URL")]
+    from: String,
+    /// The database to fill, e.g. postgres://user:password@host:5432/db; created tables are
+    /// migrated first. It must be empty unless --allow-non-empty.
+    #[arg(long, value_name = "URL")]
+    to: String,
+    /// Copy into a database that holds rows already; rows it holds (same key) are skipped, so
+    /// an interrupted copy can be run again.
+    #[arg(long)]
+    allow_non_empty: bool,
+}
+
+pub fn run(args: CopyArgs) -> anyhow::Result<()> {
+    let from = Database::parse(&args.from).context("--from")?;
+    let to = Database::parse(&args.to).context("--to")?;
+    if from == to {
+        anyhow::bail!(
+            "--from and --to name the same database ({})",
+            from.display()
+        );
+    }
+    if let Database::Sqlite(path) = &from
+        && !path.exists()
+    {
+        anyhow::bail!("--from: {} does not exist", path.display());
+    }
+    let source = store::open(&from).with_context(|| format!("opening {}", from.display()))?;
+    source
+        .migrate()
+        .with_context(|| format!("migrating {}", from.display()))?;
+    let target = store::open(&to).with_context(|| format!("opening {}", to.display()))?;
+    target
+        .migrate()
+        .with_context(|| format!("migrating {}", to.display()))?;
+    // Shown on a terminal only (indicatif draws nothing when stderr is not one).
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{msg:18} {bar:40} {pos}/{len} rows {eta}")
+            .context("progress bar template")?,
+    );
+    let report = copy::copy_all(
+        source.as_ref(),
+        target.as_ref(),
+        args.allow_non_empty,
+        &mut |table, done, total| {
+            bar.set_message(table.name);
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+    )?;
+    bar.finish_and_clear();
+    println!("copied {} to {}:", from.display(), to.display());
+    for (table, rows) in &report.tables {
+        println!("  {table:18} {rows:>10} rows");
+    }
+    Ok(())
+}

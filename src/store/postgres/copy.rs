@@ -1,0 +1,135 @@
+//! `copy_out` and `copy_in` of [`crate::store::copy`] on PostgreSQL. Cells are typed by the
+//! column: `bigint` and `boolean` (0 and 1, as SQLite stores it) cross as integers, `text` as
+//! text, `bytea` as bytes.
+
+use postgres::types::{ToSql, Type};
+
+use super::session::Db;
+use crate::store::copy::{Cell, Row, Table};
+use crate::store::{StoreError, StoreResult};
+
+fn cell(row: &postgres::Row, i: usize) -> StoreResult<Cell> {
+    let ty = row.columns()[i].type_().clone();
+    Ok(match ty {
+        Type::INT8 => row
+            .try_get::<_, Option<i64>>(i)?
+            .map_or(Cell::Null, Cell::Int),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)?
+            .map_or(Cell::Null, |v| Cell::Int(v.into())),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)?
+            .map_or(Cell::Null, |v| Cell::Int(v.into())),
+        Type::BYTEA => row
+            .try_get::<_, Option<Vec<u8>>>(i)?
+            .map_or(Cell::Null, Cell::Bytes),
+        Type::TEXT => row
+            .try_get::<_, Option<String>>(i)?
+            .map_or(Cell::Null, Cell::Text),
+        other => {
+            return Err(StoreError::Internal(anyhow::anyhow!(
+                "column {} has type {other}, which the copy does not carry",
+                row.columns()[i].name()
+            )));
+        }
+    })
+}
+
+/// A cell as a parameter of the column's type (`ty`, from the prepared statement).
+fn value(cell: &Cell, ty: &Type) -> StoreResult<Box<dyn ToSql + Sync>> {
+    let mismatch = || {
+        StoreError::Internal(anyhow::anyhow!(
+            "a copied value {cell:?} does not fit a column of type {ty}"
+        ))
+    };
+    Ok(match (cell, ty) {
+        (Cell::Null, &Type::INT8) => Box::new(None::<i64>),
+        (Cell::Null, &Type::BOOL) => Box::new(None::<bool>),
+        (Cell::Null, &Type::BYTEA) => Box::new(None::<Vec<u8>>),
+        (Cell::Null, _) => Box::new(None::<String>),
+        (Cell::Int(i), &Type::INT8) => Box::new(*i),
+        (Cell::Int(i), &Type::BOOL) => Box::new(*i != 0),
+        (Cell::Text(t), &Type::TEXT) => Box::new(t.clone()),
+        (Cell::Bytes(b), &Type::BYTEA) => Box::new(b.clone()),
+        // SQLite is loosely typed: text in a bytea column is its bytes.
+        (Cell::Text(t), &Type::BYTEA) => Box::new(t.as_bytes().to_vec()),
+        _ => return Err(mismatch()),
+    })
+}
+
+/// Up to `limit` rows after the key `after` (empty: from the first), in key order.
+pub(super) fn rows(
+    db: &mut Db<'_>,
+    table: &Table,
+    after: &[Cell],
+    limit: usize,
+) -> StoreResult<Vec<Row>> {
+    let key = table.key_columns().join(", ");
+    let from = if after.is_empty() {
+        String::new()
+    } else {
+        let marks: Vec<String> = (1..=after.len()).map(|i| format!("${i}")).collect();
+        format!("WHERE ({key}) > ({})", marks.join(", "))
+    };
+    // The key's values are typed like the table's own columns (SQLite's key types are text
+    // and integer only).
+    let after_values: Vec<Box<dyn ToSql + Sync>> = after
+        .iter()
+        .map(|c| -> Box<dyn ToSql + Sync> {
+            match c {
+                Cell::Int(i) => Box::new(*i),
+                Cell::Text(t) => Box::new(t.clone()),
+                Cell::Bytes(b) => Box::new(b.clone()),
+                Cell::Null => Box::new(None::<String>),
+            }
+        })
+        .collect();
+    let params: Vec<&(dyn ToSql + Sync)> = after_values.iter().map(|v| v.as_ref()).collect();
+    let sql = format!(
+        "SELECT {} FROM {} {from} ORDER BY {key} LIMIT {limit}",
+        table.columns.join(", "),
+        table.name
+    );
+    db.query(&sql, &params)?
+        .iter()
+        .map(|r| (0..table.columns.len()).map(|i| cell(r, i)).collect())
+        .collect()
+}
+
+pub(super) fn count(db: &mut Db<'_>, table: &Table) -> StoreResult<u64> {
+    let n: i64 = db
+        .query_one(&format!("SELECT count(*) FROM {}", table.name), &[])?
+        .try_get(0)?;
+    Ok(n as u64)
+}
+
+/// Insert rows as they are; a row whose key (or any unique column) is present is skipped.
+pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+    let marks: Vec<String> = (1..=table.columns.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
+        table.name,
+        table.columns.join(", "),
+        marks.join(", ")
+    );
+    let types = db.param_types(&sql)?;
+    for row in rows {
+        let values = row
+            .iter()
+            .zip(&types)
+            .map(|(c, ty)| value(c, ty))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref()).collect();
+        db.execute(&sql, &params)?;
+    }
+    Ok(())
+}
+
+/// After a copy: new events get a `seq` after every copied one.
+pub(super) fn finished(db: &mut Db<'_>) -> StoreResult<()> {
+    db.batch(
+        "SELECT setval(pg_get_serial_sequence('events', 'seq'),
+                       greatest((SELECT max(seq) FROM events), 1),
+                       (SELECT max(seq) FROM events) IS NOT NULL)",
+    )
+}

@@ -1,0 +1,158 @@
+//! `webhook-inbox copy`, run as a process: a whole database moved into another store, then
+//! compared table by table with SQL of its own (not through the copy's code).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use rusqlite::types::Value;
+
+use crate::harness::new_delivery;
+use crate::helpers::*;
+use crate::requests::{create, doc};
+
+fn copy(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+        .arg("copy")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// Every row of every table of a SQLite file, in key order, as SQLite stores it.
+fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let tables: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+               AND name <> 'schema_migrations' ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    tables
+        .into_iter()
+        .map(|table| {
+            let width = conn
+                .prepare(&format!("SELECT * FROM {table}"))
+                .unwrap()
+                .column_count();
+            let order = (1..=width.min(3))
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>();
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT * FROM {table} ORDER BY {}",
+                    order.join(", ")
+                ))
+                .unwrap();
+            let rows = stmt
+                .query_map([], |r| (0..width).map(|i| r.get::<_, Value>(i)).collect())
+                .unwrap()
+                .collect::<Result<Vec<Vec<Value>>, _>>()
+                .unwrap();
+            (table, rows)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_database_holds_every_row_of_every_table() {
+    let app = spawn_app().await;
+    // More rows than one page of the copy (1,000) in the events, bodies, history and guards.
+    let batch: Vec<_> = (0..1_200)
+        .map(|i| {
+            let body = order_body(&format!("o-{}", i % 1_100), &format!("c-{}", i % 7), 3);
+            new_delivery("shop", &format!("e-{i}"), "order.completed", &body)
+        })
+        .collect();
+    let store = app.store.clone();
+    tokio::task::spawn_blocking(move || store.insert_deliveries(&batch).unwrap())
+        .await
+        .unwrap();
+    app.deliver("shop", "no-order", r#"{"type":"order.completed"}"#)
+        .await;
+    let id = create(&app).await;
+    let r = app
+        .post(
+            &format!("/requests/{id}/documents"),
+            Some(SUBMIT_TOKEN),
+            Some(doc("a.txt")),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    app.drain().await;
+    let failed = app.event("shop", "no-order").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+
+    let source = app.dir.path().join("inbox.db");
+    let before = dump(&source);
+    let o = copy(
+        app.dir.path(),
+        &["--from", "sqlite://inbox.db", "--to", "sqlite://copy.db"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("events") && out.contains("1201 rows"), "{out}");
+
+    let after = dump(&app.dir.path().join("copy.db"));
+    assert_eq!(before.len(), 8, "every table of the schema");
+    for ((table, rows), (copied_table, copied)) in before.iter().zip(&after) {
+        assert_eq!(table, copied_table);
+        assert!(!rows.is_empty(), "{table} has rows to copy");
+        assert_eq!(rows.len(), copied.len(), "{table}: row count");
+        assert!(rows == copied, "{table}: rows differ");
+    }
+    // The source is read, never changed.
+    assert!(dump(&source) == before);
+
+    // A second copy into the filled database is refused, naming what it holds...
+    let o = copy(
+        app.dir.path(),
+        &["--from", "sqlite://inbox.db", "--to", "sqlite://copy.db"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not empty") && err.contains("events"), "{err}");
+    // ...unless told: then rows already there are skipped, none doubled.
+    let o = copy(
+        app.dir.path(),
+        &[
+            "--from",
+            "sqlite://inbox.db",
+            "--to",
+            "sqlite://copy.db",
+            "--allow-non-empty",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dump(&app.dir.path().join("copy.db")) == before);
+}
+
+#[test]
+fn a_copy_refuses_a_missing_source_and_the_same_database_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = copy(
+        dir.path(),
+        &["--from", "sqlite://none.db", "--to", "sqlite://b.db"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not exist"));
+    assert!(!dir.path().join("b.db").exists(), "nothing created");
+    let o = copy(
+        dir.path(),
+        &["--from", "sqlite://a.db", "--to", "sqlite://a.db"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("same database"));
+    let o = copy(
+        dir.path(),
+        &["--from", "sqlite://a.db", "--to", "mysql://u:secret@h/db"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--to") && !err.contains("secret"), "{err}");
+}
