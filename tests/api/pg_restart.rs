@@ -220,5 +220,41 @@ fn a_database_restart_while_a_node_serves_answers_503_then_recovers_by_itself() 
         },
     );
     drop(node);
+    // SIGTERM to the script stops the cluster and removes its folder.
+    let folder = cluster.ctl.parent().unwrap().to_path_buf();
     drop(cluster);
+    assert!(!folder.exists(), "{} left behind", folder.display());
+}
+
+/// `.ci/run` relies on it: the command's exit status comes back, and the cluster is gone after.
+#[test]
+fn with_postgres_passes_the_exit_status_through_and_removes_its_cluster() {
+    if !pgdb::available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let handoff = dir.path().join("ctl");
+    let mut script = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/with-postgres"
+        ))
+        .args([
+            "sh",
+            "-c",
+            r#"echo "$TEST_POSTGRES_CTL" >"$1"; exit 3"#,
+            "sh",
+        ])
+        .arg(&handoff)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = exit_within(&mut script, Duration::from_secs(120), "with-postgres");
+    assert_eq!(status.code(), Some(3));
+    let ctl = std::fs::read_to_string(&handoff).unwrap();
+    let folder = Path::new(ctl.trim()).parent().unwrap();
+    assert!(folder.is_absolute(), "{ctl}");
+    assert!(!folder.exists(), "{} left behind", folder.display());
 }
