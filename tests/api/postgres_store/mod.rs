@@ -4,6 +4,7 @@
 
 mod cluster;
 mod consumers;
+mod contract;
 mod fresh;
 mod operations;
 
