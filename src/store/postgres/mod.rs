@@ -160,6 +160,8 @@ fn connection_config(url: &str, wait: Duration) -> anyhow::Result<postgres::Conf
         _ => ours,
     };
     config.options(&options);
+    // The server's notices ("relation … already exists, skipping") are not ours to log.
+    config.notice_callback(|notice| tracing::debug!(notice = %notice, "PostgreSQL notice"));
     // A server that vanished without closing its sockets is noticed within seconds.
     config.keepalives(true);
     config.keepalives_idle(Duration::from_secs(10));

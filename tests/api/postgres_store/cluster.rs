@@ -36,10 +36,7 @@ fn server_bin() -> Result<PathBuf, String> {
 
 /// Run a server binary as the `postgres` user when we are root (`initdb` refuses root).
 fn as_server_user(bin: &Path, args: &[&str]) -> Command {
-    let is_root = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false);
-    let mut cmd = if is_root {
+    let mut cmd = if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(bin);
         c
@@ -160,6 +157,7 @@ impl Cluster {
     }
 }
 
+/// Whether this process runs as root (`/proc/self` is owned by the process's user).
 fn is_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
