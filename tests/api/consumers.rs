@@ -4,25 +4,24 @@
 use std::sync::{Arc, Barrier};
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{InsertOutcome, Lane, Status, Store};
+use webhook_inbox::store::{InsertOutcome, Lane, Status};
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, store_tests};
 
 const ORDER: &str = "order.completed";
 
-#[test]
-fn six_workers_released_together_handle_each_of_240_events_exactly_once() {
-    six_workers_handle_each_event_once(false);
+fn six_workers_released_together_handle_each_of_240_events_exactly_once(kind: StoreKind) {
+    six_workers_handle_each_event_once(kind, false);
 }
 
 /// The pool's loop: each batch's completion and the next claim share a transaction.
-#[test]
-fn six_pipelined_workers_released_together_handle_each_event_exactly_once() {
-    six_workers_handle_each_event_once(true);
+fn six_pipelined_workers_released_together_handle_each_event_exactly_once(kind: StoreKind) {
+    six_workers_handle_each_event_once(kind, true);
 }
 
-fn six_workers_handle_each_event_once(pipelined: bool) {
-    let h = Harness::new(5, 30);
+fn six_workers_handle_each_event_once(kind: StoreKind, pipelined: bool) {
+    let h = Harness::on(kind, 5, 30);
     let deliveries: Vec<_> = (0..240)
         .map(|i| {
             (
@@ -99,9 +98,8 @@ fn six_workers_handle_each_event_once(pipelined: bool) {
     );
 }
 
-#[test]
-fn a_business_duplicate_completes_as_duplicate_order_and_moves_no_balance() {
-    let h = Harness::new(5, 30);
+fn a_business_duplicate_completes_as_duplicate_order_and_moves_no_balance(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     h.insert(&[
         ("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10)),
         ("shop", "evt-2", ORDER, order_body("o-1", "c-1", 10)),
@@ -135,9 +133,8 @@ fn a_business_duplicate_completes_as_duplicate_order_and_moves_no_balance() {
     }
 }
 
-#[test]
-fn a_redelivered_event_reaches_the_handler_once() {
-    let h = Harness::new(5, 30);
+fn a_redelivered_event_reaches_the_handler_once(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     let body = order_body("o-1", "c-1", 10);
     let first = h.insert(&[("shop", "evt-1", ORDER, body.clone())]);
     h.drain();
@@ -155,9 +152,8 @@ fn a_redelivered_event_reaches_the_handler_once() {
     assert_eq!(results(&d), ["ok"]);
 }
 
-#[test]
-fn a_bad_payload_fails_at_once_naming_the_field() {
-    let h = Harness::new(5, 30);
+fn a_bad_payload_fails_at_once_naming_the_field(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     h.insert(&[
         (
             "shop",
@@ -207,27 +203,12 @@ fn a_bad_payload_fails_at_once_naming_the_field() {
     assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 0);
 }
 
-/// Make the database refuse a credit for `order_id` (a trigger aborting its insert), as a
-/// constraint would.
-fn refuse_credits_for(h: &Harness, order_id: &str) {
-    rusqlite::Connection::open(h.dir.path().join("inbox.db"))
-        .unwrap()
-        .execute_batch(&format!(
-            "CREATE TRIGGER refuse_{n} BEFORE INSERT ON loyalty_credits
-              WHEN NEW.order_id = '{order_id}'
-             BEGIN SELECT RAISE(ABORT, 'order {order_id} is refused'); END;",
-            n = order_id.replace('-', "_")
-        ))
-        .unwrap();
-}
-
 /// One event whose effect the database refuses fails alone, with the database's reason: its
 /// savepoint undoes its own writes (the consumer dedup row included) and the other events of
 /// the same batch commit.
-#[test]
-fn an_effect_the_database_refuses_fails_that_event_alone() {
-    let h = Harness::new(5, 30);
-    refuse_credits_for(&h, "o-poison");
+fn an_effect_the_database_refuses_fails_that_event_alone(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    h.db.refuse_credits_for("o-poison");
     h.insert(&[
         ("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10)),
         ("shop", "evt-2", ORDER, order_body("o-poison", "c-1", 100)),
@@ -257,11 +238,10 @@ fn an_effect_the_database_refuses_fails_that_event_alone() {
 
 /// The same at the store: a batch holding a credit, a refused credit, a lost claim and another
 /// credit gets each its own result, and nothing of the refused or the lost one is written.
-#[test]
-fn one_finish_batch_gives_each_event_its_own_result() {
+fn one_finish_batch_gives_each_event_its_own_result(kind: StoreKind) {
     use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
-    let h = Harness::new(5, 30);
-    refuse_credits_for(&h, "o-2");
+    let h = Harness::on(kind, 5, 30);
+    h.db.refuse_credits_for("o-2");
     let ids = ["evt-1", "evt-2", "evt-3", "evt-4"];
     let deliveries: Vec<_> = ids
         .iter()
@@ -330,9 +310,8 @@ fn one_finish_batch_gives_each_event_its_own_result() {
     assert_eq!(results(&h.detail("shop", "evt-3")), ["open"]);
 }
 
-#[test]
-fn a_transient_failure_is_retried_with_backoff_to_success() {
-    let h = Harness::new(5, 30);
+fn a_transient_failure_is_retried_with_backoff_to_success(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     h.loyalty
         .fail_first
         .store(2, std::sync::atomic::Ordering::SeqCst);
@@ -346,9 +325,8 @@ fn a_transient_failure_is_retried_with_backoff_to_success() {
     assert_eq!(h.balance("c-1"), 10);
 }
 
-#[test]
-fn a_failure_that_persists_ends_failed_after_max_attempts() {
-    let h = Harness::new(4, 30);
+fn a_failure_that_persists_ends_failed_after_max_attempts(kind: StoreKind) {
+    let h = Harness::on(kind, 4, 30);
     h.audit
         .fail_first
         .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
@@ -369,9 +347,8 @@ fn a_failure_that_persists_ends_failed_after_max_attempts() {
     assert_eq!(h.audit.calls_for("evt-1"), 4);
 }
 
-#[test]
-fn shutdown_releases_claims_whose_handler_never_started() {
-    let h = Harness::new(5, 30);
+fn shutdown_releases_claims_whose_handler_never_started(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     h.insert(&[
         ("shop", "a", "ping", "{}".into()),
         ("shop", "b", "ping", "{}".into()),
@@ -406,9 +383,8 @@ fn shutdown_releases_claims_whose_handler_never_started() {
     assert_eq!(h.audit.total_calls(), 3);
 }
 
-#[test]
-fn a_forced_rerun_of_a_completed_credit_moves_nothing() {
-    let h = Harness::new(5, 30);
+fn a_forced_rerun_of_a_completed_credit_moves_nothing(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
     h.drain();
     let r = h.store.retry("shop", "evt-1", false, now_ms()).unwrap();
@@ -426,3 +402,17 @@ fn a_forced_rerun_of_a_completed_credit_moves_nothing() {
     assert_eq!(results(&d), ["ok", "already_processed"]);
     assert_eq!(h.loyalty.calls_for("evt-1"), 2);
 }
+
+store_tests!(
+    six_workers_released_together_handle_each_of_240_events_exactly_once,
+    six_pipelined_workers_released_together_handle_each_event_exactly_once,
+    a_business_duplicate_completes_as_duplicate_order_and_moves_no_balance,
+    a_redelivered_event_reaches_the_handler_once,
+    a_bad_payload_fails_at_once_naming_the_field,
+    an_effect_the_database_refuses_fails_that_event_alone,
+    one_finish_batch_gives_each_event_its_own_result,
+    a_transient_failure_is_retried_with_backoff_to_success,
+    a_failure_that_persists_ends_failed_after_max_attempts,
+    shutdown_releases_claims_whose_handler_never_started,
+    a_forced_rerun_of_a_completed_credit_moves_nothing,
+);

@@ -8,10 +8,10 @@ use webhook_inbox::ingest::{IngestOptions, Ingestor};
 use webhook_inbox::store::{InsertOutcome, Readiness, Store, StoreError};
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, store_tests};
 
-#[test]
-fn duplicates_inside_one_batch_are_answered_in_order() {
-    let h = Harness::new(5, 30);
+fn duplicates_inside_one_batch_are_answered_in_order(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     let a = order_body("o-1", "c-1", 1);
     let outcomes = h.insert(&[
         ("shop", "a", "t", a.clone()),
@@ -37,9 +37,18 @@ fn duplicates_inside_one_batch_are_answered_in_order() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_identical_deliveries_through_the_writer_get_one_queued() {
-    let h = Harness::new(5, 30);
+fn concurrent_identical_deliveries_through_the_writer_get_one_queued(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(identical_deliveries_through_the_writer(&h));
+    assert_eq!(h.count("SELECT sum(deliveries) FROM events"), 64);
+}
+
+async fn identical_deliveries_through_the_writer(h: &Harness) {
     let store: Arc<dyn Store> = h.store.clone();
     let ingest = Ingestor::start(store, IngestOptions::default(), Arc::new(Notify::new()));
     let barrier = Arc::new(tokio::sync::Barrier::new(64));
@@ -70,7 +79,6 @@ async fn concurrent_identical_deliveries_through_the_writer_get_one_queued() {
         .filter(|o| **o == InsertOutcome::Duplicate)
         .count();
     assert_eq!((queued, duplicate), (2, 62));
-    assert_eq!(h.count("SELECT sum(deliveries) FROM events"), 64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,3 +234,8 @@ async fn a_503_names_no_internal_detail() {
     assert!(reason.contains("could not be made durable"), "{reason}");
     assert!(!reason.contains("migrations"), "{reason}");
 }
+
+store_tests!(
+    duplicates_inside_one_batch_are_answered_in_order,
+    concurrent_identical_deliveries_through_the_writer_get_one_queued,
+);

@@ -1,6 +1,7 @@
 //! Fakes and a store-level harness: a recording `DownstreamSystem` (the one seam to the
 //! outside), a wrapper that counts a real handler's calls, and a store plus consumer over a
-//! fresh SQLite file for tests of the consumer side without HTTP.
+//! fresh database of either store (`stores::StoreKind`) for tests of the consumer side without
+//! HTTP.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,10 +10,10 @@ use tempfile::TempDir;
 use webhook_inbox::config::ConsumerSettings;
 use webhook_inbox::consumer::Consumer;
 use webhook_inbox::handlers::{DownstreamError, DownstreamSystem, Handled, Handler, Registry};
-use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
 use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, Lane, NewDelivery, Store};
 
 use crate::helpers::{drain_blocking, init_logs};
+use crate::stores::{StoreKind, TestDb};
 
 /// A downstream that records every call and answers as told.
 #[derive(Default)]
@@ -123,25 +124,30 @@ impl Handler for Recording {
     }
 }
 
-/// A store and a consumer over a fresh SQLite file, without HTTP: for tests of the consumer
-/// side itself. The loyalty and audit handlers are wrapped in `Recording`.
+/// A store and a consumer over a fresh database, without HTTP: for tests of the consumer side
+/// itself. The loyalty and audit handlers are wrapped in `Recording`.
 pub struct Harness {
     pub dir: TempDir,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<dyn Store>,
     pub consumer: Arc<Consumer>,
     pub loyalty: Arc<Recording>,
     pub audit: Arc<Recording>,
     pub downstream: Arc<RecordingDownstream>,
     /// Off only for a test that damages the file on purpose.
     pub check_integrity: bool,
+    /// Last, so that it goes after the store that holds connections to it.
+    pub db: TestDb,
 }
 
-/// Every test over a harness ends with the file checked: no store operation may leave a
+/// Every test over a SQLite harness ends with the file checked: no store operation may leave a
 /// malformed database behind.
 impl Drop for Harness {
     fn drop(&mut self) {
-        if self.check_integrity && !std::thread::panicking() {
-            assert_integrity(&self.dir.path().join("inbox.db"));
+        if let TestDb::Sqlite(path) = &self.db
+            && self.check_integrity
+            && !std::thread::panicking()
+        {
+            assert_integrity(path);
         }
     }
 }
@@ -158,25 +164,30 @@ pub fn assert_integrity(path: &std::path::Path) {
 }
 
 impl Harness {
+    /// Over SQLite (for SQLite-only tests).
     pub fn new(max_attempts: u32, lease_seconds: u64) -> Harness {
-        Harness::with_mode(
+        Harness::on(StoreKind::Sqlite, max_attempts, lease_seconds)
+    }
+
+    pub fn on(kind: StoreKind, max_attempts: u32, lease_seconds: u64) -> Harness {
+        Harness::with_mode_on(
+            kind,
             max_attempts,
             lease_seconds,
             webhook_inbox::domain::DeliveryMode::AtMostOnce,
         )
     }
 
-    pub fn with_mode(
+    pub fn with_mode_on(
+        kind: StoreKind,
         max_attempts: u32,
         lease_seconds: u64,
         mode: webhook_inbox::domain::DeliveryMode,
     ) -> Harness {
         init_logs();
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(
-            SqliteStore::open(&dir.path().join("inbox.db"), SqliteOptions::default()).unwrap(),
-        );
-        store.migrate().unwrap();
+        let db = TestDb::create(kind, dir.path());
+        let store = db.open_store();
         let downstream = Arc::new(RecordingDownstream::default());
         // Under half the lease, as configuration validation demands.
         let timeout = Duration::from_millis(lease_seconds * 1000 / 4);
@@ -207,6 +218,7 @@ impl Harness {
             audit,
             downstream,
             check_integrity: true,
+            db,
         }
     }
 
@@ -240,9 +252,9 @@ impl Harness {
             .balance
     }
 
+    /// One number from SQL that both stores' schemas answer alike (see `TestDb::count`).
     pub fn count(&self, sql: &str) -> i64 {
-        let conn = rusqlite::Connection::open(self.dir.path().join("inbox.db")).unwrap();
-        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+        self.db.count(sql)
     }
 }
 

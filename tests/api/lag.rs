@@ -2,13 +2,13 @@
 //! backoff is not late, and one claimed but not yet done still is.
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Finish, Lane, Next, Store};
+use webhook_inbox::store::{Finish, Lane, Next};
 
 use crate::harness::Harness;
+use crate::stores::{StoreKind, store_tests};
 
-#[test]
-fn the_lag_counts_due_and_claimed_work_but_not_events_waiting_on_a_backoff() {
-    let h = Harness::new(5, 30);
+fn the_lag_counts_due_and_claimed_work_but_not_events_waiting_on_a_backoff(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     let lag = |h: &Harness, now: i64| h.store.status_counts().unwrap().lag_seconds(now);
     assert_eq!(lag(&h, now_ms()), None, "nothing to do");
     h.insert(&[("shop", "evt-1", "customer.created", "{}".into())]);
@@ -40,3 +40,5 @@ fn the_lag_counts_due_and_claimed_work_but_not_events_waiting_on_a_backoff() {
         "waiting on a backoff is not lag"
     );
 }
+
+store_tests!(the_lag_counts_due_and_claimed_work_but_not_events_waiting_on_a_backoff,);

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Effect, Finish, Finished, Lane, Next, Outcome, Status, Store};
+use webhook_inbox::store::{Effect, Finish, Finished, Lane, Next, Outcome, Status};
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, store_tests};
 
 const ORDER: &str = "order.completed";
 
-#[test]
-fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
-    let h = Harness::new(5, 30);
+fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
     let credit = Next::Complete {
         effect: Some(Effect::LoyaltyCredit {
@@ -85,9 +85,10 @@ fn a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect() {
     assert_eq!(d.history[1].worker, "B");
 }
 
-#[test]
-fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once() {
-    let h = Harness::new(5, 1);
+fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once(
+    kind: StoreKind,
+) {
+    let h = Harness::on(kind, 5, 1);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
     // The slow worker's handler is held until the test lets it go, however long that is.
     let (release, gate) = std::sync::mpsc::channel();
@@ -120,9 +121,8 @@ fn a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens
     assert_eq!(results(&d), ["lease_expired", "ok"]);
 }
 
-#[test]
-fn an_expired_lease_on_the_last_attempt_fails_the_event() {
-    let h = Harness::new(1, 30);
+fn an_expired_lease_on_the_last_attempt_fails_the_event(kind: StoreKind) {
+    let h = Harness::on(kind, 1, 30);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
     assert_eq!(
         h.store
@@ -141,9 +141,8 @@ fn an_expired_lease_on_the_last_attempt_fails_the_event() {
     assert_eq!(h.consumer.sweep().unwrap(), 0);
 }
 
-#[test]
-fn at_most_once_events_whose_lease_expires_are_abandoned_not_retried() {
-    let h = Harness::with_mode(5, 30, DeliveryMode::AtMostOnce);
+fn at_most_once_events_whose_lease_expires_are_abandoned_not_retried(kind: StoreKind) {
+    let h = Harness::with_mode_on(kind, 5, 30, DeliveryMode::AtMostOnce);
     h.insert(&[("requests", "req-1", "request.submitted", "{}".into())]);
     assert_eq!(
         h.store
@@ -161,3 +160,10 @@ fn at_most_once_events_whose_lease_expires_are_abandoned_not_retried() {
     assert_eq!(h.drain(), 0);
     assert!(h.downstream.calls().is_empty());
 }
+
+store_tests!(
+    a_worker_whose_lease_expired_can_neither_complete_nor_apply_its_effect,
+    a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once,
+    an_expired_lease_on_the_last_attempt_fails_the_event,
+    at_most_once_events_whose_lease_expires_are_abandoned_not_retried,
+);

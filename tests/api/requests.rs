@@ -9,9 +9,10 @@ use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::handlers::{CallFailure, DownstreamError};
 use webhook_inbox::startup::BuildOptions;
-use webhook_inbox::store::{Lane, Status, Store};
+use webhook_inbox::store::{Lane, Status};
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, store_tests};
 
 async fn app_with_downstream(mode: &str) -> (TestApp, Arc<RecordingDownstream>) {
     let downstream = Arc::new(RecordingDownstream::default());
@@ -151,9 +152,8 @@ async fn eight_concurrent_submits_queue_once_and_call_downstream_once() {
     assert_eq!(downstream.calls().len(), 1);
 }
 
-#[test]
-fn six_workers_drain_fifty_submissions_calling_downstream_once_each() {
-    let h = Harness::new(5, 30);
+fn six_workers_drain_fifty_submissions_calling_downstream_once_each(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
     let ids: Vec<String> = (0..50).map(|i| format!("req-{i}")).collect();
     for id in &ids {
         h.store.create_request(id, now_ms()).unwrap();
@@ -238,10 +238,11 @@ async fn at_least_once_mode_retries_a_failing_downstream_with_the_same_key() {
     assert_eq!(event["attempts"], 3);
 }
 
-#[test]
-fn a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_once() {
+fn a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_once(
+    kind: StoreKind,
+) {
     for mode in [DeliveryMode::AtMostOnce, DeliveryMode::AtLeastOnce] {
-        let h = Harness::with_mode(5, 30, mode);
+        let h = Harness::with_mode_on(kind, 5, 30, mode);
         h.store.create_request("req-1", now_ms()).unwrap();
         h.store.submit_request("req-1", now_ms()).unwrap();
         // The worker claims, then dies: its lease runs out.
@@ -405,3 +406,8 @@ async fn bad_requests_get_the_error_shape() {
     assert_eq!(r.status(), 401);
     assert_eq!(app.count("SELECT count(*) FROM request_documents"), 0);
 }
+
+store_tests!(
+    six_workers_drain_fifty_submissions_calling_downstream_once_each,
+    a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_once,
+);
