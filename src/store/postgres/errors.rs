@@ -8,12 +8,31 @@ use crate::store::StoreError;
 
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> Self {
+        // The client's own text is "db error" alone; the server's message is the error's
+        // source. Both go into what callers show (an event's `last_error`, a log line), and
+        // the client error stays underneath for `refused_by_a_constraint`.
+        let message = describe(&e);
         if unavailable(&e) {
-            StoreError::Unavailable(format!("database unavailable: {e}"))
+            StoreError::Unavailable(format!("database unavailable: {message}"))
         } else {
-            StoreError::Internal(anyhow::Error::new(e))
+            StoreError::Internal(anyhow::Error::new(e).context(message))
         }
     }
+}
+
+/// The client's error with its causes, e.g. `db error: ERROR: bigint out of range`.
+fn describe(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn unavailable(e: &postgres::Error) -> bool {

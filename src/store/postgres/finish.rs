@@ -7,12 +7,22 @@
 //! (`ON CONFLICT DO NOTHING`), so the order is credited once and the second event completes as
 //! `duplicate_order`. A refused statement aborts a PostgreSQL transaction, which is why
 //! `rules::finish_all` runs the batch again with a savepoint per event after a refusal.
+//!
+//! Lock order: batches finished at once on several workers or nodes lock order keys (the
+//! credit's unique key) and balances (one row per customer). Taken in each batch's own order,
+//! two batches crediting two customers in opposite orders deadlock, and PostgreSQL aborts one
+//! of them (seen: the six-worker conformance tests). So a batch takes its order keys in
+//! ascending order (items are finished sorted by order id) and its balances after all of them,
+//! in ascending customer order (deferred to the end of the batch's writes, in the same
+//! transaction): no two batches can wait on each other.
 
 use super::NOW_MS;
 use super::errors::refused_by_a_constraint;
 use super::session::Db;
 use crate::store::rules::{self, FinishStatements};
-use crate::store::{AttemptResult, ClaimRef, Finish, Finished, Outcome, StoreError, StoreResult};
+use crate::store::{
+    AttemptResult, ClaimRef, Effect, Finish, Finished, Next, Outcome, StoreError, StoreResult,
+};
 
 /// The worker's fenced transition: only while its token holds the event and its lease runs by
 /// the database's clock. $1 seq, $2 claim token, then the set's own values.
@@ -31,6 +41,31 @@ struct Statements<'d, 'c> {
     complete: String,
     retry: String,
     fail: String,
+    /// Balance additions not yet written (`None`: written at once, as in the isolated rerun,
+    /// where a refused addition must fail its own event inside its savepoint).
+    balances: Option<Vec<(String, i64)>>,
+}
+
+impl Statements<'_, '_> {
+    fn add_now(&mut self, customer_id: &str, points: i64) -> StoreResult<()> {
+        self.db.execute(
+            "INSERT INTO loyalty_balances (customer_id, balance) VALUES ($1, $2)
+             ON CONFLICT (customer_id)
+             DO UPDATE SET balance = loyalty_balances.balance + excluded.balance",
+            &[&customer_id, &points],
+        )?;
+        Ok(())
+    }
+
+    /// Write the deferred balance additions, in ascending customer order.
+    fn flush_balances(&mut self) -> StoreResult<()> {
+        let mut pending = self.balances.take().unwrap_or_default();
+        pending.sort_by(|a, b| a.0.cmp(&b.0));
+        for (customer_id, points) in pending {
+            self.add_now(&customer_id, points)?;
+        }
+        Ok(())
+    }
 }
 
 impl FinishStatements for Statements<'_, '_> {
@@ -157,14 +192,15 @@ impl FinishStatements for Statements<'_, '_> {
     }
 
     /// A sum that would leave `bigint` is refused (numeric_value_out_of_range): a refusal.
+    /// Deferred to the end of the batch (see the module's lock order).
     fn add_to_balance(&mut self, customer_id: &str, points: i64) -> StoreResult<()> {
-        self.db.execute(
-            "INSERT INTO loyalty_balances (customer_id, balance) VALUES ($1, $2)
-             ON CONFLICT (customer_id)
-             DO UPDATE SET balance = loyalty_balances.balance + excluded.balance",
-            &[&customer_id, &points],
-        )?;
-        Ok(())
+        match &mut self.balances {
+            Some(pending) => {
+                pending.push((customer_id.to_string(), points));
+                Ok(())
+            }
+            None => self.add_now(customer_id, points),
+        }
     }
 
     fn savepoint(&mut self) -> StoreResult<()> {
@@ -184,13 +220,28 @@ impl FinishStatements for Statements<'_, '_> {
     }
 }
 
-/// Finish a batch in the caller's transaction (see [`rules::finish_all`]).
+/// The order key an item's effect locks, if any: items are finished in this order.
+fn order_key(item: &Finish) -> Option<&str> {
+    match &item.next {
+        Next::Complete {
+            effect: Some(Effect::LoyaltyCredit { order_id, .. }),
+            ..
+        } => Some(order_id),
+        _ => None,
+    }
+}
+
+/// Finish a batch in the caller's transaction (see [`rules::finish_all`]), in the lock order
+/// the module describes; results come back in the items' order.
 pub(super) fn finish_all(
     db: &mut Db<'_>,
     items: &[Finish],
     now: i64,
     isolate: bool,
 ) -> StoreResult<Vec<Finished>> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| order_key(&items[a]).cmp(&order_key(&items[b])));
+    let sorted: Vec<Finish> = order.iter().map(|&i| items[i].clone()).collect();
     let mut statements = Statements {
         db,
         now,
@@ -204,6 +255,13 @@ pub(super) fn finish_all(
         fail: live_fence(
             "status = 'failed', last_error = $3, abandoned = $4, next_attempt_at = NULL",
         ),
+        balances: (!isolate).then(Vec::new),
     };
-    rules::finish_all(&mut statements, items, isolate)
+    let finished = rules::finish_all(&mut statements, &sorted, isolate)?;
+    statements.flush_balances()?;
+    let mut results = vec![Finished::LeaseLost; items.len()];
+    for (result, &i) in finished.into_iter().zip(&order) {
+        results[i] = result;
+    }
+    Ok(results)
 }
