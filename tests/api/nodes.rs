@@ -49,12 +49,14 @@ pub fn signing_settings() -> webhook_inbox::config::Settings {
 /// Start `count` nodes on `db`, each with `extra` config lines.
 fn start_nodes(dir: &Path, db: &PgDatabase, count: usize, extra: &str) -> Vec<ServerProcess> {
     (0..count)
-        .map(|i| {
-            let port = free_port();
-            let config = node_config(dir, &format!("node{i}"), port, &db.url, extra);
-            ServerProcess::start(dir, &config, port, &format!("node{i}.log"))
-        })
+        .map(|i| start_node(dir, db, &format!("node{i}"), extra))
         .collect()
+}
+
+fn start_node(dir: &Path, db: &PgDatabase, name: &str, extra: &str) -> ServerProcess {
+    let port = free_port();
+    let config = node_config(dir, name, port, &db.url, extra);
+    ServerProcess::start(dir, &config, port, &format!("{name}.log"))
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -249,19 +251,30 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
          [downstream]\nurl = \"{}\"\ntimeout_ms = 500\n",
         downstream.url
     );
-    let mut nodes = start_nodes(dir.path(), &db, 3, &extra);
-    let bases: Vec<String> = nodes.iter().map(|n| n.base.clone()).collect();
+    // A backlog first, through a node without consumers (its sweeper still runs): consumers
+    // that keep up with the senders would hold no claim at the moment of the kill.
+    let intake = start_node(
+        dir.path(),
+        &db,
+        "intake",
+        &extra.replace("workers = 2", "workers = 0"),
+    );
     let all = deliveries();
-    let submitted = submit_requests(&bases);
+    let (first, rest) = all.split_at(all.len() / 2);
+    let submitted = submit_requests(std::slice::from_ref(&intake.base));
+    let mut acked = send_across(std::slice::from_ref(&intake.base), first, 4);
+    let mut nodes = start_nodes(dir.path(), &db, 3, &extra);
+    let mut bases: Vec<String> = nodes.iter().map(|n| n.base.clone()).collect();
+    bases.push(intake.base.clone());
 
     let node0 = format!("'%-{}-%'", nodes[0].pid());
     let held_by_node0 =
         format!("SELECT count(*) FROM events WHERE status = 'claimed' AND claimed_by LIKE {node0}");
     let killed = AtomicI64::new(0);
-    let acked = std::thread::scope(|s| {
-        let sender = s.spawn(|| send_across(&bases, &all, 4));
-        // Kill node 0 while deliveries still arrive, the consumers drain, and node 0 holds
-        // claims (its pipelined workers nearly always do).
+    let acked_rest = std::thread::scope(|s| {
+        let sender = s.spawn(|| send_across(&bases, rest, 4));
+        // Kill node 0 while deliveries still arrive, the consumers drain the backlog, and node
+        // 0 holds claims (its pipelined workers always do while there is a backlog).
         let deadline = Instant::now() + Duration::from_secs(120);
         while db.count("SELECT count(*) FROM events WHERE status = 'completed'") < 200
             || db.count(&held_by_node0) == 0
@@ -273,6 +286,7 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
         killed.store(db.count(&held_by_node0), Ordering::SeqCst);
         sender.join().unwrap()
     });
+    acked.extend(acked_rest);
     // Nothing changes a dead node's claims until their lease runs out.
     let held = killed.load(Ordering::SeqCst);
     assert!(
@@ -354,6 +368,7 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
         "every submission ends terminal"
     );
     assert_no_password_in_logs(&db, &nodes[1..]);
+    assert_no_password_in_logs(&db, std::slice::from_ref(&intake));
 }
 
 /// For the restart test: a blocking send of one signed delivery.
