@@ -14,12 +14,17 @@
 CREATE TABLE queue_cursors (
     lane      INTEGER NOT NULL PRIMARY KEY CHECK (lane = 0 OR lane = 1),
     -- Every never-claimed pending event of this lane has a larger seq.
-    after_seq INTEGER NOT NULL
+    after_seq INTEGER NOT NULL,
+    -- How many there are: added by ingest, taken by claims, in their transactions, so that
+    -- /metrics counts the log without reading it.
+    waiting   INTEGER NOT NULL CHECK (waiting >= 0)
 );
-INSERT INTO queue_cursors (lane, after_seq)
-SELECT l.lane, ifnull((SELECT min(seq) - 1 FROM events
-                        WHERE status = 'pending' AND attempts = 0 AND lane = l.lane),
-                      ifnull((SELECT max(seq) FROM events), 0))
+INSERT INTO queue_cursors (lane, after_seq, waiting)
+SELECT l.lane,
+       ifnull((SELECT min(seq) - 1 FROM events
+                WHERE status = 'pending' AND attempts = 0 AND lane = l.lane),
+              ifnull((SELECT max(seq) FROM events), 0)),
+       (SELECT count(*) FROM events WHERE status = 'pending' AND attempts = 0 AND lane = l.lane)
   FROM (SELECT 0 AS lane UNION ALL SELECT 1) AS l;
 
 -- Due work that came back: never a first attempt.

@@ -65,6 +65,10 @@ fn advance_cursor(
     if room == 0 {
         return Ok(());
     }
+    if first > 0 {
+        tx.prepare_cached("UPDATE queue_cursors SET waiting = waiting - ?2 WHERE lane = ?1")?
+            .execute(params![lane.as_i64(), first as i64])?;
+    }
     let to = if first < room {
         tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM events")?
             .query_row([], |r| r.get(0))?

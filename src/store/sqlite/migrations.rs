@@ -290,14 +290,14 @@ mod tests {
         assert_eq!(indexes, 3);
         // Migration 7: each lane's cursor sits just before its first never-claimed pending
         // event (the request, seq 3), or at the end of the log when it has none.
-        let cursors: Vec<(i64, i64)> = conn
-            .prepare("SELECT lane, after_seq FROM queue_cursors ORDER BY lane")
+        let cursors: Vec<(i64, i64, i64)> = conn
+            .prepare("SELECT lane, after_seq, waiting FROM queue_cursors ORDER BY lane")
             .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(cursors, [(0, 3), (1, 2)]);
+        assert_eq!(cursors, [(0, 3, 0), (1, 2, 1)]);
         // The references from the other tables follow the new tables.
         let orphan = conn.execute(
             "INSERT INTO event_payloads (seq, payload) VALUES (99, x'00')",
