@@ -134,7 +134,12 @@ fn claimers_racing_appends_claim_every_event_exactly_once() {
             let mut size = 1;
             while n < total {
                 let batch: Vec<(String, &str)> = (n..(n + size).min(total))
-                    .map(|i| (format!("e{i}"), if i % 7 == 0 { "requests" } else { "shop" }))
+                    .map(|i| {
+                        (
+                            format!("e{i}"),
+                            if i % 7 == 0 { "requests" } else { "shop" },
+                        )
+                    })
                     .collect();
                 let refs: Vec<_> = batch
                     .iter()
@@ -157,7 +162,11 @@ fn claimers_racing_appends_claim_every_event_exactly_once() {
             let (h, barrier) = (Arc::clone(&h), Arc::clone(&barrier));
             std::thread::spawn(move || {
                 barrier.wait();
-                let lane = if k == 0 { Lane::CallOut } else { Lane::InProcess };
+                let lane = if k == 0 {
+                    Lane::CallOut
+                } else {
+                    Lane::InProcess
+                };
                 let mut got = Vec::new();
                 let deadline = Instant::now() + Duration::from_secs(30);
                 // Bounded: stop once everything was stored and a claim found nothing.
@@ -186,6 +195,9 @@ fn claimers_racing_appends_claim_every_event_exactly_once() {
     all.dedup();
     assert_eq!(before, all.len(), "an event was claimed twice");
     assert_eq!(all.len(), total, "an event was never claimed");
-    assert_eq!(h.count("SELECT count(*) FROM events WHERE attempts <> 1"), 0);
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE attempts <> 1"),
+        0
+    );
     assert_eq!(pending(&h), 0);
 }
