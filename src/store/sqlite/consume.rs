@@ -13,9 +13,13 @@ use crate::store::{
     LoyaltyCredit, StoreResult,
 };
 
-/// The claim: one statement moves due pending rows to `claimed` and returns them. The
-/// candidates come from the partial index of due pending rows (named, so that the planner
-/// cannot pick a status scan plus a sort whose cost grows with the backlog).
+/// The claim: one statement moves due pending rows to `claimed` and returns them.
+///
+/// The queue is log-structured (migration `0007`): a first attempt is found by its place in
+/// the log, after its lane's cursor in `seq` order, and only events that came back (a retry, a
+/// released or swept claim: `attempts > 0`) are found through the partial index of due work
+/// (named, so that the planner cannot pick a status scan plus a sort whose cost grows with the
+/// backlog). Work that came back goes first; first attempts fill the rest of the batch.
 ///
 /// The limit is part of the text, not a parameter: SQLite plans with a bound LIMIT's value
 /// and so re-prepares the statement at every new binding (measured: one full parse and plan
@@ -30,12 +34,52 @@ pub fn claim_sql(lane: Lane, limit: usize) -> String {
         "UPDATE events
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
         attempts = attempts + 1, claim_token = lower(hex(randomblob(16)))
-  WHERE rowid IN (SELECT rowid FROM events INDEXED BY events_due
-                   WHERE status = 'pending' AND lane = {lane} AND next_attempt_at <= ?3
-                   ORDER BY next_attempt_at LIMIT {limit})
+  WHERE rowid IN (
+        SELECT rowid FROM (SELECT rowid FROM events INDEXED BY events_due
+                            WHERE status = 'pending' AND attempts > 0 AND lane = {lane}
+                              AND next_attempt_at <= ?3
+                            ORDER BY next_attempt_at LIMIT {limit})
+        UNION ALL
+        SELECT rowid FROM (SELECT rowid FROM events NOT INDEXED
+                            WHERE rowid > (SELECT after_seq FROM queue_cursors WHERE lane = {lane})
+                              AND lane = {lane} AND status = 'pending' AND attempts = 0
+                            ORDER BY rowid LIMIT {limit})
+        LIMIT {limit})
 RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim_token,
           claimed_until, seq"
     )
+}
+
+/// Move the lane's cursor past the first attempts just claimed. `first` of them were claimed
+/// out of `room` places left after the work that came back. If the claim took fewer than it
+/// had room for, none of the lane's first attempts is left anywhere in the log, and the cursor
+/// moves to the last `seq`; else to the last one claimed (writes are serialised, so no event
+/// can appear behind it). It only ever moves forward.
+fn advance_cursor(
+    tx: &Transaction<'_>,
+    lane: Lane,
+    first: usize,
+    room: usize,
+    last_claimed: i64,
+) -> StoreResult<()> {
+    if room == 0 {
+        return Ok(());
+    }
+    if first > 0 {
+        tx.prepare_cached("UPDATE queue_cursors SET waiting = waiting - ?2 WHERE lane = ?1")?
+            .execute(params![lane.as_i64(), first as i64])?;
+    }
+    let to = if first < room {
+        tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM events")?
+            .query_row([], |r| r.get(0))?
+    } else {
+        last_claimed
+    };
+    tx.prepare_cached(
+        "UPDATE queue_cursors SET after_seq = ?2 WHERE lane = ?1 AND after_seq < ?2",
+    )?
+    .execute(params![lane.as_i64(), to])?;
+    Ok(())
 }
 
 pub(super) fn claim(
@@ -67,6 +111,15 @@ pub(super) fn claim(
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    // A first attempt is the claim that made `attempts` 1; the rest came back through the index.
+    let first = claimed.iter().filter(|c| c.claim.attempt == 1).count();
+    let last_first = claimed
+        .iter()
+        .filter(|c| c.claim.attempt == 1)
+        .map(|c| c.claim.seq)
+        .max()
+        .unwrap_or(0);
+    advance_cursor(tx, lane, first, limit - (claimed.len() - first), last_first)?;
     let mut body =
         tx.prepare_cached("SELECT payload, content_type FROM event_payloads WHERE seq = ?1")?;
     for c in &mut claimed {

@@ -140,23 +140,33 @@ fn page_query<T>(
 }
 
 /// The counts `/metrics` reports, read in one statement (one snapshot). Each status but
-/// `completed` is counted in its own partial index, so a scrape costs what is pending, claimed
-/// or failed, not the whole history; `completed` is the rest of a `count(*)`, which SQLite
-/// answers from the page headers of the smallest index. The lag is when the longest-waiting
-/// unfinished work became due: the first due time of each lane's pending range (one index
-/// descent each) and of the few claimed events. A pending event waiting on its backoff has a
-/// due time in the future and so adds no lag.
+/// `completed` is counted where it lives, so a scrape costs what is claimed or failed, not the
+/// whole history: work that came back in the partial index `events_due`, first attempts by
+/// the lanes' `waiting` counts (migration `0007`: reading the log itself cost about 900
+/// instructions per pending event and scrape), claims and failures in their partial indexes; `completed` is the rest of a `count(*)`, which SQLite answers from
+/// the page headers of the smallest index. The lag is when the longest-waiting unfinished work
+/// became due: the first due time of each lane's index range and of each lane's log (the
+/// first event after its cursor, read only when the lane has first attempts waiting), and of
+/// the few claimed events. A pending
+/// event waiting on its backoff has a due time in the future and so adds no lag.
 pub const STATUS_COUNTS: &str = "SELECT
     (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending'),
+    (SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending' AND attempts > 0)
+      + (SELECT sum(waiting) FROM queue_cursors),
     (SELECT count(*) FROM events INDEXED BY events_leases WHERE status = 'claimed'),
     (SELECT count(*) FROM events INDEXED BY events_failed WHERE status = 'failed'),
     (SELECT min(due) FROM (
         SELECT min(next_attempt_at) AS due FROM events INDEXED BY events_due
-         WHERE status = 'pending' AND lane = 0
+         WHERE status = 'pending' AND attempts > 0 AND lane = 0
         UNION ALL
         SELECT min(next_attempt_at) FROM events INDEXED BY events_due
-         WHERE status = 'pending' AND lane = 1
+         WHERE status = 'pending' AND attempts > 0 AND lane = 1
+        UNION ALL
+        SELECT (SELECT next_attempt_at FROM events NOT INDEXED
+                 WHERE rowid > q.after_seq AND lane = q.lane AND status = 'pending'
+                   AND attempts = 0
+                 ORDER BY rowid LIMIT 1)
+          FROM queue_cursors AS q WHERE q.waiting > 0
         UNION ALL
         SELECT min(next_attempt_at) FROM events INDEXED BY events_leases
          WHERE status = 'claimed'))";

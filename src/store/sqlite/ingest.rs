@@ -36,6 +36,8 @@ pub(super) fn insert_all(
       RETURNING payload_sha256 IS ?4",
     )?;
     let mut outcomes = Vec::with_capacity(batch.len());
+    // New first attempts per lane, for the queue's `waiting` counts (migration 0007).
+    let mut queued = [0_i64; 2];
     for d in batch {
         let changed = insert.execute(params![
             d.source,
@@ -52,6 +54,7 @@ pub(super) fn insert_all(
         });
         let outcome = if let Some(seq) = inserted {
             body.execute(params![seq, d.payload, d.content_type])?;
+            queued[usize::from(d.lane.as_i64() == 1)] += 1;
             InsertOutcome::Queued
         } else {
             let same: bool = redelivered.query_row(
@@ -65,6 +68,13 @@ pub(super) fn insert_all(
             }
         };
         outcomes.push(outcome);
+    }
+    let mut waiting =
+        tx.prepare_cached("UPDATE queue_cursors SET waiting = waiting + ?2 WHERE lane = ?1")?;
+    for (lane, n) in queued.into_iter().enumerate() {
+        if n > 0 {
+            waiting.execute(params![lane as i64, n])?;
+        }
     }
     Ok(outcomes)
 }

@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "tombstones",
         include_str!("../../../migrations/sqlite/0006_tombstones.sql"),
     ),
+    (
+        7,
+        "log_structured_queue",
+        include_str!("../../../migrations/sqlite/0007_log_structured_queue.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -160,8 +165,9 @@ mod tests {
     }
 
     /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`), 5 adds the lane and
-    /// rebuilds `loyalty_balances`: a database filled under migrations 1 and 2 keeps every
-    /// row, its foreign keys and its indexes, and the constraints still hold.
+    /// rebuilds `loyalty_balances`, 7 starts the queue's cursors: a database filled under
+    /// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
+    /// constraints still hold.
     #[test]
     fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
         let dir = tempfile::tempdir().unwrap();
@@ -222,7 +228,7 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         let seq_is_rowid: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {
@@ -276,13 +282,22 @@ mod tests {
         let indexes: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'
-                   AND name IN ('events_due', 'events_leases', 'events_failed',
-                                'events_source_seq')",
+                   AND name IN ('events_due', 'events_leases', 'events_failed')",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(indexes, 4);
+        assert_eq!(indexes, 3);
+        // Migration 7: each lane's cursor sits just before its first never-claimed pending
+        // event (the request, seq 3), or at the end of the log when it has none.
+        let cursors: Vec<(i64, i64, i64)> = conn
+            .prepare("SELECT lane, after_seq, waiting FROM queue_cursors ORDER BY lane")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(cursors, [(0, 3, 0), (1, 2, 1)]);
         // The references from the other tables follow the new tables.
         let orphan = conn.execute(
             "INSERT INTO event_payloads (seq, payload) VALUES (99, x'00')",
