@@ -77,6 +77,26 @@ pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> Store
     Ok(())
 }
 
+/// Tables derived from the others, rebuilt after a copy rather than copied.
+pub(super) const DERIVED: &[&str] = &["queue_cursors"];
+
+/// After a copy: the log's cursors and counts (`queue_cursors`) said nothing of the rows
+/// copied in, which came with their own seq; each lane starts again before its oldest
+/// never-claimed pending event (or at the end), counting them, as migration 0007 set them.
+pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "UPDATE queue_cursors SET
+            after_seq = ifnull((SELECT min(seq) - 1 FROM events
+                                 WHERE status = 'pending' AND attempts = 0
+                                   AND lane = queue_cursors.lane),
+                               ifnull((SELECT max(seq) FROM events), 0)),
+            waiting = (SELECT count(*) FROM events
+                        WHERE status = 'pending' AND attempts = 0
+                          AND lane = queue_cursors.lane)",
+    )?;
+    Ok(())
+}
+
 /// The columns of `table` as this database has them, in order (for the schema check).
 #[cfg(test)]
 pub(super) fn columns(conn: &Connection, table: &str) -> Vec<String> {
@@ -114,6 +134,7 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
+        tables.retain(|t| !super::DERIVED.contains(&t.as_str()));
         let mut named: Vec<String> = TABLES.iter().map(|t| t.name.to_string()).collect();
         tables.sort();
         named.sort();

@@ -445,6 +445,10 @@ impl Store for SqliteStore {
         self.write(|tx| copy::insert(tx, table, rows))
     }
 
+    fn copy_finished(&self) -> StoreResult<()> {
+        self.write(|tx| copy::rebuild_derived(tx))
+    }
+
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
         self.read(|c| requests::documents(c, id))
     }
