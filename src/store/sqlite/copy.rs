@@ -78,6 +78,7 @@ pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> Store
 }
 
 /// Tables derived from the others, rebuilt after a copy rather than copied.
+#[cfg(test)]
 pub(super) const DERIVED: &[&str] = &["queue_cursors"];
 
 /// After a copy: the log's cursors and counts (`queue_cursors`) said nothing of the rows
