@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Claimed, Lane, Store};
+use webhook_inbox::store::{Claimed, Lane};
 
 use crate::harness::Harness;
 
