@@ -70,6 +70,18 @@ pub struct EventPage {
     next_cursor: Option<String>,
 }
 
+/// The `status` filter of `GET /events` and `GET /events/export`: an event state, or `purged`
+/// for tombstones (a tombstone is a completed or failed event; lists leave them out otherwise).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum StatusFilter {
+    Pending,
+    Claimed,
+    Completed,
+    Failed,
+    Purged,
+}
+
 /// Which failed events a bulk retry takes; every field optional, no other field allowed.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
