@@ -33,6 +33,7 @@ mod plans;
 mod powercut;
 mod process;
 mod properties;
+mod purge_walks;
 mod receiver;
 mod rejections;
 mod replay;
