@@ -8,7 +8,7 @@
 //! given.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -19,8 +19,13 @@ use crate::store::{PurgeCutoffs, Store, StoreResult};
 
 /// Events per write transaction: a few milliseconds of the writer at most.
 pub const BATCH: usize = 100;
-/// The writer is left to others this long after each batch that purged something.
+/// The writer is left to others at least this long after each batch that purged something.
 pub const PAUSE: Duration = Duration::from_millis(5);
+/// After a batch that purged something, the walk sleeps this many times as long as the batch
+/// took, so it holds at most a tenth of the time (CPU and writer alike) and backs off by itself
+/// when ingest keeps the writer busy. Measured with scripts/bench-purge: with only `PAUSE`,
+/// ingest while purging kept a median 0.49 of ingest alone on 2 shared cores.
+pub const YIELD_FACTOR: u32 = 9;
 /// How often the background purge walks the table, unless told otherwise.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(600);
 
@@ -59,7 +64,7 @@ pub struct Walk {
     pub after: i64,
     /// At most this many tombstones in this walk (`None`: no limit).
     pub limit: Option<usize>,
-    /// The writer is left to others this long after each batch that purged something.
+    /// The least sleep after each batch that purged something (see [`YIELD_FACTOR`]).
     pub pause: Duration,
 }
 
@@ -92,7 +97,9 @@ pub fn purge_walk(
     // Each batch moves `after` forward (or ends the walk): the loop is bounded by the table.
     loop {
         let room = walk.limit.map_or(BATCH, |l| BATCH.min(l - total));
+        let started = Instant::now();
         let batch = store.purge_batch(cutoffs, after, room, now)?;
+        let took = started.elapsed();
         total += batch.purged;
         let next = match batch.next_after {
             Some(next) if next > after => next,
@@ -111,7 +118,7 @@ pub fn purge_walk(
             });
         }
         if batch.purged > 0 {
-            std::thread::sleep(walk.pause);
+            std::thread::sleep(walk.pause.max(took * YIELD_FACTOR));
         }
     }
 }
