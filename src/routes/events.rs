@@ -106,7 +106,7 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
 /// page appears exactly once, however many arrive meanwhile. Unknown query keys are refused.
 #[utoipa::path(get, path = "/events", tag = "ops", security(("bearer" = [])),
     params(
-        ("status" = Option<super::views::EventStatus>, Query, description = "Only events in this state"),
+        ("status" = Option<super::openapi::schemas::StatusFilter>, Query, description = "Only events in this state; `purged`: only tombstones (left out otherwise)"),
         ("source" = Option<String>, Query, description = "Only events from this source"),
         ("type" = Option<String>, Query, description = "Only events of this type"),
         ("received_after" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery after this time"),
@@ -138,7 +138,7 @@ pub async fn list(
 /// by page so that a large export is never held in memory whole.
 #[utoipa::path(get, path = "/events/export", tag = "ops", security(("bearer" = [])),
     params(
-        ("status" = Option<super::views::EventStatus>, Query, description = "Only events in this state"),
+        ("status" = Option<super::openapi::schemas::StatusFilter>, Query, description = "Only events in this state; `purged`: only tombstones (left out otherwise)"),
         ("source" = Option<String>, Query, description = "Only events from this source"),
         ("type" = Option<String>, Query, description = "Only events of this type"),
         ("received_after" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery after this time"),

@@ -7,7 +7,7 @@ mod events;
 mod health;
 mod loyalty;
 mod openapi;
-mod paging;
+pub mod paging;
 mod purge;
 mod requests;
 mod stats;

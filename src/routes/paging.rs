@@ -11,17 +11,38 @@ use crate::store::Page;
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 500;
 
-fn encode_cursor(seq: i64) -> String {
-    URL_SAFE_NO_PAD.encode(format!("v1:{seq}"))
+/// A cursor naming `seq` (public for the fuzz targets' round trip).
+#[doc(hidden)]
+pub fn encode_cursor(seq: i64) -> String {
+    encode_tagged("v1", seq)
 }
 
-fn decode_cursor(cursor: &str) -> Result<i64, ApiError> {
+/// The cursor decoder of `GET /events` and `GET /loyalty/{customer_id}` (public for the fuzz
+/// targets): any text is either a sequence this server issued or a 422 naming `cursor`.
+#[doc(hidden)]
+pub fn decode_cursor(cursor: &str) -> Result<i64, ApiError> {
+    decode_tagged("v1", "cursor", cursor)
+}
+
+/// A sequence as opaque text; `tag` keeps one route's cursors out of another's.
+pub(super) fn encode_tagged(tag: &str, seq: i64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{tag}:{seq}"))
+}
+
+/// The sequence in a cursor that `encode_tagged(tag, _)` made, else a 422 naming `field`.
+pub(super) fn decode_tagged(tag: &str, field: &str, cursor: &str) -> Result<i64, ApiError> {
     URL_SAFE_NO_PAD
         .decode(cursor)
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
-        .and_then(|s| s.strip_prefix("v1:").and_then(|n| n.parse().ok()))
-        .ok_or_else(|| ApiError::InvalidRequest("cursor: not a cursor this server issued".into()))
+        .and_then(|s| {
+            s.strip_prefix(tag)?
+                .strip_prefix(':')
+                .and_then(|n| n.parse().ok())
+        })
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!("{field}: not a cursor this server issued"))
+        })
 }
 
 /// A page request from the `limit` and `cursor` parameters as text; each bad value is a 422

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::helpers::*;
 
-async fn cli(app: &TestApp, args: &[&str]) -> Output {
+pub async fn cli(app: &TestApp, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"));
     command
         .args(args)
@@ -20,11 +20,11 @@ async fn cli(app: &TestApp, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn stdout(o: &Output) -> String {
+pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn stderr(o: &Output) -> String {
+pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 

@@ -38,6 +38,7 @@ mod postgres_store;
 mod powercut;
 mod process;
 mod properties;
+mod purge_walks;
 mod queue;
 mod receiver;
 mod rejections;

@@ -53,6 +53,7 @@ pub const BEARER: &str = "bearer";
     components(schemas(
         ErrorBody,
         schemas::ErrorCode,
+        schemas::StatusFilter,
         super::views::Event,
         super::views::EventWithHistory,
         super::views::Request,

@@ -70,6 +70,18 @@ pub struct EventPage {
     next_cursor: Option<String>,
 }
 
+/// The `status` filter of `GET /events` and `GET /events/export`: an event state, or `purged`
+/// for tombstones (a tombstone is a completed or failed event; lists leave them out otherwise).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum StatusFilter {
+    Pending,
+    Claimed,
+    Completed,
+    Failed,
+    Purged,
+}
+
 /// Which failed events a bulk retry takes; every field optional, no other field allowed.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -93,11 +105,23 @@ pub struct Purge {
     /// Failed events that failed before this time (RFC 3339).
     #[schema(format = DateTime)]
     failed_before: Option<String>,
+    /// At most this many tombstones in this call (default: as many as about 5 s allow).
+    #[schema(minimum = 1)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous answer, to go on where it stopped (send the same times).
+    cursor: Option<String>,
 }
 
+/// One call's work: a call stops after about 5 s (or `limit` tombstones) and says where to go on.
 #[derive(ToSchema)]
 pub struct Purged {
+    /// Events that became tombstones in this call.
     purged: u64,
+    /// True when the walk stopped before the newest event: call again with `next_cursor`.
+    more: bool,
+    /// Send as `cursor` to go on; null once the walk is complete.
+    #[schema(required = true)]
+    next_cursor: Option<String>,
 }
 
 #[derive(ToSchema)]

@@ -181,3 +181,55 @@ fn the_ingest_route_names_every_schemes_signature_header() {
         assert!(names.contains(&header), "{header} missing from {names:?}");
     }
 }
+
+/// `status=purged` is accepted by both lists (tombstones only), so the document offers it.
+#[test]
+fn the_status_filters_offer_purged() {
+    let doc = serde_json::to_value(document()).unwrap();
+    for path in ["/events", "/events/export"] {
+        let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+        let status = params.iter().find(|p| p["name"] == "status").unwrap();
+        let schema = &status["schema"];
+        let target = schema["$ref"]
+            .as_str()
+            .or_else(|| schema["oneOf"][0]["$ref"].as_str())
+            .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            .unwrap_or_else(|| panic!("{path}: status schema {schema}"));
+        let values = &doc["components"]["schemas"][target]["enum"];
+        for v in ["pending", "claimed", "completed", "failed", "purged"] {
+            assert!(
+                values.as_array().unwrap().contains(&v.into()),
+                "{path}: {v} not in {values}"
+            );
+        }
+    }
+}
+
+/// Every `$ref` names a schema the document holds: a type used only in a parameter is not
+/// collected by itself and must be listed in `components(schemas(...))`.
+#[test]
+fn every_reference_resolves() {
+    fn refs(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(r) = map.get("$ref").and_then(|r| r.as_str()) {
+                    out.push(r.to_string());
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let doc = serde_json::to_value(document()).unwrap();
+    let mut found = Vec::new();
+    refs(&doc, &mut found);
+    assert!(!found.is_empty());
+    for r in found {
+        let name = r.strip_prefix("#/components/schemas/").unwrap_or(&r);
+        assert!(
+            doc["components"]["schemas"].get(name).is_some(),
+            "{r} does not resolve"
+        );
+    }
+}

@@ -11,6 +11,7 @@
 use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
+use super::requests::REQUEST_SOURCE;
 use crate::store::{LifecycleCounts, PurgeBatch, PurgeCutoffs, StoreResult};
 
 /// Rows examined per read (one window of the `seq` walk).
@@ -110,6 +111,12 @@ fn purge(
     let mut mark = tx.prepare_cached(&sql)?;
     let mut body = tx.prepare_cached("DELETE FROM event_payloads WHERE seq = ?1")?;
     let mut history = tx.prepare_cached("DELETE FROM event_attempts WHERE event_seq = ?1")?;
+    // A submission's body is its request's documents (the event's own body only names the
+    // request): they go with it. The request row stays, as its event stays as a tombstone.
+    let mut documents = tx.prepare_cached(
+        "DELETE FROM request_documents WHERE request_id =
+           (SELECT event_id FROM events WHERE seq = ?1 AND source = ?2)",
+    )?;
     let mut purged = 0;
     for &seq in seqs {
         let marked = mark.execute(params![
@@ -121,6 +128,7 @@ fn purge(
         if marked == 1 {
             body.execute([seq])?;
             history.execute([seq])?;
+            documents.execute(params![seq, REQUEST_SOURCE])?;
             purged += 1;
         }
     }
