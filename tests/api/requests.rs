@@ -407,7 +407,49 @@ async fn bad_requests_get_the_error_shape() {
     assert_eq!(app.count("SELECT count(*) FROM request_documents"), 0);
 }
 
+/// A purged submission takes its request's documents (its body) with it, on every store; a
+/// draft's documents stay.
+fn a_purged_submission_takes_its_documents_with_it(kind: StoreKind) {
+    use webhook_inbox::store::{NewDocument, PurgeCutoffs};
+    let h = Harness::on(kind, 5, 30);
+    let document = |id: &str| NewDocument {
+        id: format!("doc-{id}"),
+        name: "a.txt".into(),
+        content_type: "text/plain".into(),
+        content: b"hello".to_vec(),
+    };
+    for id in ["req-sent", "req-draft"] {
+        h.store.create_request(id, now_ms()).unwrap();
+        h.store.add_document(id, &document(id), now_ms()).unwrap();
+    }
+    h.store.submit_request("req-sent", now_ms()).unwrap();
+    for _ in 0..10 {
+        if h.consumer.run_once("w", 10, &|| false).unwrap() == 0 {
+            break;
+        }
+    }
+    assert_eq!(h.downstream.calls(), ["requests:req-sent"]);
+    let later = now_ms() + 60_000;
+    let cutoffs = PurgeCutoffs {
+        completed_before: Some(later),
+        failed_before: Some(later),
+    };
+    let (mut after, mut purged) = (0, 0);
+    for _ in 0..100 {
+        let batch = h.store.purge_batch(&cutoffs, after, 100, now_ms()).unwrap();
+        purged += batch.purged;
+        match batch.next_after {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(purged, 1);
+    assert!(h.store.request_documents("req-sent").unwrap().is_empty());
+    assert_eq!(h.store.request_documents("req-draft").unwrap().len(), 1);
+}
+
 store_tests!(
+    a_purged_submission_takes_its_documents_with_it,
     six_workers_drain_fifty_submissions_calling_downstream_once_each,
     a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_once,
 );

@@ -7,6 +7,7 @@
 //! held comes back through autovacuum (reused by later rows; the files do not shrink).
 
 use super::session::Db;
+use crate::domain::RESERVED_SOURCE;
 use crate::store::{LifecycleCounts, PurgeCutoffs, StoreResult};
 
 /// Rows examined per read (one window of the `seq` walk).
@@ -85,11 +86,16 @@ pub(super) fn purge(
         "WITH marked AS (
             UPDATE events AS e SET purged_at = $4, finished_at = {FINISHED_AT}
              WHERE e.seq = ANY($1) AND {}
-            RETURNING e.seq
+            RETURNING e.seq, e.source, e.event_id
          ), bodies AS (
             DELETE FROM event_payloads WHERE seq IN (SELECT seq FROM marked)
          ), history AS (
             DELETE FROM event_attempts WHERE event_seq IN (SELECT seq FROM marked)
+         ), documents AS (
+            -- A submission's body is its request's documents: they go with it (the request
+            -- row stays, as its event stays as a tombstone).
+            DELETE FROM request_documents WHERE request_id IN
+                (SELECT event_id FROM marked WHERE source = '{RESERVED_SOURCE}')
          )
          SELECT count(*) FROM marked",
         due_condition("$2", "$3")
