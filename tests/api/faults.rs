@@ -296,26 +296,45 @@ impl Drop for Ext4 {
     }
 }
 
-/// The filesystem under a running server turns read-only: `/readyz` says so with 503, and the
-/// writing routes answer 503, not 500.
-#[test]
-fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_writes_with_503() {
-    let dir = tempfile::tempdir().unwrap();
-    let fs = match Ext4::mount(dir.path()) {
+/// The real binary with `workers` consumers over a database on a fresh ext4 image in `dir`,
+/// after one delivery was stored; `None` (skipped, or failed under `TEST_REQUIRE_ALL`) where
+/// no image can be mounted.
+fn serve_on_ext4(
+    dir: &std::path::Path,
+    workers: u32,
+) -> Option<(
+    Ext4,
+    ServerProcess,
+    webhook_inbox::config::Settings,
+    reqwest::blocking::Client,
+)> {
+    let fs = match Ext4::mount(dir) {
         Ok(fs) => fs,
         Err(why) => {
             if requires::available("a loop-mounted ext4 image (root, mkfs.ext4)", Err(why)) {
                 unreachable!()
             }
-            return;
+            return None;
         }
     };
-    let (server, settings, client) = serve_on(dir.path(), &fs.0, 0);
+    let (server, settings, client) = serve_on(dir, &fs.0, workers);
     let note = r#"{"type":"note"}"#;
     assert_eq!(
         send_signed(&client, &server.base, &settings, "before", note),
         200
     );
+    Some((fs, server, settings, client))
+}
+
+/// The filesystem under a running server turns read-only: `/readyz` says so with 503, and the
+/// writing routes answer 503, not 500.
+#[test]
+fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_writes_with_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((fs, server, settings, client)) = serve_on_ext4(dir.path(), 0) else {
+        return;
+    };
+    let note = r#"{"type":"note"}"#;
     // No worker writes meanwhile (workers = 0): `/readyz` must find out by itself.
     fs.fail();
 
@@ -353,21 +372,9 @@ fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_wri
 #[test]
 fn consumers_on_an_unwritable_database_back_off_exponentially() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = match Ext4::mount(dir.path()) {
-        Ok(fs) => fs,
-        Err(why) => {
-            if requires::available("a loop-mounted ext4 image (root, mkfs.ext4)", Err(why)) {
-                unreachable!()
-            }
-            return;
-        }
+    let Some((fs, server, _, _)) = serve_on_ext4(dir.path(), 1) else {
+        return;
     };
-    let (server, settings, client) = serve_on(dir.path(), &fs.0, 1);
-    let note = r#"{"type":"note"}"#;
-    assert_eq!(
-        send_signed(&client, &server.base, &settings, "before", note),
-        200
-    );
     fs.fail();
     let logs = || server.logs();
     // The first failure comes within a few idle polls.
