@@ -131,16 +131,20 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
         }
         return Ok(serde_json::from_value(json).unwrap_or_default());
     }
+    // JSON is UTF-8. Checked first and whole, because serde_json does not check the strings it
+    // skips: a field peek ignores could otherwise hold bytes no later reader can parse.
+    let text =
+        std::str::from_utf8(raw).map_err(|e| PayloadError::NotJson(format!("not UTF-8: {e}")))?;
     // Only an object has fields. (A derived struct would also read an array positionally.)
     let is_object = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     if is_object {
-        match serde_json::from_slice::<Peek>(raw) {
+        match serde_json::from_str::<Peek>(text) {
             Ok(p) => Ok(p),
             // Valid JSON the fast path refuses (a repeated key): read it whole, the last value
             // of a key winning, rather than refuse an authentic delivery.
             Err(e) if e.is_data() => {
-                let value: Value = serde_json::from_slice(raw)
-                    .map_err(|e| PayloadError::NotJson(e.to_string()))?;
+                let value: Value =
+                    serde_json::from_str(text).map_err(|e| PayloadError::NotJson(e.to_string()))?;
                 let scalar = |name: &str| value.get(name).map(Scalar::of);
                 Ok(Peek {
                     id: scalar("id"),
@@ -151,7 +155,7 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
             Err(e) => Err(PayloadError::NotJson(e.to_string())),
         }
     } else {
-        serde_json::from_slice::<serde::de::IgnoredAny>(raw)
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
             .map_err(|e| PayloadError::NotJson(e.to_string()))?;
         Err(PayloadError::NotObject(kind(raw)))
     }
@@ -199,5 +203,24 @@ mod tests {
             peek(b"--x", Some("multipart/form-data; boundary=x")),
             Err(PayloadError::UnsupportedContentType(_))
         ));
+    }
+
+    /// Invalid UTF-8 inside a string is not JSON, wherever the string is: serde_json skips the
+    /// fields peek ignores without checking them (fuzz/found/peek-invalid-utf8-in-string).
+    #[test]
+    fn invalid_utf8_anywhere_is_not_json() {
+        for body in [
+            &b"\"t\xffext\""[..],
+            b"{\"id\":\"evt_1\",\"note\":\"t\xffext\"}",
+            b"{\"id\":\"evt_1\",\"t\xffext\":1}",
+            b"{\"id\":\"evt_1\",\"data\":[\"\xc3\"]}",
+            b"[\"\xed\xa0\x80\"]",
+        ] {
+            assert!(serde_json::from_slice::<Value>(body).is_err());
+            match peek(body, Some("application/json")) {
+                Err(PayloadError::NotJson(message)) => assert!(message.contains("UTF-8")),
+                other => panic!("{body:?}: {other:?}"),
+            }
+        }
     }
 }

@@ -142,6 +142,14 @@ impl Scheme {
         body: &[u8],
         now: i64,
     ) -> Result<Vec<(String, String)>, String> {
+        // What goes into a header must arrive as it was signed: the verifier reads visible
+        // ASCII and trims, so anything else would be refused or would not verify.
+        if self != Scheme::Stripe {
+            header_value("event id", event_id)?;
+        }
+        if matches!(self, Scheme::Github | Scheme::Shopify) {
+            header_value("event type", event_type)?;
+        }
         match self {
             Scheme::StandardWebhooks => standard::sign(secret, event_id, body, now),
             Scheme::Stripe => Ok(stripe::sign(secret, body, now)),
@@ -178,6 +186,19 @@ impl Scheme {
         }
         Ok(())
     }
+}
+
+/// Refuse a value the sender would put in a header that would not reach the verifier as it is:
+/// empty, surrounded by whitespace, or holding anything but visible ASCII and inner spaces.
+fn header_value(what: &str, value: &str) -> Result<(), String> {
+    let visible = value.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+    if value.is_empty() || value.trim() != value || !visible {
+        return Err(format!(
+            "{what} {value:?} cannot be sent in a header: use visible ASCII, without leading \
+             or trailing spaces"
+        ));
+    }
+    Ok(())
 }
 
 /// A required header's value: missing or empty is `MissingHeader`, non-ASCII is `Malformed`.

@@ -56,6 +56,48 @@ proptest! {
         prop_assert!(result.is_err(), "{scheme:?}: a flipped byte verified");
     }
 
+    /// Any event id and type: our signer refuses what cannot travel in a header, and whatever
+    /// it signs verifies, with the id it was given (fuzz/found/signature_standard-*).
+    #[test]
+    fn any_id_is_refused_by_the_signer_or_verifies(
+        scheme in prop::sample::select(SCHEMES.to_vec()),
+        id in prop_oneof![any::<String>(), "[ -~]{0,12}", "[\\x00-\\xff]{1,12}"],
+        event_type in prop_oneof![Just("order.completed".to_string()), any::<String>()],
+    ) {
+        let key = secret(scheme);
+        let Ok(headers) = scheme.sign(&key, &id, &event_type, b"{}", NOW) else {
+            let travels = |v: &str| {
+                !v.is_empty() && v.trim() == v && v.bytes().all(|b| (b' '..=b'~').contains(&b))
+            };
+            prop_assert!(!travels(&id) || !travels(&event_type), "refused {id:?} {event_type:?}");
+            return Ok(());
+        };
+        let verified = scheme.verify(&headers, b"{}", std::slice::from_ref(&key), NOW, 300);
+        prop_assert!(verified.is_ok(), "{scheme:?} signed {id:?} and then refused it: {verified:?}");
+        if scheme != Scheme::Stripe {
+            prop_assert_eq!(verified.unwrap().event_id, Some(id));
+        }
+    }
+
+    /// Peek and serde_json agree on raw bytes too, invalid UTF-8 included
+    /// (fuzz/found/peek-invalid-utf8-in-string).
+    #[test]
+    fn peek_agrees_with_serde_json_on_any_bytes(
+        raw in json_ish(),
+        at in any::<prop::sample::Index>(),
+        byte in 0x80u8..=0xff,
+    ) {
+        // Right after a quote, so that half the time the byte lands inside a string, where
+        // serde_json only checks UTF-8 in the strings it reads, not those it skips.
+        let mut bytes = raw.into_bytes();
+        let quotes: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] == b'"').collect();
+        let place = if quotes.is_empty() { 0 } else { quotes[at.index(quotes.len())] + 1 };
+        bytes.insert(place, byte);
+        let parsed = serde_json::from_slice::<serde_json::Value>(&bytes);
+        let peeked = peek(&bytes, Some("application/json"));
+        prop_assert_eq!(parsed.is_ok() && parsed.unwrap().is_object(), peeked.is_ok(), "{:?}", bytes);
+    }
+
     /// Any header values, ASCII or not, for every header any scheme reads.
     #[test]
     fn signature_parsers_never_panic(

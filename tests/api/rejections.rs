@@ -215,6 +215,20 @@ async fn a_signed_body_that_is_json_but_not_an_object_is_400_invalid_json() {
     assert_eq!(event_rows(&app), 0);
 }
 
+/// JSON is UTF-8: a body with invalid UTF-8 in a field ingest does not read is refused too
+/// (the fuzzers found peek skipping such a string unchecked), and nothing is stored.
+#[tokio::test]
+async fn a_signed_body_with_invalid_utf8_in_any_string_is_400_invalid_json() {
+    let app = spawn_app().await;
+    let body = b"{\"type\":\"order.completed\",\"note\":\"t\xffext\",\"data\":{}}";
+    let headers = sign_for(&app.settings, "shop", "bad-utf8", body);
+    let r = app.post_webhook("shop", &headers, body).await;
+    r.assert_error(400, "invalid_json");
+    let message = r.body["message"].as_str().unwrap();
+    assert!(message.contains("UTF-8"), "{message}");
+    assert_eq!(event_rows(&app), 0);
+}
+
 #[tokio::test]
 async fn a_stale_timestamp_message_gives_age_and_tolerance_and_suggests_the_clock() {
     let app = spawn_app().await;
