@@ -90,12 +90,7 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        match self {
-            ApiError::Internal(e) => tracing::error!(error = ?e, "internal error"),
-            ApiError::Unavailable(cause) => tracing::warn!(%cause, "answering 503"),
-            ApiError::NotReady(why) => tracing::warn!(reason = why, "not ready"),
-            _ => {}
-        }
+        // Logged by the request-id middleware, with the request's id (routes/mod.rs).
         let mut response = HttpResponse::build(self.status_code());
         if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
             response.insert_header(("Retry-After", RETRY_AFTER_SECONDS.to_string()));

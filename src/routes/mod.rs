@@ -23,7 +23,6 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::{HttpRequest, HttpResponse, web};
 use tokio::sync::Notify;
-use tracing::Instrument as _;
 
 pub use error::ApiError;
 
@@ -112,10 +111,13 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// A span per request with a request id, taken from `x-request-id` when it is sane, else
-/// generated, and echoed in the response. Headers are never logged: they carry secrets. The
-/// span holds only the id (its fields are formatted for every request, logged or not); method
-/// and path are on the line that logs a refusal, which every error answer gets.
+/// A request id per request, taken from `x-request-id` when it is sane, else generated, and
+/// echoed in the response. Headers are never logged: they carry secrets.
+///
+/// Nothing is logged for an answered request (at the default level), so no span is opened up
+/// front: a span's fields are formatted and stored for every request, logged or not (measured:
+/// about 5,000 instructions per delivery, 4% of ingest). An error answer gets its line here,
+/// with the request id, method, path and status, and the cause of a 5xx beside them.
 pub async fn request_id(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -127,18 +129,31 @@ pub async fn request_id(
         .filter(|v| !v.is_empty() && v.len() <= 128)
         .map(String::from)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let span = tracing::info_span!("request", request_id = %id);
-    let mut response = next.call(req).instrument(span.clone()).await?;
+    let mut response = next.call(req).await?;
     let status = response.status();
-    let (method, path) = (response.request().method(), response.request().path());
-    // Refusals are worth a line each; successes only at debug (one per delivery is noise).
-    span.in_scope(|| {
-        if status.is_client_error() || status.is_server_error() {
-            tracing::info!(%method, %path, status = status.as_u16(), "refused");
-        } else {
-            tracing::debug!(%method, %path, status = status.as_u16(), "answered");
+    if status.is_client_error() || status.is_server_error() {
+        let (method, path) = (response.request().method(), response.request().path());
+        let code = status.as_u16();
+        match response
+            .response()
+            .error()
+            .and_then(|e| e.as_error::<ApiError>())
+        {
+            Some(ApiError::Internal(e)) => {
+                tracing::error!(request_id = %id, %method, %path, status = code, error = ?e, "internal error");
+            }
+            Some(ApiError::Unavailable(cause)) => {
+                tracing::warn!(request_id = %id, %method, %path, status = code, %cause, "answering 503");
+            }
+            Some(ApiError::NotReady(why)) => {
+                tracing::warn!(request_id = %id, %method, %path, status = code, reason = why, "not ready");
+            }
+            _ => tracing::info!(request_id = %id, %method, %path, status = code, "refused"),
         }
-    });
+    } else {
+        tracing::debug!(request_id = %id, method = %response.request().method(),
+            path = %response.request().path(), status = status.as_u16(), "answered");
+    }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }

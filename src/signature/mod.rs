@@ -143,7 +143,12 @@ impl Scheme {
         now: i64,
     ) -> Result<Vec<(String, String)>, String> {
         // What goes into a header must arrive as it was signed: the verifier reads visible
-        // ASCII and trims, so anything else would be refused or would not verify.
+        // ASCII and trims, so anything else would be refused or would not verify. Standard
+        // Webhooks signs the id, so it must be there; the others only carry it beside the
+        // signature, and an empty one is simply a missing header.
+        if self == Scheme::StandardWebhooks && event_id.is_empty() {
+            return Err("a standard-webhooks event id must not be empty".into());
+        }
         if self != Scheme::Stripe {
             header_value("event id", event_id)?;
         }
@@ -189,10 +194,10 @@ impl Scheme {
 }
 
 /// Refuse a value the sender would put in a header that would not reach the verifier as it is:
-/// empty, surrounded by whitespace, or holding anything but visible ASCII and inner spaces.
+/// surrounded by whitespace, or holding anything but visible ASCII and inner spaces.
 fn header_value(what: &str, value: &str) -> Result<(), String> {
     let visible = value.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
-    if value.is_empty() || value.trim() != value || !visible {
+    if value.trim() != value || !visible {
         return Err(format!(
             "{what} {value:?} cannot be sent in a header: use visible ASCII, without leading \
              or trailing spaces"

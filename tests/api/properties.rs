@@ -67,14 +67,18 @@ proptest! {
         let key = secret(scheme);
         let Ok(headers) = scheme.sign(&key, &id, &event_type, b"{}", NOW) else {
             let travels = |v: &str| {
-                !v.is_empty() && v.trim() == v && v.bytes().all(|b| (b' '..=b'~').contains(&b))
+                v.trim() == v && v.bytes().all(|b| (b' '..=b'~').contains(&b))
             };
-            prop_assert!(!travels(&id) || !travels(&event_type), "refused {id:?} {event_type:?}");
+            let signed_id_empty = scheme == Scheme::StandardWebhooks && id.is_empty();
+            prop_assert!(
+                signed_id_empty || !travels(&id) || !travels(&event_type),
+                "refused {id:?} {event_type:?}"
+            );
             return Ok(());
         };
         let verified = scheme.verify(&headers, b"{}", std::slice::from_ref(&key), NOW, 300);
         prop_assert!(verified.is_ok(), "{scheme:?} signed {id:?} and then refused it: {verified:?}");
-        if scheme != Scheme::Stripe {
+        if scheme != Scheme::Stripe && !id.is_empty() {
             prop_assert_eq!(verified.unwrap().event_id, Some(id));
         }
     }
