@@ -2,8 +2,7 @@
 //! a captured delivery can be replayed as-is, so the business-key guards protect the effects.
 
 use super::{
-    Headers, SignatureError, Verified, any_match, hmac_hex, malformed, optional, required,
-    utf8_keys,
+    Headers, SignatureError, Verified, any_match, hmac_hex, keyed, malformed, optional, required,
 };
 use crate::signature::Secret;
 
@@ -19,7 +18,7 @@ pub(super) fn verify(
         .strip_prefix("sha256=")
         .ok_or_else(|| malformed(HEADER, "expected sha256=<hex>"))?;
     let candidate = hex::decode(hex_sig).map_err(|_| malformed(HEADER, "signature is not hex"))?;
-    if !any_match(&utf8_keys(secrets), &[body], &[candidate]) {
+    if !any_match(keyed(secrets), &[body], &[candidate]) {
         return Err(SignatureError::NoMatch);
     }
     Ok(Verified {

@@ -2,8 +2,7 @@
 //! `X-Event-Id`, else the body's `event_id`.
 
 use super::{
-    Headers, SignatureError, Verified, any_match, hmac_hex, malformed, optional, required,
-    utf8_keys,
+    Headers, SignatureError, Verified, any_match, hmac_hex, keyed, malformed, optional, required,
 };
 use crate::signature::Secret;
 
@@ -17,7 +16,7 @@ pub(super) fn verify(
     let value = required(headers, HEADER)?;
     let hex_sig = value.strip_prefix("sha256=").unwrap_or(value);
     let candidate = hex::decode(hex_sig).map_err(|_| malformed(HEADER, "signature is not hex"))?;
-    if !any_match(&utf8_keys(secrets), &[body], &[candidate]) {
+    if !any_match(keyed(secrets), &[body], &[candidate]) {
         return Err(SignatureError::NoMatch);
     }
     Ok(Verified {

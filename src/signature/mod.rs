@@ -238,21 +238,27 @@ fn mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
     mac
 }
 
-/// True when any (key, candidate) pair matches, each compared in constant time.
-fn any_match(keys: &[Vec<u8>], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
-    keys.iter().any(|key| {
-        let base = mac(key, parts);
+/// True when any (key, candidate) pair matches, each compared in constant time. `keys` are
+/// HMACs already keyed ([`Secret::keyed`]).
+fn any_match<'k>(
+    keys: impl IntoIterator<Item = &'k HmacSha256>,
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> bool {
+    keys.into_iter().any(|keyed| {
+        let mut base = keyed.clone();
+        for p in parts {
+            base.update(p);
+        }
         candidates
             .iter()
             .any(|c| base.clone().verify_slice(c).is_ok())
     })
 }
 
-fn utf8_keys(secrets: &[Secret]) -> Vec<Vec<u8>> {
-    secrets
-        .iter()
-        .map(|s| s.expose().as_bytes().to_vec())
-        .collect()
+/// Every secret's HMAC keyed with its bytes as they are.
+fn keyed(secrets: &[Secret]) -> impl Iterator<Item = &HmacSha256> {
+    secrets.iter().map(Secret::keyed)
 }
 
 fn hmac_bytes(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {

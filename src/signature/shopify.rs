@@ -5,8 +5,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{
-    Headers, SignatureError, Verified, any_match, hmac_bytes, malformed, optional, required,
-    utf8_keys,
+    Headers, SignatureError, Verified, any_match, hmac_bytes, keyed, malformed, optional, required,
 };
 use crate::signature::Secret;
 
@@ -21,7 +20,7 @@ pub(super) fn verify(
     let candidate = STANDARD
         .decode(value)
         .map_err(|_| malformed(HEADER, "signature is not base64"))?;
-    if !any_match(&utf8_keys(secrets), &[body], &[candidate]) {
+    if !any_match(keyed(secrets), &[body], &[candidate]) {
         return Err(SignatureError::NoMatch);
     }
     Ok(Verified {

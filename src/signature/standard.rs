@@ -64,9 +64,9 @@ pub(super) fn verify(
     if candidates.is_empty() {
         return Err(malformed("webhook-signature", "no v1 signature"));
     }
-    let keys: Vec<Vec<u8>> = secrets.iter().filter_map(|s| key(s).ok()).collect();
+    let keys = secrets.iter().filter_map(Secret::standard_keyed);
     let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_raw.as_bytes(), b".", body];
-    if !any_match(&keys, &parts, &candidates) {
+    if !any_match(keys, &parts, &candidates) {
         return Err(SignatureError::NoMatch);
     }
     Ok(Verified {

@@ -1,9 +1,7 @@
 //! Stripe: `Stripe-Signature: t=<ts>,v1=<hex>[,v1=<hex>…]` over `{t}.{body}`, keyed by the whole
 //! secret string, `whsec_` included (unlike Standard Webhooks: a frequent confusion).
 
-use super::{
-    Headers, SignatureError, Verified, any_match, hmac_hex, malformed, required, utf8_keys,
-};
+use super::{Headers, SignatureError, Verified, any_match, hmac_hex, keyed, malformed, required};
 use crate::signature::Secret;
 
 const HEADER: &str = "Stripe-Signature";
@@ -40,7 +38,7 @@ pub(super) fn verify(
         return Err(malformed(HEADER, "no v1 signature"));
     }
     let parts: [&[u8]; 3] = [ts_raw.as_bytes(), b".", body];
-    if !any_match(&utf8_keys(secrets), &parts, &candidates) {
+    if !any_match(keyed(secrets), &parts, &candidates) {
         return Err(SignatureError::NoMatch);
     }
     Ok(Verified {
