@@ -25,10 +25,9 @@ fn copy(dir: &Path, args: &[&str]) -> Output {
 fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let tables: Vec<String> = conn
-        // Views too: since migration 0008 the bodies are `event_payloads`, a view.
         .prepare(
-            "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')
-               AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations' AND name <> 'queue_cursors' ORDER BY name",
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+               AND name <> 'schema_migrations' AND name <> 'queue_cursors' ORDER BY name",
         )
         .unwrap()
         .query_map([], |r| r.get(0))

@@ -46,7 +46,7 @@ pub fn claim_sql(lane: Lane, limit: usize) -> String {
                             ORDER BY rowid LIMIT {limit})
         LIMIT {limit})
 RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim_token,
-          claimed_until, seq, payload, content_type"
+          claimed_until, seq"
     )
 }
 
@@ -91,7 +91,7 @@ pub(super) fn claim(
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
-    let claimed = tx
+    let mut claimed = tx
         .prepare_cached(&claim_sql(lane, limit))?
         .query_map(params![worker, claimed_until, now], |r| {
             Ok(Claimed {
@@ -103,9 +103,9 @@ pub(super) fn claim(
                     claim_token: r.get(5)?,
                 },
                 event_type: r.get(2)?,
-                // A claimable event is never a tombstone, so it has its body.
-                payload: r.get::<_, Option<Vec<u8>>>(8)?.unwrap_or_default(),
-                content_type: r.get(9)?,
+                // Read below from event_payloads.
+                payload: Vec::new(),
+                content_type: None,
                 budget_used: r.get(4)?,
                 claimed_until: r.get(6)?,
             })
@@ -120,6 +120,12 @@ pub(super) fn claim(
         .max()
         .unwrap_or(0);
     advance_cursor(tx, lane, first, limit - (claimed.len() - first), last_first)?;
+    let mut body =
+        tx.prepare_cached("SELECT payload, content_type FROM event_payloads WHERE seq = ?1")?;
+    for c in &mut claimed {
+        (c.payload, c.content_type) =
+            body.query_row([c.claim.seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    }
     let mut history = tx.prepare_cached(
         "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
          VALUES (?1, ?2, ?3, ?4)",

@@ -63,20 +63,9 @@ pub(super) fn count(conn: &Connection, table: &Table) -> StoreResult<u64> {
 }
 
 /// Insert rows as they are; a row whose key (or any unique column) is present is skipped.
-/// Tables of the copy that this store keeps as a view over another table's columns (migration
-/// 0008: the bodies live in the event's row). Writing into the view sets those columns of the
-/// rows copied before it; writing the same body twice (a resumed copy) changes nothing.
-pub(super) const VIEWS: &[(&str, &str)] = &[("event_payloads", "events")];
-
 pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
-    // A view takes no conflict clause: its trigger updates, so a repeat is harmless anyway.
-    let on_conflict = if VIEWS.iter().any(|(view, _)| *view == table.name) {
-        ""
-    } else {
-        "ON CONFLICT DO NOTHING"
-    };
     let sql = format!(
-        "INSERT INTO {} ({}) VALUES ({}) {on_conflict}",
+        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
         table.name,
         table.columns.join(", "),
         vec!["?"; table.columns.len()].join(", ")
@@ -147,27 +136,17 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         tables.retain(|t| !super::DERIVED.contains(&t.as_str()));
-        tables.extend(super::VIEWS.iter().map(|(view, _)| view.to_string()));
         let mut named: Vec<String> = TABLES.iter().map(|t| t.name.to_string()).collect();
         tables.sort();
         named.sort();
         assert_eq!(tables, named);
-        let holds_a_view = |name: &str| super::VIEWS.iter().any(|(_, table)| *table == name);
-        for table in TABLES.iter().filter(|t| !holds_a_view(t.name)) {
+        for table in TABLES {
             assert_eq!(
                 super::columns(&conn, table.name),
                 table.columns,
                 "{}",
                 table.name
             );
-        }
-        // A table that holds a view's columns has them besides its own, and nothing else.
-        for (view, table) in super::VIEWS {
-            let view = TABLES.iter().find(|t| t.name == *view).unwrap();
-            let own = TABLES.iter().find(|t| t.name == *table).unwrap();
-            let mut expected: Vec<&str> = own.columns.to_vec();
-            expected.extend(&view.columns[view.key..]);
-            assert_eq!(super::columns(&conn, table), expected, "{table}");
         }
     }
 }

@@ -103,9 +103,8 @@ pub(super) fn export(
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<ExportedEvent>> {
-    // A tombstone has no body, and the view has no row for it.
-    let columns = format!("{EVENT_COLUMNS}, p.payload, p.content_type");
-    let from = "events JOIN event_payloads AS p USING (seq)";
+    let columns = format!("{EVENT_COLUMNS}, payload, content_type");
+    let from = "events JOIN event_payloads USING (seq)";
     page_query(conn, filter, page, &columns, from, |r| {
         Ok(ExportedEvent {
             event: rows::event(r)?,

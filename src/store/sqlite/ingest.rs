@@ -20,9 +20,12 @@ pub(super) fn insert_all(
         .query_row([], |r| r.get(0))?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
-                             last_delivered_at, next_attempt_at, lane, payload, content_type)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6, ?7, ?8, ?9)
+                             last_delivered_at, next_attempt_at, lane)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6, ?7)
          ON CONFLICT (source, event_id) DO NOTHING",
+    )?;
+    let mut body = tx.prepare_cached(
+        "INSERT INTO event_payloads (seq, payload, content_type) VALUES (?1, ?2, ?3)",
     )?;
     let mut redelivered = tx.prepare_cached(
         "UPDATE events
@@ -43,15 +46,14 @@ pub(super) fn insert_all(
             d.event_type,
             &d.sha256[..],
             d.received_at,
-            d.lane.as_i64(),
-            d.payload,
-            d.content_type
+            d.lane.as_i64()
         ])?;
         let inserted = (changed == 1).then(|| {
             next_seq += 1;
             next_seq - 1
         });
-        let outcome = if inserted.is_some() {
+        let outcome = if let Some(seq) = inserted {
+            body.execute(params![seq, d.payload, d.content_type])?;
             queued[usize::from(d.lane.as_i64() == 1)] += 1;
             InsertOutcome::Queued
         } else {

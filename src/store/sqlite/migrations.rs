@@ -42,11 +42,6 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "log_structured_queue",
         include_str!("../../../migrations/sqlite/0007_log_structured_queue.sql"),
     ),
-    (
-        8,
-        "bodies_in_the_event_row",
-        include_str!("../../../migrations/sqlite/0008_bodies_in_the_event_row.sql"),
-    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -170,8 +165,7 @@ mod tests {
     }
 
     /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`), 5 adds the lane and
-    /// rebuilds `loyalty_balances`, 7 starts the queue's cursors, 8 moves each body into its
-    /// event's row (`event_payloads` becomes a view of them): a database filled under
+    /// rebuilds `loyalty_balances`, 7 starts the queue's cursors: a database filled under
     /// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
     /// constraints still hold.
     #[test]
@@ -212,7 +206,6 @@ mod tests {
                     "event_attempts",
                     "event_seq, attempt, worker, started_at, finished_at, result, error",
                 ),
-                ("event_payloads", "seq, payload, content_type"),
             ] {
                 let mut stmt = conn
                     .prepare(&format!("SELECT {columns} FROM {table} ORDER BY 1, 2"))
@@ -235,7 +228,7 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         let seq_is_rowid: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {
