@@ -68,15 +68,94 @@ pub fn payload_json(raw: &[u8], content_type: Option<&str>) -> Result<Value, Pay
 }
 
 /// The few top-level fields ingest needs (`id`, `event_id`, `type`), read without building the
-/// whole document: everything else is skipped, though still checked to be JSON.
-#[derive(Debug, Default, serde::Deserialize)]
+/// whole document: everything else is passed over, though checked as strictly as serde_json
+/// reads a document ([`Checked`]). A repeated key keeps its last value, as in a parsed object.
+#[derive(Debug, Default)]
 pub struct Peek {
-    #[serde(default)]
     pub id: Option<Scalar>,
-    #[serde(default)]
     pub event_id: Option<Scalar>,
-    #[serde(default, rename = "type")]
     pub event_type: Option<Scalar>,
+}
+
+impl<'de> serde::Deserialize<'de> for Peek {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Peek;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Peek, A::Error> {
+                let mut peek = Peek::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "id" => peek.id = Some(map.next_value()?),
+                        "event_id" => peek.event_id = Some(map.next_value()?),
+                        "type" => peek.event_type = Some(map.next_value()?),
+                        _ => map.next_value::<Checked>().map(|_| ())?,
+                    }
+                }
+                Ok(peek)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// A JSON value read and dropped, checked as building a [`Value`] checks it: its strings are
+/// decoded (a lone surrogate escape is refused), its numbers read, its depth bounded. serde's
+/// `IgnoredAny` only skips: serde_json passes over escapes in a skipped string unchecked, so a
+/// body it would refuse as a document could be stored (found by the `peek` fuzz target).
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
 }
 
 /// A string or a number; anything else in these fields is ignored.
@@ -155,8 +234,7 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
             Err(e) => Err(PayloadError::NotJson(e.to_string())),
         }
     } else {
-        serde_json::from_str::<serde::de::IgnoredAny>(text)
-            .map_err(|e| PayloadError::NotJson(e.to_string()))?;
+        serde_json::from_str::<Checked>(text).map_err(|e| PayloadError::NotJson(e.to_string()))?;
         Err(PayloadError::NotObject(kind(raw)))
     }
 }
@@ -203,6 +281,39 @@ mod tests {
             peek(b"--x", Some("multipart/form-data; boundary=x")),
             Err(PayloadError::UnsupportedContentType(_))
         ));
+    }
+
+    /// What serde_json refuses as a document, peek refuses wherever it sits, in the fields it
+    /// reads or those it passes over (fuzz: `{" i": "\ud83d^u$e00"}` was accepted).
+    #[test]
+    fn a_skipped_field_is_checked_as_a_document_is() {
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        for body in [
+            r#"{" i": "\ud83d^u$e00"}"#,
+            r#"{"note": "\ud83d"}"#,
+            r#"{"n": 1e400}"#,
+            r#"{"data": {"a": ["\udc00"]}}"#,
+            r#"["\ud83d"]"#,
+            deep.as_str(),
+        ] {
+            assert!(serde_json::from_str::<Value>(body).is_err(), "{body}");
+            assert!(
+                matches!(peek(body.as_bytes(), None), Err(PayloadError::NotJson(_))),
+                "{body}: {:?}",
+                peek(body.as_bytes(), None)
+            );
+        }
+        // Surrogate pairs and escapes that are whole are fine, and the last of a repeated
+        // key wins, as in a parsed object.
+        let p = peek(
+            br#"{"e":"\ud83d\ude00","type":"a","type":"b","id":1}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.event_type(), p.id()),
+            (Some("b".into()), Some("1".into()))
+        );
     }
 
     /// Invalid UTF-8 inside a string is not JSON, wherever the string is: serde_json skips the
