@@ -37,7 +37,7 @@ pub(super) fn sign(
     vec![
         (
             HEADER.into(),
-            format!("sha256={}", hmac_hex(secret.expose().as_bytes(), &[body])),
+            format!("sha256={}", hmac_hex(secret.keyed(), &[body])),
         ),
         ("X-GitHub-Delivery".into(), event_id.into()),
         ("X-GitHub-Event".into(), event_type.into()),

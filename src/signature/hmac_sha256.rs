@@ -30,7 +30,7 @@ pub(super) fn sign(secret: &Secret, event_id: &str, body: &[u8]) -> Vec<(String,
     vec![
         (
             HEADER.into(),
-            format!("sha256={}", hmac_hex(secret.expose().as_bytes(), &[body])),
+            format!("sha256={}", hmac_hex(secret.keyed(), &[body])),
         ),
         ("X-Event-Id".into(), event_id.into()),
     ]

@@ -230,8 +230,9 @@ fn malformed(header: &'static str, reason: impl Into<String>) -> SignatureError 
     }
 }
 
-fn mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
+/// A keyed HMAC ([`Secret::keyed`]) over `parts`, ready to finalize or compare.
+fn mac(keyed: &HmacSha256, parts: &[&[u8]]) -> HmacSha256 {
+    let mut mac = keyed.clone();
     for p in parts {
         mac.update(p);
     }
@@ -246,10 +247,7 @@ fn any_match<'k>(
     candidates: &[Vec<u8>],
 ) -> bool {
     keys.into_iter().any(|keyed| {
-        let mut base = keyed.clone();
-        for p in parts {
-            base.update(p);
-        }
+        let base = mac(keyed, parts);
         candidates
             .iter()
             .any(|c| base.clone().verify_slice(c).is_ok())
@@ -261,12 +259,12 @@ fn keyed(secrets: &[Secret]) -> impl Iterator<Item = &HmacSha256> {
     secrets.iter().map(Secret::keyed)
 }
 
-fn hmac_bytes(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    mac(key, parts).finalize().into_bytes().to_vec()
+fn hmac_bytes(keyed: &HmacSha256, parts: &[&[u8]]) -> Vec<u8> {
+    mac(keyed, parts).finalize().into_bytes().to_vec()
 }
 
-fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
-    hex::encode(hmac_bytes(key, parts))
+fn hmac_hex(keyed: &HmacSha256, parts: &[&[u8]]) -> String {
+    hex::encode(hmac_bytes(keyed, parts))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub struct Secret {
     #[serde(skip)]
     keyed: OnceLock<HmacSha256>,
     #[serde(skip)]
-    standard: OnceLock<Option<HmacSha256>>,
+    standard: OnceLock<Result<HmacSha256, String>>,
 }
 
 impl Secret {
@@ -44,15 +44,16 @@ impl Secret {
         })
     }
 
-    /// The HMAC keyed with the Standard Webhooks key (the base64 after `whsec_`); `None` when
-    /// the secret is not one.
-    pub(super) fn standard_keyed(&self) -> Option<&HmacSha256> {
+    /// The HMAC keyed with the Standard Webhooks key (the base64 after `whsec_`), or why the
+    /// secret is not one.
+    pub(super) fn standard_keyed(&self) -> Result<&HmacSha256, &str> {
         self.standard
             .get_or_init(|| {
-                let key = standard::key(self).ok()?;
-                Some(HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any size"))
+                let key = standard::key(self)?;
+                Ok(HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any size"))
             })
             .as_ref()
+            .map_err(String::as_str)
     }
 }
 

@@ -36,7 +36,7 @@ pub(super) fn sign(
     event_type: &str,
     body: &[u8],
 ) -> Vec<(String, String)> {
-    let sig = hmac_bytes(secret.expose().as_bytes(), &[body]);
+    let sig = hmac_bytes(secret.keyed(), &[body]);
     vec![
         (HEADER.into(), STANDARD.encode(sig)),
         ("X-Shopify-Webhook-Id".into(), event_id.into()),

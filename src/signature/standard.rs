@@ -64,7 +64,7 @@ pub(super) fn verify(
     if candidates.is_empty() {
         return Err(malformed("webhook-signature", "no v1 signature"));
     }
-    let keys = secrets.iter().filter_map(Secret::standard_keyed);
+    let keys = secrets.iter().filter_map(|s| s.standard_keyed().ok());
     let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_raw.as_bytes(), b".", body];
     if !any_match(keys, &parts, &candidates) {
         return Err(SignatureError::NoMatch);
@@ -82,10 +82,10 @@ pub(super) fn sign(
     body: &[u8],
     now: i64,
 ) -> Result<Vec<(String, String)>, String> {
-    let key = key(secret)?;
+    let keyed = secret.standard_keyed()?;
     let ts = now.to_string();
     let sig = hmac_bytes(
-        &key,
+        keyed,
         &[event_id.as_bytes(), b".", ts.as_bytes(), b".", body],
     );
     Ok(vec![

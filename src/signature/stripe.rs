@@ -50,6 +50,6 @@ pub(super) fn verify(
 
 pub(super) fn sign(secret: &Secret, body: &[u8], now: i64) -> Vec<(String, String)> {
     let ts = now.to_string();
-    let sig = hmac_hex(secret.expose().as_bytes(), &[ts.as_bytes(), b".", body]);
+    let sig = hmac_hex(secret.keyed(), &[ts.as_bytes(), b".", body]);
     vec![(HEADER.into(), format!("t={ts},v1={sig}"))]
 }

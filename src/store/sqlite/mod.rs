@@ -16,6 +16,7 @@ mod events;
 mod finish;
 mod ingest;
 mod migrations;
+mod operations;
 mod purge;
 mod requests;
 mod rows;
@@ -30,13 +31,7 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
-use super::copy::{Cell, Row, Table};
-use super::{
-    AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
-    LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs, Readiness,
-    RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
-};
+use super::{StoreError, StoreResult};
 
 pub use consume::claim_sql;
 use durable::{Ticket, WalSync};
@@ -283,173 +278,5 @@ impl From<rusqlite::Error> for StoreError {
             }
             _ => StoreError::Internal(anyhow::Error::new(e)),
         }
-    }
-}
-
-impl Store for SqliteStore {
-    fn migrate(&self) -> StoreResult<Vec<u32>> {
-        let mut conn = self.lock_writer()?;
-        let applied = migrations::apply(&mut conn)?;
-        let ticket = self.sync.committed();
-        drop(conn);
-        self.sync.wait(ticket)?;
-        Ok(applied)
-    }
-
-    fn ready(&self) -> StoreResult<Readiness> {
-        // Reads alone would call a database ready that can no longer be written: one open
-        // for writing tells.
-        let writable = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&self.path)
-            .is_ok();
-        Ok(if self.sync.check().is_err() {
-            Readiness::NotDurable
-        } else if !writable {
-            Readiness::NotWritable
-        } else if !self.read(migrations::is_current)? {
-            Readiness::NotMigrated
-        } else {
-            Readiness::Ready
-        })
-    }
-
-    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        self.write(|tx| ingest::insert_all(tx, batch))
-    }
-
-    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
-        self.read(|c| events::detail(c, source, event_id))
-    }
-
-    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
-        self.read(|c| events::list(c, filter, page))
-    }
-
-    fn status_counts(&self) -> StoreResult<StatusCounts> {
-        self.read(events::status_counts)
-    }
-
-    fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
-        self.read(|c| stats::received_per_minute(c, since))
-    }
-
-    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
-        self.read(|c| events::export(c, filter, page))
-    }
-
-    fn claim(
-        &self,
-        worker: &str,
-        lane: Lane,
-        limit: usize,
-        lease_ms: i64,
-        now: i64,
-    ) -> StoreResult<Vec<Claimed>> {
-        self.consumer_write(|tx| {
-            consume::claim(tx, worker, lane, self.claim_limit(limit), lease_ms, now)
-        })
-    }
-
-    fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
-        self.finishing(|tx, isolate| finish::finish_all(tx, items, now, isolate))
-    }
-
-    fn finish_and_claim(
-        &self,
-        items: &[Finish],
-        worker: &str,
-        lane: Lane,
-        limit: usize,
-        lease_ms: i64,
-        now: i64,
-    ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
-        self.finishing(|tx, isolate| {
-            let finished = finish::finish_all(tx, items, now, isolate)?;
-            let limit = self.claim_limit(limit);
-            let claimed = consume::claim(tx, worker, lane, limit, lease_ms, now)?;
-            Ok((finished, claimed))
-        })
-    }
-
-    fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
-        self.consumer_write(|tx| consume::release(tx, claims, now))
-    }
-
-    fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
-        self.consumer_write(|tx| consume::sweep(tx, now, decide))
-    }
-
-    fn retry(
-        &self,
-        source: &str,
-        event_id: &str,
-        force: bool,
-        now: i64,
-    ) -> StoreResult<RetryOutcome> {
-        self.write(|tx| events::retry(tx, source, event_id, force, now))
-    }
-
-    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
-        self.write(|tx| events::retry_failed(tx, filter, now))
-    }
-
-    fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
-        self.read(|c| consume::loyalty(c, customer_id, page))
-    }
-
-    fn purge_batch(
-        &self,
-        cutoffs: &PurgeCutoffs,
-        after: i64,
-        limit: usize,
-        now: i64,
-    ) -> StoreResult<PurgeBatch> {
-        purge::batch(self, cutoffs, after, limit, now)
-    }
-
-    fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts> {
-        self.read(purge::counts)
-    }
-
-    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
-        self.write(|tx| requests::create(tx, id, now))
-    }
-
-    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
-        self.read(|c| requests::get(c, id))
-    }
-
-    fn add_document(
-        &self,
-        request_id: &str,
-        doc: &NewDocument,
-        now: i64,
-    ) -> StoreResult<AddDocument> {
-        self.write(|tx| requests::add_document(tx, request_id, doc, now))
-    }
-
-    fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
-        self.write(|tx| requests::submit(tx, id, now))
-    }
-
-    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
-        self.read(|c| copy::rows(c, table, after, limit))
-    }
-
-    fn copy_count(&self, table: &Table) -> StoreResult<u64> {
-        self.read(|c| copy::count(c, table))
-    }
-
-    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()> {
-        self.write(|tx| copy::insert(tx, table, rows))
-    }
-
-    fn copy_finished(&self) -> StoreResult<()> {
-        self.write(|tx| copy::rebuild_derived(tx))
-    }
-
-    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
-        self.read(|c| requests::documents(c, id))
     }
 }
