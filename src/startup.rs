@@ -192,15 +192,19 @@ impl Application {
             purge_stopped,
         ));
         let handle = self.server.handle();
-        let server = tokio::spawn(self.server);
-        shutdown.await;
-        tracing::info!("shutting down: no new deliveries or claims");
-        // The purge stops after its current batch (a batch is one short transaction).
-        let _ = stop_purge.send(true);
-        // Both at once: stop accepting and claiming; in-flight requests and handlers finish.
-        let (_, ()) = tokio::join!(handle.stop(true), pool.shutdown());
+        let stopping = async {
+            shutdown.await;
+            tracing::info!("shutting down: no new deliveries or claims");
+            // The purge stops after its current batch (a batch is one short transaction).
+            let _ = stop_purge.send(true);
+            // Both at once: stop accepting and claiming; in-flight requests and handlers finish.
+            let (_, ()) = tokio::join!(handle.stop(true), pool.shutdown());
+        };
+        // The server is polled here, not spawned: its first poll starts the HTTP workers, and
+        // on this thread they find the actix System that `serve` runs under (see `cli::serve`).
+        let (served, ()) = tokio::join!(self.server, stopping);
         purge.await.context("retention purge task")?;
-        server.await.context("HTTP server task")??;
+        served.context("HTTP server")?;
         tracing::info!("stopped");
         Ok(())
     }
