@@ -37,6 +37,81 @@ fn duplicates_inside_one_batch_are_answered_in_order(kind: StoreKind) {
     );
 }
 
+/// A batch as large as the writer takes (256), with repeats of earlier keys of the batch, of a
+/// key stored by an earlier batch, and a differing body, spread over it: the SQLite store
+/// writes such a batch with multi-row inserts of up to 64 rows, and a repeat may share its
+/// statement with the delivery it repeats, or land on either side of a statement's edge.
+fn a_full_batch_with_repeats_anywhere_is_answered_delivery_by_delivery(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    assert_eq!(
+        h.insert(&[("shop", "old", "t", "{\"v\":0}".into())]),
+        [InsertOutcome::Queued]
+    );
+    let mut batch = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..256_usize {
+        let (id, body, outcome) = match i {
+            // the stored key from the earlier batch
+            0 | 63 | 64 | 200 => (
+                "old".to_string(),
+                "{\"v\":0}".to_string(),
+                InsertOutcome::Duplicate,
+            ),
+            // a repeat of this batch's first new key, inside and across statements
+            2 | 65 | 128 | 255 => ("k-1".into(), "{\"v\":1}".into(), InsertOutcome::Duplicate),
+            // the same key with another body
+            130 => ("k-1".into(), "{\"v\":2}".into(), InsertOutcome::Mismatch),
+            _ => (
+                format!("k-{i}"),
+                format!("{{\"v\":{i}}}"),
+                InsertOutcome::Queued,
+            ),
+        };
+        batch.push(new_delivery("shop", &id, "t", &body));
+        expected.push(outcome);
+    }
+    assert_eq!(h.store.insert_deliveries(&batch).unwrap(), expected);
+    let new = expected
+        .iter()
+        .filter(|o| **o == InsertOutcome::Queued)
+        .count() as i64;
+    assert_eq!(new, 247);
+    assert_eq!(h.count("SELECT count(*) FROM events"), 1 + new);
+    assert_eq!(h.count("SELECT count(*) FROM event_payloads"), 1 + new);
+    // Every new event has its own body.
+    for i in [3_usize, 62, 66, 127, 129, 131, 254] {
+        let detail = h.detail("shop", &format!("k-{i}"));
+        assert_eq!(
+            detail.payload,
+            format!("{{\"v\":{i}}}").into_bytes(),
+            "k-{i}"
+        );
+        assert_eq!(detail.event.deliveries, 1, "k-{i}");
+    }
+    // SQLite numbers a batch's events itself, in the batch's order (PostgreSQL's sequence
+    // promises commit order only between batches).
+    if kind == StoreKind::Sqlite {
+        assert_eq!(
+            h.count(
+                "SELECT count(*) FROM events a JOIN events b
+                   ON a.event_id = 'k-3' AND b.event_id = 'k-254' AND a.seq < b.seq"
+            ),
+            1
+        );
+    }
+    let old = h.detail("shop", "old");
+    assert_eq!(
+        (old.event.deliveries, old.payload),
+        (5, b"{\"v\":0}".to_vec())
+    );
+    let first = h.detail("shop", "k-1");
+    assert_eq!(first.event.deliveries, 6);
+    assert_eq!(first.event.payload_mismatches, 1);
+    assert_eq!(first.payload, b"{\"v\":1}".to_vec());
+    // The queue counts each new event once: all of them drain.
+    assert_eq!(h.drain(), 1 + new as usize);
+}
+
 fn concurrent_identical_deliveries_through_the_writer_get_one_queued(kind: StoreKind) {
     let h = Harness::on(kind, 5, 30);
     tokio::runtime::Builder::new_multi_thread()
@@ -237,5 +312,6 @@ async fn a_503_names_no_internal_detail() {
 
 store_tests!(
     duplicates_inside_one_batch_are_answered_in_order,
+    a_full_batch_with_repeats_anywhere_is_answered_delivery_by_delivery,
     concurrent_identical_deliveries_through_the_writer_get_one_queued,
 );

@@ -98,9 +98,9 @@ impl Default for SqliteOptions {
 fn init_connection(conn: &mut Connection, wait: Duration) -> rusqlite::Result<()> {
     conn.busy_timeout(wait)?;
     // Room for every statement the store prepares (rusqlite keeps 16 by default): the writer
-    // runs ingest, claim, finish, sweep and ops statements in turn, and an evicted statement
-    // is parsed and planned again on its next use.
-    conn.set_prepared_statement_cache_capacity(64);
+    // runs ingest (14 multi-row inserts among them), claim, finish, sweep and ops statements
+    // in turn, and an evicted statement is parsed and planned again on its next use.
+    conn.set_prepared_statement_cache_capacity(96);
     // Takes effect on a new, empty database only (see `purge::give_back_free_pages`).
     conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
