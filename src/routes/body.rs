@@ -2,6 +2,7 @@
 //! body gets the error shape (actix's own extractors answer in plain text).
 
 use actix_web::HttpRequest;
+use actix_web::http::header::CONTENT_LENGTH;
 use actix_web::web::{BytesMut, Payload};
 use futures_util::StreamExt as _;
 use serde::de::DeserializeOwned;
@@ -21,7 +22,7 @@ pub async fn read_limited(
 ) -> Result<BytesMut, ApiError> {
     let declared = req
         .headers()
-        .get("Content-Length")
+        .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {

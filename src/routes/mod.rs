@@ -122,13 +122,18 @@ pub async fn request_id(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let id = req
+    // Kept as a header value: echoing it costs no allocation (the common case).
+    let header = req
         .headers()
         .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map(String::from)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        .filter(|v| v.to_str().is_ok_and(|v| !v.is_empty() && v.len() <= 128))
+        .cloned()
+        .unwrap_or_else(|| {
+            let mut buf = uuid::Uuid::encode_buffer();
+            let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+            HeaderValue::from_str(id).expect("a uuid is a header value")
+        });
+    let id = header.to_str().unwrap_or_default();
     let mut response = next.call(req).await?;
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
@@ -154,8 +159,6 @@ pub async fn request_id(
         tracing::debug!(request_id = %id, method = %response.request().method(),
             path = %response.request().path(), status = status.as_u16(), "answered");
     }
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert(REQUEST_ID, value);
-    }
+    response.headers_mut().insert(REQUEST_ID, header);
     Ok(response)
 }
