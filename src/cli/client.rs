@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::config::{self, Settings};
 
-/// Failures with exit codes that scripts can rely on (see the README).
+/// Failures with exit codes that scripts can rely on (docs/cli.md).
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// Some lines of a replay were refused, or a check before any request failed: exit 1.

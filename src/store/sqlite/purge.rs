@@ -143,7 +143,7 @@ fn purge(
 /// batch freed are moved to the end of the file and cut off at the next checkpoint; a batch
 /// frees few pages, so this stays as short as the batch. A database created without it (before
 /// this version) keeps its free pages on the freelist, reused before the file grows; a
-/// `VACUUM` while the server is stopped switches it (README).
+/// `VACUUM` while the server is stopped switches it (docs/lifecycle.md).
 fn give_back_free_pages(tx: &Transaction<'_>) -> StoreResult<()> {
     let mode: i64 = tx.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
     if mode == 2 {
