@@ -9,6 +9,7 @@
 //! then writes can fail with `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
 pub mod backup;
+mod checkpoint;
 mod consume;
 mod copy;
 mod durable;
@@ -23,6 +24,7 @@ mod rows;
 mod stats;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 use super::{StoreError, StoreResult};
+use checkpoint::Checkpointer;
 
 pub use consume::claim_sql;
 use durable::{Ticket, WalSync};
@@ -47,6 +50,9 @@ pub const UNSAFE_SKIP_WAL_FSYNC: &str = "WEBHOOK_INBOX_UNSAFE_SKIP_WAL_FSYNC";
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
 
 pub struct SqliteStore {
+    /// Checkpoints the WAL outside the write lock (see `checkpoint`). First, so that it stops
+    /// before the connections close.
+    checkpointer: Checkpointer,
     pool: Pool<SqliteConnectionManager>,
     path: PathBuf,
     /// The one connection every write transaction of this process runs on, taken in turn.
@@ -58,7 +64,7 @@ pub struct SqliteStore {
     /// timeout still bounds waits on other processes.
     /// It commits with `synchronous = NORMAL`, and `sync` makes commits durable with a shared
     /// fsync outside the lock (see `durable`).
-    writer: FairMutex<Connection>,
+    writer: Arc<FairMutex<Connection>>,
     sync: WalSync,
     /// Consumer transactions queue here first, so that at most one of them waits for the
     /// writer at a time: ingest then waits behind one consumer transaction, not one per worker,
@@ -132,6 +138,14 @@ impl SqliteStore {
             .and_then(|()| first.execute_batch("PRAGMA synchronous = NORMAL"))
             .and_then(|()| first.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(())))
             .with_context(|| format!("configuring SQLite database {}", path.display()))?;
+        checkpoint::install(&first);
+        let mut own = Connection::open(path)
+            .with_context(|| format!("opening SQLite database {}", path.display()))?;
+        init_connection(&mut own, wait)
+            .with_context(|| format!("configuring SQLite database {}", path.display()))?;
+        let writer = Arc::new(FairMutex::new(first));
+        let checkpointer = Checkpointer::start(own, Arc::clone(&writer), wait)
+            .context("starting the WAL checkpoint thread")?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         let mut sync = WalSync::new(wal.into());
@@ -151,9 +165,10 @@ impl SqliteStore {
             .build(manager)
             .with_context(|| format!("opening SQLite database {}", path.display()))?;
         Ok(SqliteStore {
+            checkpointer,
             pool,
             path: path.to_path_buf(),
-            writer: FairMutex::new(first),
+            writer,
             sync,
             consumer_turn: FairMutex::new(()),
             others_waiting: AtomicUsize::new(0),
@@ -199,6 +214,13 @@ impl SqliteStore {
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         tx.commit()?;
+        if self.checkpointer.committed() {
+            if self.recent_other_write() || self.others_waiting.load(Ordering::SeqCst) > 0 {
+                checkpoint::inline(&conn);
+            } else {
+                self.checkpointer.kick();
+            }
+        }
         Ok((value, self.sync.committed()))
     }
 

@@ -1,0 +1,225 @@
+//! WAL checkpoints: in the commit path while ingest runs, on a thread of their own otherwise.
+//!
+//! SQLite's automatic checkpoint runs inside the `COMMIT` that takes the WAL past 1,000 frames,
+//! so on the writer connection it runs while this process's write lock is held: about 1,000
+//! pages written into the database file and an fsync of it (3.7 to 10 ms on this machine's
+//! disk), during which nothing else commits. The writer connection here only records how many
+//! frames each commit left in the WAL (`wal_hook`, which replaces the automatic checkpoint),
+//! and every 1,000 new frames the store checkpoints in one of two ways:
+//!
+//! - **Inline** ([`inline`]) while ingest or ops writes are running (the signal that also
+//!   shortens consumer batches): SQLite's own way, measured faster for ingest on two busy cores,
+//!   where a checkpoint beside it only takes CPU from the HTTP workers.
+//! - **On the checkpoint thread** otherwise (the consumers draining a backlog, where the
+//!   process waited on that fsync with a core idle: the drain ran 1.35 times as fast). The
+//!   thread runs a passive checkpoint on its own connection while writers go on, which copies
+//!   every frame committed so far into the database file and fsyncs it. Once the WAL holds
+//!   4,000 frames it runs a second passive checkpoint with the write lock held, for the few
+//!   frames appended meanwhile: that completes the checkpoint, and the next write transaction
+//!   starts the WAL again from its beginning. Without it a passive checkpoint under steady
+//!   writes never catches up with the last frames, and the WAL grows without bound (measured,
+//!   docs/performance.md); with it the WAL stays near 4,000 frames (16 MB of 4 KiB pages).
+//!
+//! Durability does not change: a checkpoint syncs the WAL before it copies anything (in
+//! `NORMAL` as in `FULL`), copies only committed frames, and fsyncs the database file before
+//! the WAL may be reused; commits are still acknowledged only after their own fsync
+//! (`durable`). Another process writing the same file keeps SQLite's automatic checkpoint.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::FairMutex;
+use rusqlite::Connection;
+use rusqlite::hooks::Wal;
+
+/// New WAL frames after which a checkpoint starts: SQLite's own automatic threshold.
+const CHECKPOINT_FRAMES: c_int = 1000;
+/// WAL frames after which a checkpoint finishes under the write lock, so that the WAL restarts.
+const RESTART_FRAMES: i64 = 4 * CHECKPOINT_FRAMES as i64;
+
+thread_local! {
+    /// Frames in the WAL after the last commit made on this thread (set by the WAL hook, which
+    /// SQLite calls inside `COMMIT`, on the committing thread).
+    static WAL_FRAMES: Cell<c_int> = const { Cell::new(0) };
+}
+
+fn record_frames(_wal: &Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.with(|f| f.set(frames));
+    Ok(())
+}
+
+/// On the writer connection: commits record their WAL size instead of checkpointing.
+pub(super) fn install(writer: &Connection) {
+    writer.wal_hook(Some(record_frames));
+}
+
+/// The checkpoint thread; stopped and joined on drop.
+pub(super) struct Checkpointer {
+    kick: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+    /// Frames in the WAL after the last commit, and the count at which the next checkpoint is
+    /// due (both only touched with the write lock held).
+    frames: AtomicI32,
+    due: AtomicI32,
+}
+
+impl Checkpointer {
+    /// `own` is a connection of its own (for step 1); `writer` is the write lock (step 2).
+    pub(super) fn start(
+        own: Connection,
+        writer: Arc<FairMutex<Connection>>,
+        wait: Duration,
+    ) -> std::io::Result<Checkpointer> {
+        let (kick, kicks) = sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("wal-checkpoint".into())
+            .spawn(move || run(&own, &writer, &kicks, wait))?;
+        Ok(Checkpointer {
+            kick: Some(kick),
+            thread: Some(thread),
+            frames: AtomicI32::new(0),
+            due: AtomicI32::new(CHECKPOINT_FRAMES),
+        })
+    }
+
+    /// After a commit on the writer connection, with the write lock still held: whether a
+    /// checkpoint is due ([`CHECKPOINT_FRAMES`] new frames since the last one).
+    pub(super) fn committed(&self) -> bool {
+        let frames = WAL_FRAMES.with(|f| f.replace(0));
+        if frames < self.frames.swap(frames, Ordering::Relaxed) {
+            // The WAL was restarted from its beginning.
+            self.due.store(CHECKPOINT_FRAMES, Ordering::Relaxed);
+        }
+        let due = frames >= self.due.load(Ordering::Relaxed);
+        if due {
+            self.due
+                .store(frames.saturating_add(CHECKPOINT_FRAMES), Ordering::Relaxed);
+        }
+        due
+    }
+
+    /// Checkpoint on the thread, outside the write lock; returns at once.
+    pub(super) fn kick(&self) {
+        if let Some(kick) = &self.kick {
+            // Full: a kick is already waiting, which covers this one.
+            let _ = kick.try_send(());
+        }
+    }
+}
+
+/// Checkpoint now, on the writer connection with the write lock held: what SQLite's automatic
+/// checkpoint does. While ingest runs this is the faster way on two cores (measured: a
+/// checkpoint beside it took 0.88 of its throughput, docs/performance.md), since the CPU is
+/// busy anyway and the next batch grows while this one waits.
+pub(super) fn inline(writer: &Connection) {
+    if let Err(e) = passive(writer) {
+        tracing::warn!(error = %e, "WAL checkpoint failed");
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.kick.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(own: &Connection, writer: &FairMutex<Connection>, kicks: &Receiver<()>, wait: Duration) {
+    while kicks.recv().is_ok() {
+        match passive(own) {
+            // Even if it copied every frame it saw when it began: under steady writes there are
+            // more by now, and the WAL restarts only once a checkpoint has them all.
+            Ok(wal) if wal >= RESTART_FRAMES => {
+                // Only if the lock comes within the usual wait: a later kick tries again.
+                if let Some(conn) = writer.try_lock_for(wait)
+                    && let Err(e) = passive(&conn)
+                {
+                    tracing::warn!(error = %e, "WAL checkpoint under the write lock failed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
+        }
+        // A kick sent while this one ran is mostly covered by it; the next comes 1,000 frames on.
+        while kicks.try_recv().is_ok() {}
+    }
+}
+
+/// A passive checkpoint; returns the frames the WAL held when it began.
+fn passive(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+
+    use super::super::{SqliteOptions, SqliteStore};
+    use super::{CHECKPOINT_FRAMES, RESTART_FRAMES};
+
+    /// Consumers writing without pause get their checkpoints from the thread, outside the write
+    /// lock. The thread must still let the WAL restart: without its second step, under the
+    /// lock, a passive checkpoint never catches up with writers that never stop, and the WAL
+    /// keeps every frame (seen: this test fails with that step removed).
+    #[test]
+    fn steady_consumer_writes_keep_the_wal_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inbox.db");
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        store
+            .consumer_write(|tx| {
+                tx.execute_batch("CREATE TABLE filler (n INTEGER PRIMARY KEY, body BLOB)")?;
+                Ok(())
+            })
+            .unwrap();
+        const THREADS: usize = 3;
+        const COMMITS: usize = 800;
+        let start = Barrier::new(THREADS);
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (store, start) = (&store, &start);
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..COMMITS {
+                        store
+                            .consumer_write(|tx| {
+                                // About 10 new pages a commit: 24,000 frames in all.
+                                let mut insert =
+                                    tx.prepare_cached("INSERT INTO filler VALUES (?1, ?2)")?;
+                                for k in 0..10 {
+                                    let n = ((t * COMMITS + i) * 10 + k) as i64;
+                                    insert.execute(rusqlite::params![n, vec![7_u8; 3000]])?;
+                                }
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let rows: i64 = store
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM filler", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(rows, (THREADS * COMMITS * 10) as i64);
+        // The WAL file keeps the size of its longest run (SQLite reuses it from the start).
+        let frames = std::fs::metadata(path.with_extension("db-wal"))
+            .unwrap()
+            .len()
+            / 4120;
+        assert!(
+            frames <= 3 * RESTART_FRAMES as u64,
+            "the WAL reached {frames} frames (restarted near {RESTART_FRAMES})"
+        );
+        assert!(
+            frames >= CHECKPOINT_FRAMES as u64,
+            "{frames} frames: the writes did not fill the WAL, so this proved nothing"
+        );
+    }
+}
