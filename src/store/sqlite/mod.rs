@@ -214,14 +214,21 @@ impl SqliteStore {
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         tx.commit()?;
+        self.checkpoint_if_due(&conn);
+        Ok((value, self.sync.committed()))
+    }
+
+    /// After a commit on the writer connection, with the write lock held: a checkpoint every
+    /// 1,000 new WAL frames, inline while ingest or ops writes are running, else on the
+    /// checkpoint thread (see `checkpoint`).
+    fn checkpoint_if_due(&self, conn: &Connection) {
         if self.checkpointer.committed() {
             if self.recent_other_write() || self.others_waiting.load(Ordering::SeqCst) > 0 {
-                checkpoint::inline(&conn);
+                checkpoint::inline(conn);
             } else {
                 self.checkpointer.kick();
             }
         }
-        Ok((value, self.sync.committed()))
     }
 
     /// A consumer transaction that finishes a batch (see [`finish::finish_all`]): run first

@@ -17,6 +17,7 @@ impl Store for SqliteStore {
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         let mut conn = self.lock_writer()?;
         let applied = migrations::apply(&mut conn)?;
+        self.checkpoint_if_due(&conn);
         let ticket = self.sync.committed();
         drop(conn);
         self.sync.wait(ticket)?;
