@@ -48,11 +48,45 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
     let port = free_port();
     let (config, _) = write_config(dir.path(), port, "", "workers = 2\n");
     let server = ServerProcess::start(dir.path(), &config, port, "server.log");
-    let out_path = dir.path().join("schemathesis.txt");
-    let child = Command::new(&st)
+    // Schemathesis under CPython 3.11 now and then crashes inside Hypothesis while it builds
+    // a test case (`SystemError: AST constructor recursion depth mismatch`, seen once in four
+    // CI runs, with every test case passing): that crash, and only that, is run once more.
+    let mut attempt = 0;
+    let (status, report) = loop {
+        attempt += 1;
+        let run = run_schemathesis(&st, &server.base, dir.path());
+        if attempt < 2 && !run.0.success() && run.1.contains(TOOL_CRASH) {
+            eprintln!(
+                "schemathesis crashed inside Hypothesis; running it again:\n{}",
+                run.1
+            );
+            continue;
+        }
+        break run;
+    };
+    assert!(
+        status.success(),
+        "schemathesis found answers that contradict the document ({status}):\n{report}\n\
+         server log:\n{}",
+        server.logs()
+    );
+    assert!(
+        !server.logs().contains("internal error"),
+        "the server logged a 500: {}",
+        server.logs()
+    );
+}
+
+/// What a crash of the tool itself looks like in its report (not a finding about the server).
+const TOOL_CRASH: &str = "SystemError: AST constructor recursion depth mismatch";
+
+/// One schemathesis run against `base`: its exit status and its report.
+fn run_schemathesis(st: &Path, base: &str, dir: &Path) -> (std::process::ExitStatus, String) {
+    let out_path = dir.join("schemathesis.txt");
+    let child = Command::new(st)
         .args([
             "run",
-            &format!("{}/openapi.json", server.base),
+            &format!("{base}/openapi.json"),
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,\
              response_headers_conformance,response_schema_conformance",
@@ -69,7 +103,7 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
             "--no-color",
         ])
         // Hypothesis keeps its example database in the working directory.
-        .current_dir(dir.path())
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(Stdio::inherit())
@@ -92,15 +126,5 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
         "schemathesis ran {:.1} s:\n{report}",
         started.elapsed().as_secs_f64()
     );
-    assert!(
-        status.success(),
-        "schemathesis found answers that contradict the document ({status}):\n{report}\n\
-         server log:\n{}",
-        server.logs()
-    );
-    assert!(
-        !server.logs().contains("internal error"),
-        "the server logged a 500: {}",
-        server.logs()
-    );
+    (status, report)
 }
