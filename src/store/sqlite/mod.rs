@@ -220,14 +220,20 @@ impl SqliteStore {
 
     /// After a commit on the writer connection, with the write lock held: a checkpoint every
     /// 1,000 new WAL frames, inline while ingest or ops writes are running, else on the
-    /// checkpoint thread (see `checkpoint`).
+    /// checkpoint thread (see `checkpoint`); inline too once the WAL has grown past twice its
+    /// restart point, or if the thread is gone.
     fn checkpoint_if_due(&self, conn: &Connection) {
-        if self.checkpointer.committed() {
-            if self.recent_other_write() || self.others_waiting.load(Ordering::SeqCst) > 0 {
-                checkpoint::inline(conn);
-            } else {
-                self.checkpointer.kick();
+        let inline = match self.checkpointer.committed() {
+            checkpoint::Due::No => return,
+            checkpoint::Due::Inline => true,
+            checkpoint::Due::Yes => {
+                self.recent_other_write()
+                    || self.others_waiting.load(Ordering::SeqCst) > 0
+                    || !self.checkpointer.kick()
             }
+        };
+        if inline {
+            checkpoint::inline(conn);
         }
     }
 
