@@ -174,7 +174,7 @@ impl Default for ConsumerSettings {
     fn default() -> Self {
         ConsumerSettings {
             workers: 4,
-            batch_size: 128,
+            batch_size: 256,
             lease_seconds: 30,
             max_attempts: 15,
             backoff_base_ms: 1000,

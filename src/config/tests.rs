@@ -20,7 +20,7 @@ fn an_empty_file_gives_the_spec_defaults() {
     assert_eq!(s.database_url, "sqlite://data/webhook-inbox.db");
     assert_eq!(s.body_limit_bytes, 1_048_576);
     assert_eq!(s.consumers.workers, 4);
-    assert_eq!(s.consumers.batch_size, 128);
+    assert_eq!(s.consumers.batch_size, 256);
     assert_eq!(s.consumers.lease_seconds, 30);
     assert_eq!(s.consumers.max_attempts, 15);
     assert_eq!(s.consumers.backoff_base_ms, 1000);
