@@ -123,13 +123,9 @@ impl Consumer {
         stopping: &dyn Fn() -> bool,
     ) -> StoreResult<usize> {
         let lane = Lane::InProcess;
-        let mut claimed = self.store.claim(
-            worker,
-            lane,
-            self.claim_limit(limit),
-            self.lease_ms,
-            now_ms(),
-        )?;
+        let mut claimed = self
+            .store
+            .claim(worker, lane, limit, self.lease_ms, now_ms())?;
         let mut total = 0;
         for _ in 0..MAX_ROUNDS {
             if claimed.is_empty() {
@@ -147,7 +143,7 @@ impl Consumer {
                 &pending.items,
                 worker,
                 lane,
-                self.claim_limit(limit),
+                limit,
                 self.lease_ms,
                 now_ms(),
             )?;
@@ -163,20 +159,6 @@ impl Consumer {
         let mut pending = self.handle_batch(claimed, stopping)?;
         self.flush(&mut pending)?;
         Ok(total)
-    }
-
-    /// How many events the next claim of a pass may take: `limit` (`batch_size`) while the
-    /// consumers have the store to themselves, half of it while deliveries are being stored.
-    /// A batch's completion holds the write lock in proportion to its size, and a delivery
-    /// waits for that lock: measured with 500,000 events, 256 drained 1.21 times as fast as
-    /// 128 alone, while ingest beside a drain had a p99 of 20 to 211 ms at 256 against 13 to
-    /// 15 ms at 128 (docs/performance.md).
-    fn claim_limit(&self, limit: usize) -> usize {
-        if self.ingest.recent() {
-            limit.div_ceil(2)
-        } else {
-            limit
-        }
     }
 
     /// Process call-out events one at a time until none is due or `stopping` says yes. Each
