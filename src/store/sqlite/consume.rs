@@ -10,7 +10,7 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transactio
 
 use crate::store::{
     AttemptResult, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane, LoyaltyAccount,
-    LoyaltyCredit, StoreResult,
+    StoreResult,
 };
 
 /// The claim: one statement moves due pending rows to `claimed` and returns them.
@@ -339,26 +339,7 @@ pub(super) fn loyalty(
         )
         .optional()?
         .unwrap_or(0);
-    let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
-    let credits = conn
-        .prepare_cached(
-            "SELECT c.order_id, c.points, c.source, c.event_id, c.credited_at, e.seq
-               FROM loyalty_credits c
-               JOIN events e ON e.source = c.source AND e.event_id = c.event_id
-              WHERE c.customer_id = ?1 AND (?2 IS NULL OR e.seq < ?2)
-              ORDER BY e.seq DESC LIMIT ?3",
-        )?
-        .query_map(params![customer_id, page.before_seq, limit], |r| {
-            Ok(LoyaltyCredit {
-                order_id: r.get(0)?,
-                points: r.get(1)?,
-                source: r.get(2)?,
-                event_id: r.get(3)?,
-                credited_at: r.get(4)?,
-                seq: r.get(5)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let credits = super::customers::credits(conn, customer_id, page)?;
     Ok(LoyaltyAccount {
         customer_id: customer_id.to_string(),
         balance,

@@ -79,11 +79,16 @@ pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> Store
 
 /// Tables derived from the others, rebuilt after a copy rather than copied.
 #[cfg(test)]
-pub(super) const DERIVED: &[&str] = &["queue_cursors"];
+pub(super) const DERIVED: &[&str] = &[
+    "queue_cursors",
+    "loyalty_customer_credits",
+    "loyalty_unlisted_credits",
+];
 
 /// After a copy: the log's cursors and counts (`queue_cursors`) said nothing of the rows
 /// copied in, which came with their own seq; each lane starts again before its oldest
 /// never-claimed pending event (or at the end), counting them, as migration 0007 set them.
+/// The customers' credits are listed again from the credits and their events (migration 0008).
 pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "UPDATE queue_cursors SET
@@ -93,7 +98,13 @@ pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
                                ifnull((SELECT max(seq) FROM events), 0)),
             waiting = (SELECT count(*) FROM events
                         WHERE status = 'pending' AND attempts = 0
-                          AND lane = queue_cursors.lane)",
+                          AND lane = queue_cursors.lane);
+         DELETE FROM loyalty_unlisted_credits;
+         DELETE FROM loyalty_customer_credits;
+         INSERT INTO loyalty_customer_credits (customer_id, seq, order_id)
+         SELECT c.customer_id, e.seq, c.order_id
+           FROM loyalty_credits c
+           JOIN events e ON e.source = c.source AND e.event_id = c.event_id;",
     )?;
     Ok(())
 }

@@ -190,5 +190,7 @@ pub(super) fn finish_all(
         prepared: Prepared::new(tx),
         now,
     };
-    rules::finish_all(&mut statements, items, isolate)
+    let finished = rules::finish_all(&mut statements, items, isolate)?;
+    super::customers::list_if_due(tx)?;
+    Ok(finished)
 }

@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "log_structured_queue",
         include_str!("../../../migrations/sqlite/0007_log_structured_queue.sql"),
     ),
+    (
+        8,
+        "customer_credits",
+        include_str!("../../../migrations/sqlite/0008_customer_credits.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -228,7 +233,7 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         let seq_is_rowid: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {

@@ -12,6 +12,7 @@ pub mod backup;
 mod checkpoint;
 mod consume;
 mod copy;
+mod customers;
 mod durable;
 mod events;
 mod finish;
