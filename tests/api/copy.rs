@@ -20,8 +20,6 @@ fn copy(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Every row of every table of a SQLite file, in key order, as SQLite stores it; not the
-/// queue's cursors, derived from the events and rebuilt by the copy.
 /// (customer, seq, order) of every credit in the customers' listings, both parts.
 fn listed_credits(path: &Path) -> Vec<(String, i64, String)> {
     let conn = rusqlite::Connection::open(path).unwrap();
@@ -38,6 +36,9 @@ fn listed_credits(path: &Path) -> Vec<(String, i64, String)> {
     .unwrap()
 }
 
+/// Every row of every table of a SQLite file, in key order, as SQLite stores it; not the
+/// tables derived from the others and rebuilt by the copy (the queue's cursors, the two parts
+/// of the customers' credit listings: compared by `listed_credits`).
 fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let tables: Vec<String> = conn

@@ -104,7 +104,8 @@ pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
          INSERT INTO loyalty_customer_credits (customer_id, seq, order_id)
          SELECT c.customer_id, e.seq, c.order_id
            FROM loyalty_credits c
-           JOIN events e ON e.source = c.source AND e.event_id = c.event_id;",
+           JOIN events e ON e.source = c.source AND e.event_id = c.event_id
+          ORDER BY 1, 2, 3;",
     )?;
     Ok(())
 }

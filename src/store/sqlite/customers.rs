@@ -18,7 +18,12 @@ pub(super) const LIST_AT: i64 = 8192;
 /// [`LIST_AT`] credits or more. Returns how many were moved.
 pub(super) fn list_if_due(tx: &Transaction<'_>) -> StoreResult<usize> {
     let held: Option<i64> = tx
-        .prepare_cached("SELECT max(id) - min(id) + 1 FROM loyalty_unlisted_credits")?
+        // Two subqueries: each is one seek to an end of the rowid b-tree, where a single
+        // `max(id) - min(id)` would read every row.
+        .prepare_cached(
+            "SELECT (SELECT max(id) FROM loyalty_unlisted_credits)
+                  - (SELECT min(id) FROM loyalty_unlisted_credits) + 1",
+        )?
         .query_row([], |r| r.get(0))
         .optional()?
         .flatten();

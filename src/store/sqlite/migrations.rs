@@ -170,7 +170,8 @@ mod tests {
     }
 
     /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`), 5 adds the lane and
-    /// rebuilds `loyalty_balances`, 7 starts the queue's cursors: a database filled under
+    /// rebuilds `loyalty_balances`, 7 starts the queue's cursors, 8 lists the customers'
+    /// credits: a database filled under
     /// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
     /// constraints still hold.
     #[test]
@@ -190,6 +191,9 @@ mod tests {
              VALUES (1, x'7b7d'), (2, x'7b7d'), (3, x'7b7d');
              INSERT INTO loyalty_balances (customer_id, balance)
              VALUES ('c-1', 10), ('c-2', 9.3e18);
+             INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
+                                          credited_at)
+             VALUES ('o-1', 'c-1', 10, 'shop', 'a', 13), ('o-9', 'c-2', 5, 'shop', 'gone', 14);
              INSERT INTO event_attempts (event_seq, attempt, worker, started_at, finished_at,
                                          result, error)
              VALUES (1, 1, 'w', 10, 11, 'retryable_error', 'boom'), (2, 1, 'w', 20, NULL, NULL,
@@ -235,6 +239,22 @@ mod tests {
         let before = dump(&conn);
         assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8]);
         assert_eq!(dump(&conn), before, "every row and column survives");
+        // 8 lists the credits by customer; one whose event is missing is not listed, as the
+        // listing's join with `events` never showed it.
+        let listed: Vec<(String, i64, String)> = conn
+            .prepare("SELECT customer_id, seq, order_id FROM loyalty_customer_credits")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(listed, [("c-1".to_string(), 1, "o-1".to_string())]);
+        let log: i64 = conn
+            .query_row("SELECT count(*) FROM loyalty_unlisted_credits", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(log, 0);
         let seq_is_rowid: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {
                 r.get(0)
