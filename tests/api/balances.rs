@@ -69,3 +69,58 @@ fn a_credit_that_would_overflow_a_balance_is_refused_by_the_database(kind: Store
 }
 
 store_tests!(a_credit_that_would_overflow_a_balance_is_refused_by_the_database,);
+
+/// On SQLite a customer's credits are listed from a log and an index that the consumers fill
+/// from the log once it holds 8,192 credits (migration 0008): after a drain past that, through
+/// the real finishing path, the log was moved and every customer's listing still holds each of
+/// its credits once, newest first, page after page.
+#[test]
+fn listings_hold_every_credit_once_after_the_consumers_move_the_log() {
+    const EVENTS: usize = 8_600;
+    let h = Harness::new(5, 30);
+    let ids: Vec<String> = (0..EVENTS).map(|i| format!("evt-{i}")).collect();
+    for start in (0..EVENTS).step_by(500) {
+        let batch: Vec<(&str, &str, &str, String)> = (start..(start + 500).min(EVENTS))
+            .map(|i| {
+                let body = order_body(&format!("o-{i}"), &format!("c-{}", i % 5), 1);
+                ("shop", ids[i].as_str(), ORDER, body)
+            })
+            .collect();
+        h.insert(&batch);
+    }
+    assert_eq!(h.drain(), EVENTS);
+    let logged = h.count("SELECT count(*) FROM loyalty_unlisted_credits");
+    assert!(
+        logged < EVENTS as i64 - 8_192,
+        "{logged} credits still in the log: the consumers never moved it"
+    );
+    assert!(h.count("SELECT count(*) FROM loyalty_customer_credits") >= 8_192);
+    for customer in 0..5 {
+        let customer = format!("c-{customer}");
+        let mut seqs = Vec::new();
+        let mut before_seq = None;
+        loop {
+            let page = h
+                .store
+                .loyalty(
+                    &customer,
+                    webhook_inbox::store::Page {
+                        limit: 400,
+                        before_seq,
+                    },
+                )
+                .unwrap();
+            let Some(last) = page.credits.last() else {
+                break;
+            };
+            before_seq = Some(last.seq);
+            seqs.extend(page.credits.iter().map(|c| c.seq));
+        }
+        assert_eq!(seqs.len(), EVENTS / 5, "{customer}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] > w[1]),
+            "{customer}: newest first, once each"
+        );
+        assert_eq!(h.balance(&customer), (EVENTS / 5) as i64);
+    }
+}
