@@ -13,7 +13,7 @@
 --   all of its customer's new credits), and empties the log.
 --
 -- A listing reads both parts in one snapshot: every credit is in exactly one of them. Both are
--- derived from `loyalty_credits` and `events` (rebuilt after `webhook-inbox copy`). Credits of
+-- derived from `loyalty_credits` and `events` (`webhook-inbox copy` fills them by the trigger). Credits of
 -- an event that no longer exists are not listed, as before (the listing joined `events`).
 CREATE TABLE loyalty_customer_credits (
     customer_id TEXT    NOT NULL,

@@ -88,7 +88,9 @@ pub(super) const DERIVED: &[&str] = &[
 /// After a copy: the log's cursors and counts (`queue_cursors`) said nothing of the rows
 /// copied in, which came with their own seq; each lane starts again before its oldest
 /// never-claimed pending event (or at the end), counting them, as migration 0007 set them.
-/// The customers' credits are listed again from the credits and their events (migration 0008).
+/// The credits copied in were logged by the trigger of migration 0008 (events are copied
+/// first; a credit skipped as already present fires nothing): they are moved into the
+/// customers' index, so that an interrupted copy's log does not wait for the consumers.
 pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "UPDATE queue_cursors SET
@@ -98,16 +100,9 @@ pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
                                ifnull((SELECT max(seq) FROM events), 0)),
             waiting = (SELECT count(*) FROM events
                         WHERE status = 'pending' AND attempts = 0
-                          AND lane = queue_cursors.lane);
-         DELETE FROM loyalty_unlisted_credits;
-         DELETE FROM loyalty_customer_credits;
-         INSERT INTO loyalty_customer_credits (customer_id, seq, order_id)
-         SELECT c.customer_id, e.seq, c.order_id
-           FROM loyalty_credits c
-           JOIN events e ON e.source = c.source AND e.event_id = c.event_id
-          ORDER BY 1, 2, 3;",
+                          AND lane = queue_cursors.lane)",
     )?;
-    Ok(())
+    super::customers::list_all(tx)
 }
 
 /// The columns of `table` as this database has them, in order (for the schema check).

@@ -6,7 +6,7 @@
 //! Every credit is in exactly one part: the move and the credit's insert are each one
 //! transaction, and a listing reads both parts in one snapshot.
 
-use rusqlite::{Connection, OptionalExtension as _, Transaction, params};
+use rusqlite::{Connection, Transaction, params};
 
 use crate::store::{LoyaltyCredit, Page, StoreResult};
 
@@ -15,8 +15,8 @@ use crate::store::{LoyaltyCredit, Page, StoreResult};
 pub(super) const LIST_AT: i64 = 8192;
 
 /// After crediting, in the same transaction: move the log into the customer index if it holds
-/// [`LIST_AT`] credits or more. Returns how many were moved.
-pub(super) fn list_if_due(tx: &Transaction<'_>) -> StoreResult<usize> {
+/// [`LIST_AT`] credits or more.
+pub(super) fn list_if_due(tx: &Transaction<'_>) -> StoreResult<()> {
     let held: Option<i64> = tx
         // Two subqueries: each is one seek to an end of the rowid b-tree, where a single
         // `max(id) - min(id)` would read every row.
@@ -24,28 +24,25 @@ pub(super) fn list_if_due(tx: &Transaction<'_>) -> StoreResult<usize> {
             "SELECT (SELECT max(id) FROM loyalty_unlisted_credits)
                   - (SELECT min(id) FROM loyalty_unlisted_credits) + 1",
         )?
-        .query_row([], |r| r.get(0))
-        .optional()?
-        .flatten();
-    if held.unwrap_or(0) < LIST_AT {
-        return Ok(0);
+        .query_row([], |r| r.get(0))?;
+    if held.unwrap_or(0) >= LIST_AT {
+        list_all(tx)?;
     }
-    list_all(tx)
+    Ok(())
 }
 
 /// Move every credit of the log into the customer index, sorted by the index's key so that
 /// each leaf is written once.
-pub(super) fn list_all(tx: &Transaction<'_>) -> StoreResult<usize> {
-    let moved = tx
-        .prepare_cached(
-            "INSERT INTO loyalty_customer_credits (customer_id, seq, order_id)
-             SELECT customer_id, seq, order_id FROM loyalty_unlisted_credits
-              ORDER BY customer_id, seq, order_id",
-        )?
-        .execute([])?;
+pub(super) fn list_all(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.prepare_cached(
+        "INSERT INTO loyalty_customer_credits (customer_id, seq, order_id)
+         SELECT customer_id, seq, order_id FROM loyalty_unlisted_credits
+          ORDER BY customer_id, seq, order_id",
+    )?
+    .execute([])?;
     tx.prepare_cached("DELETE FROM loyalty_unlisted_credits")?
         .execute([])?;
-    Ok(moved)
+    Ok(())
 }
 
 /// One page of a customer's credits, newest first by the `seq` of the event that earned each
