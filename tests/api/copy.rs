@@ -43,8 +43,7 @@ fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let tables: Vec<String> = conn
         .prepare(
-            "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')
-               AND name NOT LIKE 'sqlite_%'
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
                AND name <> 'schema_migrations' AND name <> 'queue_cursors'
                AND name NOT IN ('loyalty_customer_credits', 'loyalty_unlisted_credits')
              ORDER BY name",

@@ -26,7 +26,8 @@ async fn first_delivery_is_queued_and_stored_with_its_raw_bytes() {
     let conn = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
     let (payload, sha, deliveries, ty): (Vec<u8>, Vec<u8>, i64, String) = conn
         .query_row(
-            "SELECT payload, payload_sha256, deliveries, event_type FROM events",
+            "SELECT payload, payload_sha256, deliveries, event_type
+               FROM events JOIN event_payloads USING (seq)",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )

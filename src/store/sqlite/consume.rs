@@ -103,7 +103,7 @@ pub(super) fn claim(
                     claim_token: r.get(5)?,
                 },
                 event_type: r.get(2)?,
-                // Read below, from the row's body columns.
+                // Read below from event_payloads.
                 payload: Vec::new(),
                 content_type: None,
                 budget_used: r.get(4)?,
@@ -120,7 +120,8 @@ pub(super) fn claim(
         .max()
         .unwrap_or(0);
     advance_cursor(tx, lane, first, limit - (claimed.len() - first), last_first)?;
-    let mut body = tx.prepare_cached("SELECT payload, content_type FROM events WHERE seq = ?1")?;
+    let mut body =
+        tx.prepare_cached("SELECT payload, content_type FROM event_payloads WHERE seq = ?1")?;
     for c in &mut claimed {
         (c.payload, c.content_type) =
             body.query_row([c.claim.seq], |r| Ok((r.get(0)?, r.get(1)?)))?;

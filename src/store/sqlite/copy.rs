@@ -63,21 +63,13 @@ pub(super) fn count(conn: &Connection, table: &Table) -> StoreResult<u64> {
 }
 
 /// Insert rows as they are; a row whose key (or any unique column) is present is skipped.
-/// Bodies live in their events' rows here (migration `0009`): each is written into its event,
-/// copied before it, unless that already holds one.
 pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
-    let sql = if table.name == "event_payloads" {
-        debug_assert_eq!(table.columns, ["seq", "payload", "content_type"]);
-        "UPDATE events SET payload = ?2, content_type = ?3 WHERE seq = ?1 AND payload IS NULL"
-            .to_string()
-    } else {
-        format!(
-            "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
-            table.name,
-            table.columns.join(", "),
-            vec!["?"; table.columns.len()].join(", ")
-        )
-    };
+    let sql = format!(
+        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
+        table.name,
+        table.columns.join(", "),
+        vec!["?"; table.columns.len()].join(", ")
+    );
     let mut stmt = tx.prepare_cached(&sql)?;
     for row in rows {
         stmt.execute(params_from_iter(row.iter().map(value)))?;
@@ -140,10 +132,9 @@ mod tests {
         let store = SqliteStore::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
         store.migrate().unwrap();
         let conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
-        // `event_payloads` is a view over the bodies in the events' rows (migration 0009).
         let mut tables: Vec<String> = conn
             .prepare(
-                "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')
+                "SELECT name FROM sqlite_schema WHERE type = 'table'
                    AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations' ORDER BY name",
             )
             .unwrap()
@@ -157,11 +148,12 @@ mod tests {
         named.sort();
         assert_eq!(tables, named);
         for table in TABLES {
-            let mut columns = table.columns.to_vec();
-            if table.name == "events" {
-                columns.extend(["payload", "content_type"]);
-            }
-            assert_eq!(super::columns(&conn, table.name), columns, "{}", table.name);
+            assert_eq!(
+                super::columns(&conn, table.name),
+                table.columns,
+                "{}",
+                table.name
+            );
         }
     }
 }

@@ -35,7 +35,7 @@ pub(super) fn detail(
     // A tombstone has no body left (and no history).
     let (payload, content_type) = conn
         .query_row(
-            "SELECT payload, content_type FROM events WHERE seq = ?1 AND payload IS NOT NULL",
+            "SELECT payload, content_type FROM event_payloads WHERE seq = ?1",
             [event.seq],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -94,31 +94,24 @@ pub(super) fn list(
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<EventRecord>> {
-    page_query(conn, filter, page, EVENT_COLUMNS, &[], rows::event)
+    page_query(conn, filter, page, EVENT_COLUMNS, "events", rows::event)
 }
 
-/// A page of the events whose bodies are stored (not tombstones); the payload columns follow
-/// the event's.
+/// A page with the stored bodies; the payload columns follow the event's.
 pub(super) fn export(
     conn: &Connection,
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<ExportedEvent>> {
     let columns = format!("{EVENT_COLUMNS}, payload, content_type");
-    page_query(
-        conn,
-        filter,
-        page,
-        &columns,
-        &["payload IS NOT NULL"],
-        |r| {
-            Ok(ExportedEvent {
-                event: rows::event(r)?,
-                payload: r.get(rows::EVENT_COLUMN_COUNT)?,
-                content_type: r.get(rows::EVENT_COLUMN_COUNT + 1)?,
-            })
-        },
-    )
+    let from = "events JOIN event_payloads USING (seq)";
+    page_query(conn, filter, page, &columns, from, |r| {
+        Ok(ExportedEvent {
+            event: rows::event(r)?,
+            payload: r.get(rows::EVENT_COLUMN_COUNT)?,
+            content_type: r.get(rows::EVENT_COLUMN_COUNT + 1)?,
+        })
+    })
 }
 
 fn page_query<T>(
@@ -126,18 +119,18 @@ fn page_query<T>(
     filter: &EventFilter,
     page: Page,
     columns: &str,
-    extra: &[&str],
+    from: &str,
     map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> StoreResult<Vec<T>> {
     let mut values = Vec::new();
-    let mut clause = where_clause(filter, extra, &mut values);
+    let mut clause = where_clause(filter, &[], &mut values);
     if let Some(before) = page.before_seq {
         values.push(Value::Integer(before));
         clause = format!("{clause} AND seq < ?{}", values.len());
     }
     values.push(Value::Integer(page.limit as i64));
     let sql = format!(
-        "SELECT {columns} FROM events WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
+        "SELECT {columns} FROM {from} WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
         values.len()
     );
     Ok(conn

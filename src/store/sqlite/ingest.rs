@@ -11,11 +11,10 @@ use crate::store::{InsertOutcome, NewDelivery, StoreResult};
 /// Insert every delivery of a group commit in the caller's transaction. Items are applied in
 /// order, so a second copy of a key within the batch is a duplicate of the first.
 ///
-/// New events, each with its body in its row (migration `0009`), are written with multi-row
-/// `INSERT`s, a few statements per batch rather than one per delivery: each execution of an
-/// `INSERT` into `events` opens a cursor on the table and on each of its indexes, and that,
-/// with the statement's own setup, cost more than the row itself (measured: about 9,000 of the
-/// 20,000 instructions per row).
+/// New events and their bodies are written with multi-row `INSERT`s, a few statements per
+/// batch rather than two per delivery: each execution of an `INSERT` into `events` opens a
+/// cursor on the table and on each of its indexes, and that, with the statement's own setup,
+/// cost more than the row itself (measured: about 9,000 of the 20,000 instructions per row).
 pub(super) fn insert_all(
     tx: &Transaction<'_>,
     batch: &[NewDelivery],
@@ -38,8 +37,6 @@ pub(super) fn insert_all(
             insert.raw_bind_parameter(p + 5, &d.sha256[..])?;
             insert.raw_bind_parameter(p + 6, d.received_at)?;
             insert.raw_bind_parameter(p + 7, d.lane.as_i64())?;
-            insert.raw_bind_parameter(p + 8, &d.payload[..])?;
-            insert.raw_bind_parameter(p + 9, &d.content_type)?;
         }
         let changed = insert.raw_execute()?;
         let chunk = &mut inserted[start..start + len];
@@ -55,6 +52,17 @@ pub(super) fn insert_all(
                 chunk[(seq? - first) as usize] = true;
             }
         }
+    }
+    let new: Vec<usize> = (0..batch.len()).filter(|&i| inserted[i]).collect();
+    for (start, len) in chunks(new.len()) {
+        let mut bodies = tx.prepare_cached(&BODY_INSERTS[len.trailing_zeros() as usize])?;
+        for (i, &at) in new[start..start + len].iter().enumerate() {
+            let (p, d) = (i * BODY_COLUMNS, &batch[at]);
+            bodies.raw_bind_parameter(p + 1, base + at as i64)?;
+            bodies.raw_bind_parameter(p + 2, &d.payload[..])?;
+            bodies.raw_bind_parameter(p + 3, &d.content_type)?;
+        }
+        bodies.raw_execute()?;
     }
     let mut redelivered = tx.prepare_cached(
         "UPDATE events
@@ -99,7 +107,8 @@ pub(super) fn insert_all(
 /// Rows per statement: powers of two up to this, so that a batch of any size takes at most a
 /// few statements and the statement cache holds one of each size.
 const MOST_ROWS: usize = 64;
-const EVENT_COLUMNS: usize = 9;
+const EVENT_COLUMNS: usize = 7;
+const BODY_COLUMNS: usize = 3;
 
 /// `(start, len)` pieces of `0..n`, each `len` a power of two of at most [`MOST_ROWS`].
 fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -122,19 +131,16 @@ fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
 static EVENT_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
     statements(
         "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
-                             last_delivered_at, next_attempt_at, lane, payload, content_type)
-         VALUES ",
+                             last_delivered_at, next_attempt_at, lane) VALUES ",
         |p| {
             format!(
-                "(?{}, ?{}, ?{}, ?{}, ?{}, ?{f}, ?{f}, ?{f}, ?{}, ?{}, ?{})",
+                "(?{}, ?{}, ?{}, ?{}, ?{}, ?{f}, ?{f}, ?{f}, ?{})",
                 p + 1,
                 p + 2,
                 p + 3,
                 p + 4,
                 p + 5,
                 p + 7,
-                p + 8,
-                p + 9,
                 f = p + 6
             )
         },
@@ -142,6 +148,15 @@ static EVENT_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
         " ON CONFLICT (source, event_id) DO NOTHING",
     )
 });
+static BODY_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    statements(
+        "INSERT INTO event_payloads (seq, payload, content_type) VALUES ",
+        |p| format!("(?{}, ?{}, ?{})", p + 1, p + 2, p + 3),
+        BODY_COLUMNS,
+        "",
+    )
+});
+
 fn statements(
     head: &str,
     row: impl Fn(usize) -> String,
@@ -182,6 +197,11 @@ mod tests {
             assert_eq!(sql.matches("(?").count(), rows);
             assert!(sql.contains(&format!("?{}", rows * EVENT_COLUMNS)));
             assert!(!sql.contains(&format!("?{}", rows * EVENT_COLUMNS + 1)));
+        }
+        for (k, sql) in BODY_INSERTS.iter().enumerate() {
+            let rows = 1 << k;
+            assert!(sql.contains(&format!("?{},", rows * BODY_COLUMNS - 1)));
+            assert!(!sql.contains(&format!("?{}", rows * BODY_COLUMNS + 1)));
         }
     }
 }

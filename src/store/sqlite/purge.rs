@@ -104,12 +104,12 @@ fn purge(
     now: i64,
 ) -> StoreResult<usize> {
     let sql = format!(
-        "UPDATE events AS e SET purged_at = ?4, finished_at = {FINISHED_AT},
-                               payload = NULL, content_type = NULL
+        "UPDATE events AS e SET purged_at = ?4, finished_at = {FINISHED_AT}
           WHERE e.seq = ?1 AND {}",
         due_condition("?2", "?3")
     );
     let mut mark = tx.prepare_cached(&sql)?;
+    let mut body = tx.prepare_cached("DELETE FROM event_payloads WHERE seq = ?1")?;
     let mut history = tx.prepare_cached("DELETE FROM event_attempts WHERE event_seq = ?1")?;
     // A submission's body is its request's documents (the event's own body only names the
     // request): they go with it. The request row stays, as its event stays as a tombstone.
@@ -126,6 +126,7 @@ fn purge(
             now
         ])?;
         if marked == 1 {
+            body.execute([seq])?;
             history.execute([seq])?;
             documents.execute(params![seq, REQUEST_SOURCE])?;
             purged += 1;
