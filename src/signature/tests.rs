@@ -163,6 +163,26 @@ fn published_github_vector() {
 }
 
 #[test]
+fn the_tolerance_bounds_the_age_either_way_and_includes_the_bound() {
+    let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    let secrets = std::slice::from_ref(&secret);
+    for scheme in [Scheme::StandardWebhooks, Scheme::Stripe] {
+        let h = scheme.sign(&secret, "m", "t", b"{}", 1000).unwrap();
+        for now in [700, 1000, 1300] {
+            assert!(scheme.verify(&h, b"{}", secrets, now, 300).is_ok(), "{now}");
+        }
+        assert_eq!(
+            scheme.verify(&h, b"{}", secrets, 1301, 300),
+            Err(SignatureError::TooOld(301, 300))
+        );
+        assert_eq!(
+            scheme.verify(&h, b"{}", secrets, 699, 300),
+            Err(SignatureError::TooNew(301, 300))
+        );
+    }
+}
+
+#[test]
 fn any_secret_of_a_rotation_verifies() {
     let old = Secret::new("whsec_b2xkIHNlY3JldCBiZWZvcmUgcm90YXRpb24=");
     let new = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");

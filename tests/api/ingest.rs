@@ -147,8 +147,11 @@ async fn invalid_signature_is_401_and_stores_nothing() {
 async fn timestamps_outside_tolerance_either_way_are_401() {
     let app = spawn_app().await;
     let body = order_body("o-1", "c-1", 10);
+    // A minute beyond the tolerance either way (and a minute inside it below): the wall clock
+    // may step back between this read and the server's, and a one-second margin then fails
+    // (seen once in CI). The exact bound is the unit test's, with a fixed `now`.
     let now = webhook_inbox::domain::time::now_secs();
-    for ts in [now - 301, now + 301] {
+    for ts in [now - 360, now + 360] {
         let headers = sign_with(
             Scheme::StandardWebhooks,
             SW_SECRET,
@@ -159,7 +162,7 @@ async fn timestamps_outside_tolerance_either_way_are_401() {
         let r = app.post_webhook("shop", &headers, body.as_bytes()).await;
         r.assert_error(401, "timestamp_out_of_tolerance");
     }
-    for ts in [now - 290, now + 290] {
+    for ts in [now - 240, now + 240] {
         let headers = sign_with(
             Scheme::StandardWebhooks,
             SW_SECRET,
