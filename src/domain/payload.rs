@@ -172,9 +172,67 @@ impl Scalar {
     }
 }
 
+/// Read straight from the document, without building a [`Value`] first: a string is copied
+/// once, a number is written as `Value` would write it, and anything else is checked as
+/// [`Checked`] checks it and gives no scalar.
 impl<'de> serde::Deserialize<'de> for Scalar {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Scalar::of(&Value::deserialize(d)?))
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+struct ScalarVisitor;
+
+impl ScalarVisitor {
+    fn number(n: serde_json::Number) -> Scalar {
+        Scalar(Some(n.to_string()))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ScalarVisitor {
+    type Value = Scalar;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Scalar, E> {
+        Ok(Scalar(None))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Scalar, E> {
+        Ok(Self::number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Scalar, E> {
+        Ok(Self::number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Scalar, E> {
+        // JSON has no NaN or infinity, so serde_json never hands one over.
+        Ok(Scalar(
+            serde_json::Number::from_f64(n).map(|n| n.to_string()),
+        ))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Scalar, E> {
+        Ok(Scalar(Some(s.to_owned())))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Scalar, E> {
+        Ok(Scalar(Some(s)))
+    }
+
+    fn visit_unit<E>(self) -> Result<Scalar, E> {
+        Ok(Scalar(None))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Scalar, A::Error> {
+        serde::de::Visitor::visit_seq(CheckedVisitor, seq).map(|_| Scalar(None))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Scalar, A::Error> {
+        serde::de::Visitor::visit_map(CheckedVisitor, map).map(|_| Scalar(None))
     }
 }
 
@@ -242,6 +300,53 @@ pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The direct reading gives what reading a whole `Value` gave, numbers written alike, and
+    /// refuses what that refused.
+    #[test]
+    fn a_scalar_reads_as_it_would_through_a_value() {
+        for text in [
+            "\"evt_1\"",
+            "\"a\\u00e9\\n\"",
+            "\"\"",
+            "0",
+            "-0",
+            "42",
+            "-9223372036854775808",
+            "18446744073709551615",
+            "12345678901234567890123",
+            "1.5",
+            "-0.0",
+            "1e20",
+            "1E-7",
+            "2.5e+300",
+            "null",
+            "true",
+            "false",
+            "[]",
+            "[1, \"x\", {\"y\": [null]}]",
+            "{}",
+            "{\"a\": 1}",
+            "\"\\ud800\"",
+            "[\"\\udfff\"]",
+            "{\"k\": 1e999}",
+            "01",
+            "[1,]",
+        ] {
+            let direct = serde_json::from_str::<Scalar>(text).map_err(|e| e.to_string());
+            let through_value = serde_json::from_str::<Value>(text)
+                .map(|v| Scalar::of(&v))
+                .map_err(|e| e.to_string());
+            assert_eq!(
+                direct.is_ok(),
+                through_value.is_ok(),
+                "{text}: {direct:?} {through_value:?}"
+            );
+            if let (Ok(a), Ok(b)) = (direct, through_value) {
+                assert_eq!(a, b, "{text}");
+            }
+        }
+    }
 
     #[test]
     fn peek_reads_ids_and_type_and_checks_the_rest_is_json() {
