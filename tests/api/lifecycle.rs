@@ -171,7 +171,8 @@ async fn a_purged_events_redelivery_is_a_duplicate_flagged_when_the_body_differs
     // And the database itself refuses to make one pending.
     let conn = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
     let revived = conn.execute(
-        "UPDATE events SET status = 'pending', next_attempt_at = 0 WHERE event_id = 'f1'",
+        "UPDATE event_state SET status = 'pending', next_attempt_at = 0
+          WHERE seq = (SELECT seq FROM event_log WHERE event_id = 'f1')",
         [],
     );
     assert!(revived.is_err(), "the CHECK keeps a tombstone terminal");
@@ -379,7 +380,8 @@ async fn the_background_purge_follows_the_retention_ages() {
     let conn = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     conn.execute(
-        "UPDATE events SET completed_at = ?1 WHERE event_id = 'old'",
+        "UPDATE event_state SET completed_at = ?1
+          WHERE seq = (SELECT seq FROM event_log WHERE event_id = 'old')",
         [two_days_ago],
     )
     .unwrap();

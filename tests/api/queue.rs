@@ -1,6 +1,8 @@
-//! The log-structured queue (migration 0007): first attempts are claimed in `seq` order from
-//! each lane's cursor, work that comes back through the partial index `events_due`. No event
-//! is skipped, none is claimed twice, and the counts `/metrics` reports still add up.
+//! The log-structured queue (migrations 0007 and 0009): a first attempt of lane 0 is a row of
+//! the log with no state row, claimed in `seq` order from the cursor; submitted requests and
+//! work that comes back have their state row and are claimed through the partial index
+//! `events_due`. No event is skipped, none is claimed twice, and the counts `/metrics`
+//! reports still add up.
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -58,10 +60,18 @@ fn first_attempts_are_claimed_in_log_order_and_each_lane_skips_the_others() {
         request("r2"),
         event("d"),
     ]);
-    // Stored work is in the log only: nothing was written to the index of due work.
+    // Stored events are in the log only: no state row, nothing in the index of due work;
+    // the two requests have theirs.
     assert_eq!(
-        h.count("SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending' AND attempts > 0"),
+        h.count("SELECT count(*) FROM event_state WHERE lane = 0"),
         0
+    );
+    assert_eq!(
+        h.count(
+            "SELECT count(*) FROM event_state INDEXED BY events_due
+              WHERE status = 'pending' AND lane = 1"
+        ),
+        2
     );
     assert_eq!(pending(&h), 6);
     assert_eq!(claim(&h, Lane::InProcess, 1), ["a"]);
@@ -106,7 +116,10 @@ fn work_that_comes_back_is_claimed_through_the_index_before_new_work() {
     let refs: Vec<_> = claimed.into_iter().map(|c| c.claim).collect();
     assert_eq!(h.store.release(&refs, now_ms()).unwrap(), 1);
     assert_eq!(
-        h.count("SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending' AND attempts > 0"),
+        h.count(
+            "SELECT count(*) FROM event_state INDEXED BY events_due
+              WHERE status = 'pending' AND lane = 0"
+        ),
         1
     );
     h.insert(&[event("c")]);
@@ -117,6 +130,55 @@ fn work_that_comes_back_is_claimed_through_the_index_before_new_work() {
     assert_eq!(claim_all(&h, Lane::InProcess, 5), ["b", "c"]);
     assert_eq!(h.detail("shop", "a").event.attempts, 2);
     assert_eq!(pending(&h), 0);
+}
+
+/// The count of first attempts waiting is the length of the log after the cursor, read
+/// without the log: it holds only while the log's `seq` has no gaps. Batches with
+/// redeliveries (within a batch and of stored events) and requests mixed in leave none, and
+/// the counts stay exact through claims.
+#[test]
+fn batches_with_redeliveries_leave_no_gap_in_the_log_and_the_counts_stay_exact() {
+    let h = Harness::new(5, 30);
+    let gaps = |h: &Harness| h.count("SELECT max(seq) - min(seq) + 1 - count(*) FROM event_log");
+    h.insert(&[
+        event("a"),
+        event("b"),
+        event("a"),
+        request("r1"),
+        event("c"),
+    ]);
+    assert_eq!(gaps(&h), 0);
+    assert_eq!(pending(&h), 4);
+    h.insert(&[
+        event("b"),
+        event("d"),
+        request("r1"),
+        request("r2"),
+        event("e"),
+    ]);
+    h.insert(&[event("a"), event("e")]);
+    h.insert(&[event("f")]);
+    assert_eq!(gaps(&h), 0);
+    assert_eq!(h.count("SELECT count(*) FROM event_log"), 8);
+    assert_eq!(pending(&h), 8);
+    assert_eq!(claim(&h, Lane::InProcess, 1), ["a"]);
+    assert_eq!(claim(&h, Lane::InProcess, 1), ["b"]);
+    assert_eq!(pending(&h), 6);
+    assert_eq!(claim(&h, Lane::CallOut, 1), ["r1"]);
+    assert_eq!(pending(&h), 5);
+    h.insert(&[event("g"), event("c")]);
+    assert_eq!(gaps(&h), 0);
+    assert_eq!(pending(&h), 6);
+    assert_eq!(
+        claim_all(&h, Lane::InProcess, 10),
+        ["c", "d", "e", "f", "g"]
+    );
+    assert_eq!(pending(&h), 1);
+    assert_eq!(claim_all(&h, Lane::CallOut, 10), ["r2"]);
+    let counts = h.store.status_counts().unwrap();
+    assert_eq!((counts.pending, counts.claimed), (0, 9));
+    let deliveries = h.count("SELECT sum(deliveries) FROM event_log");
+    assert_eq!(deliveries, 15, "every redelivery was counted on its event");
 }
 
 /// Four claimers released through a barrier while a writer keeps appending to both lanes:

@@ -13,13 +13,16 @@ use crate::store::{
     StoreResult,
 };
 
-/// The claim: one statement moves due pending rows to `claimed` and returns them.
+/// The claim, as state transitions: due work moves to `claimed` and is returned, in the
+/// statements that change it.
 ///
-/// The queue is log-structured (migration `0007`): a first attempt is found by its place in
-/// the log, after its lane's cursor in `seq` order, and only events that came back (a retry, a
-/// released or swept claim: `attempts > 0`) are found through the partial index of due work
-/// (named, so that the planner cannot pick a status scan plus a sort whose cost grows with the
-/// backlog). Work that came back goes first; first attempts fill the rest of the batch.
+/// The queue is log-structured (migrations `0007`, `0009`): a first attempt of lane 0 has no
+/// state row, and is claimed by giving it one, `INSERT … SELECT` of the first events after the
+/// lane's cursor in `seq` order. Events that came back (a retry, a released or swept claim, an
+/// ops retry) and submitted requests (lane 1) have their state row, and are claimed by one
+/// `UPDATE` through the partial index of due work (named, so that the planner cannot pick a
+/// status scan plus a sort whose cost grows with the backlog). Work that came back goes first;
+/// first attempts fill the rest of the batch.
 ///
 /// The limit is part of the text, not a parameter: SQLite plans with a bound LIMIT's value
 /// and so re-prepares the statement at every new binding (measured: one full parse and plan
@@ -31,54 +34,69 @@ use crate::store::{
 pub fn claim_sql(lane: Lane, limit: usize) -> String {
     let lane = lane.as_i64();
     format!(
-        "UPDATE events
+        "UPDATE event_state
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
         attempts = attempts + 1, claim_token = lower(hex(randomblob(16)))
-  WHERE rowid IN (
-        SELECT rowid FROM (SELECT rowid FROM events INDEXED BY events_due
-                            WHERE status = 'pending' AND attempts > 0 AND lane = {lane}
-                              AND next_attempt_at <= ?3
-                            ORDER BY next_attempt_at LIMIT {limit})
-        UNION ALL
-        SELECT rowid FROM (SELECT rowid FROM events NOT INDEXED
-                            WHERE rowid > (SELECT after_seq FROM queue_cursors WHERE lane = {lane})
-                              AND lane = {lane} AND status = 'pending' AND attempts = 0
-                            ORDER BY rowid LIMIT {limit})
-        LIMIT {limit})
-RETURNING source, event_id, event_type, attempts, attempts - budget_floor, claim_token,
-          claimed_until, seq"
+  WHERE rowid IN (SELECT rowid FROM event_state INDEXED BY events_due
+                   WHERE status = 'pending' AND lane = {lane} AND next_attempt_at <= ?3
+                   ORDER BY next_attempt_at LIMIT {limit})
+RETURNING {CLAIMED}"
     )
 }
 
-/// Move the lane's cursor past the first attempts just claimed. `first` of them were claimed
-/// out of `room` places left after the work that came back. If the claim took fewer than it
-/// had room for, none of the lane's first attempts is left anywhere in the log, and the cursor
-/// moves to the last `seq`; else to the last one claimed (writes are serialised, so no event
-/// can appear behind it). It only ever moves forward.
+/// The first attempts' claim: the first `limit` events of lane 0 after the cursor get their
+/// state row, claimed; due since they were received.
+pub fn first_attempts_sql(limit: usize) -> String {
+    format!(
+        "INSERT INTO event_state (seq, lane, status, attempts, next_attempt_at, claimed_until,
+                         claimed_by, claim_token)
+SELECT seq, 0, 'claimed', 1, received_at, ?2, ?1, lower(hex(randomblob(16)))
+  FROM event_log
+ WHERE seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0) AND lane = 0
+ ORDER BY seq LIMIT {limit}
+RETURNING {CLAIMED}"
+    )
+}
+
+/// What both claims return, in the order [`claimed`] reads it.
+const CLAIMED: &str = "seq, attempts, attempts - budget_floor, claim_token, claimed_until";
+
+fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
+    Ok(Claimed {
+        claim: ClaimRef {
+            // Read below from the log, with the body.
+            source: String::new(),
+            event_id: String::new(),
+            seq: r.get(0)?,
+            attempt: r.get(1)?,
+            claim_token: r.get(3)?,
+        },
+        event_type: String::new(),
+        payload: Vec::new(),
+        content_type: None,
+        budget_used: r.get(2)?,
+        claimed_until: r.get(4)?,
+    })
+}
+
+/// Move the cursor past the first attempts just claimed, `first` of `room`. If the claim took
+/// fewer than it had room for, none of lane 0's first attempts is left anywhere in the log,
+/// and the cursor moves to the last `seq`; else to the last one claimed (writes are
+/// serialised, so no event can appear behind it). It only ever moves forward.
 fn advance_cursor(
     tx: &Transaction<'_>,
-    lane: Lane,
     first: usize,
     room: usize,
     last_claimed: i64,
 ) -> StoreResult<()> {
-    if room == 0 {
-        return Ok(());
-    }
-    if first > 0 {
-        tx.prepare_cached("UPDATE queue_cursors SET waiting = waiting - ?2 WHERE lane = ?1")?
-            .execute(params![lane.as_i64(), first as i64])?;
-    }
     let to = if first < room {
-        tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM events")?
+        tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM event_log")?
             .query_row([], |r| r.get(0))?
     } else {
         last_claimed
     };
-    tx.prepare_cached(
-        "UPDATE queue_cursors SET after_seq = ?2 WHERE lane = ?1 AND after_seq < ?2",
-    )?
-    .execute(params![lane.as_i64(), to])?;
+    tx.prepare_cached("UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0 AND after_seq < ?1")?
+        .execute(params![to])?;
     Ok(())
 }
 
@@ -91,49 +109,43 @@ pub(super) fn claim(
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
-    let mut claimed = tx
+    let mut claims = tx
         .prepare_cached(&claim_sql(lane, limit))?
-        .query_map(params![worker, claimed_until, now], |r| {
-            Ok(Claimed {
-                claim: ClaimRef {
-                    source: r.get(0)?,
-                    event_id: r.get(1)?,
-                    seq: r.get(7)?,
-                    attempt: r.get(3)?,
-                    claim_token: r.get(5)?,
-                },
-                event_type: r.get(2)?,
-                // Read below from event_payloads.
-                payload: Vec::new(),
-                content_type: None,
-                budget_used: r.get(4)?,
-                claimed_until: r.get(6)?,
-            })
-        })?
+        .query_map(params![worker, claimed_until, now], claimed)?
         .collect::<Result<Vec<_>, _>>()?;
-    // A first attempt is the claim that made `attempts` 1; the rest came back through the index.
-    let first = claimed.iter().filter(|c| c.claim.attempt == 1).count();
-    let last_first = claimed
-        .iter()
-        .filter(|c| c.claim.attempt == 1)
-        .map(|c| c.claim.seq)
-        .max()
-        .unwrap_or(0);
-    advance_cursor(tx, lane, first, limit - (claimed.len() - first), last_first)?;
-    let mut body =
-        tx.prepare_cached("SELECT payload, content_type FROM event_payloads WHERE seq = ?1")?;
-    for c in &mut claimed {
-        (c.payload, c.content_type) =
-            body.query_row([c.claim.seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let room = limit - claims.len();
+    if lane == Lane::InProcess && room > 0 {
+        let first = tx
+            .prepare_cached(&first_attempts_sql(room))?
+            .query_map(params![worker, claimed_until], claimed)?
+            .collect::<Result<Vec<_>, _>>()?;
+        let last = first.iter().map(|c| c.claim.seq).max().unwrap_or(0);
+        advance_cursor(tx, first.len(), room, last)?;
+        claims.extend(first);
+    }
+    let mut event = tx.prepare_cached(
+        "SELECT source, event_id, event_type, payload, content_type FROM event_log
+          WHERE seq = ?1",
+    )?;
+    for c in &mut claims {
+        (
+            c.claim.source,
+            c.claim.event_id,
+            c.event_type,
+            c.payload,
+            c.content_type,
+        ) = event.query_row([c.claim.seq], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
     }
     let mut history = tx.prepare_cached(
         "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
          VALUES (?1, ?2, ?3, ?4)",
     )?;
-    for c in &claimed {
+    for c in &claims {
         history.execute(params![c.claim.seq, c.claim.attempt, worker, now])?;
     }
-    Ok(claimed)
+    Ok(claims)
 }
 
 /// The statements a batch runs, each taken from the connection's cache once per batch.
@@ -165,14 +177,14 @@ impl<'c> Prepared<'c> {
     }
 }
 
-/// A fenced transition: `UPDATE events SET <set>` on the event only while `claim` still holds
+/// A fenced transition: `UPDATE event_state SET <set>` on the event only while `claim` still holds
 /// it, clearing the claim. Parameters: ?1 seq, ?2 claim token, ?3 now, ?4 and ?5 the set's
 /// own values. `live`: the worker's own transitions, only while its lease runs; `expired`:
 /// the sweeper's, whose lease has already run out, fenced by the token alone.
 macro_rules! fence {
     ($set:literal, live) => {
         concat!(
-            "UPDATE events SET ",
+            "UPDATE event_state SET ",
             $set,
             ", claim_token = NULL, claimed_until = NULL, claimed_by = NULL
               WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed' AND claimed_until > ?3"
@@ -180,7 +192,7 @@ macro_rules! fence {
     };
     ($set:literal, expired) => {
         concat!(
-            "UPDATE events SET ",
+            "UPDATE event_state SET ",
             $set,
             ", claim_token = NULL, claimed_until = NULL, claimed_by = NULL
               WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed'"
@@ -280,9 +292,10 @@ pub(super) fn sweep(
 ) -> StoreResult<usize> {
     let expired = tx
         .prepare_cached(
-            "SELECT source, event_id, event_type, claim_token, attempts, attempts - budget_floor,
-                    seq
-               FROM events WHERE status = 'claimed' AND claimed_until <= ?1",
+            "SELECT l.source, l.event_id, l.event_type, s.claim_token, s.attempts,
+                    s.attempts - s.budget_floor, s.seq
+               FROM event_state s INDEXED BY events_leases JOIN event_log l ON l.seq = s.seq
+              WHERE s.status = 'claimed' AND s.claimed_until <= ?1",
         )?
         .query_map([now], |r| {
             Ok(ExpiredClaim {

@@ -63,7 +63,110 @@ pub(super) fn count(conn: &Connection, table: &Table) -> StoreResult<u64> {
 }
 
 /// Insert rows as they are; a row whose key (or any unique column) is present is skipped.
+///
+/// `events` and `event_payloads` are views here (migration 0009): an event goes into the log
+/// and gets its state row, and a body goes into its event's log row. The cursor then moves
+/// to the end of the log in the same transaction, so that an event copied in, whatever its
+/// seq, is never also taken for a first attempt waiting after the cursor.
 pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+    match table.name {
+        "events" => insert_events(tx, table, rows),
+        "event_payloads" => insert_bodies(tx, table, rows),
+        _ => insert_rows(tx, table, rows),
+    }
+}
+
+const LOG_COLUMNS: &[&str] = &[
+    "seq",
+    "source",
+    "event_id",
+    "event_type",
+    "payload_sha256",
+    "received_at",
+    "lane",
+    "deliveries",
+    "payload_mismatches",
+    "last_delivered_at",
+];
+const STATE_COLUMNS: &[&str] = &[
+    "seq",
+    "lane",
+    "status",
+    "attempts",
+    "budget_floor",
+    "next_attempt_at",
+    "claimed_until",
+    "claimed_by",
+    "claim_token",
+    "completed_at",
+    "outcome",
+    "last_error",
+    "abandoned",
+    "finished_at",
+    "purged_at",
+];
+
+/// The statement inserting `columns` of a row of `table` into `into`, and where each of them
+/// is in the row.
+fn projection(table: &Table, into: &str, columns: &[&str]) -> (String, Vec<usize>) {
+    let at = columns
+        .iter()
+        .map(|c| {
+            table
+                .columns
+                .iter()
+                .position(|t| t == c)
+                .expect("the copy's events table has every column of the log and the state")
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO {into} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
+        columns.join(", "),
+        vec!["?"; columns.len()].join(", ")
+    );
+    (sql, at)
+}
+
+fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+    let (log_sql, log_at) = projection(table, "event_log", LOG_COLUMNS);
+    let (state_sql, state_at) = projection(table, "event_state", STATE_COLUMNS);
+    let mut log = tx.prepare_cached(&log_sql)?;
+    let mut state = tx.prepare_cached(&state_sql)?;
+    for row in rows {
+        if log.execute(params_from_iter(log_at.iter().map(|&i| value(&row[i]))))? == 1 {
+            state.execute(params_from_iter(state_at.iter().map(|&i| value(&row[i]))))?;
+        }
+    }
+    settle_cursor(tx)
+}
+
+fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+    let (_, at) = projection(table, "event_log", &["seq", "payload", "content_type"]);
+    let mut body = tx.prepare_cached(
+        "UPDATE event_log SET payload = ?2, content_type = ?3 WHERE seq = ?1 AND payload IS NULL",
+    )?;
+    for row in rows {
+        body.execute(params_from_iter(at.iter().map(|&i| value(&row[i]))))?;
+    }
+    Ok(())
+}
+
+/// Give every first attempt still waiting after the cursor its state row (pending, due since
+/// it was received), then move the cursor to the end of the log: rows inserted with their own
+/// seq may sit anywhere, and afterwards the log after the cursor starts empty, with no gaps.
+fn settle_cursor(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "INSERT INTO event_state (seq, lane, status, next_attempt_at)
+         SELECT l.seq, 0, 'pending', l.received_at FROM event_log l
+          WHERE l.seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0) AND l.lane = 0
+            AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.seq = l.seq);
+         UPDATE queue_cursors SET after_seq = (SELECT ifnull(max(seq), 0) FROM event_log)
+          WHERE lane = 0",
+    )?;
+    Ok(())
+}
+
+fn insert_rows(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
     let sql = format!(
         "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
         table.name,
@@ -85,23 +188,12 @@ pub(super) const DERIVED: &[&str] = &[
     "loyalty_unlisted_credits",
 ];
 
-/// After a copy: the log's cursors and counts (`queue_cursors`) said nothing of the rows
-/// copied in, which came with their own seq; each lane starts again before its oldest
-/// never-claimed pending event (or at the end), counting them, as migration 0007 set them.
-/// The credits copied in were logged by the trigger of migration 0008 (events are copied
-/// first; a credit skipped as already present fires nothing): they are moved into the
-/// customers' index, so that an interrupted copy's log does not wait for the consumers.
+/// After a copy: the cursor was settled with each page of events; the credits copied in were
+/// logged by the trigger of migration 0008 (events are copied first; a credit skipped as
+/// already present fires nothing): they are moved into the customers' index, so that an
+/// interrupted copy's log does not wait for the consumers.
 pub(super) fn rebuild_derived(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.execute_batch(
-        "UPDATE queue_cursors SET
-            after_seq = ifnull((SELECT min(seq) - 1 FROM events
-                                 WHERE status = 'pending' AND attempts = 0
-                                   AND lane = queue_cursors.lane),
-                               ifnull((SELECT max(seq) FROM events), 0)),
-            waiting = (SELECT count(*) FROM events
-                        WHERE status = 'pending' AND attempts = 0
-                          AND lane = queue_cursors.lane)",
-    )?;
+    settle_cursor(tx)?;
     super::customers::list_all(tx)
 }
 
@@ -134,7 +226,7 @@ mod tests {
         let conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
         let mut tables: Vec<String> = conn
             .prepare(
-                "SELECT name FROM sqlite_schema WHERE type = 'table'
+                "SELECT name FROM sqlite_schema WHERE (type = 'table' OR type = 'view')
                    AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations' ORDER BY name",
             )
             .unwrap()
@@ -142,7 +234,20 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        tables.retain(|t| !super::DERIVED.contains(&t.as_str()));
+        // The log and the state are copied as the `events` and `event_payloads` views: every
+        // column of theirs must be in one of those.
+        let viewed: Vec<String> = ["events", "event_payloads"]
+            .iter()
+            .flat_map(|v| super::columns(&conn, v))
+            .collect();
+        for stored in ["event_log", "event_state"] {
+            for column in super::columns(&conn, stored) {
+                assert!(viewed.contains(&column), "{stored}.{column} is not copied");
+            }
+        }
+        tables.retain(|t| {
+            !super::DERIVED.contains(&t.as_str()) && t != "event_log" && t != "event_state"
+        });
         let mut named: Vec<String> = TABLES.iter().map(|t| t.name.to_string()).collect();
         tables.sort();
         named.sort();

@@ -64,7 +64,7 @@ pub(super) fn credits(
                      SELECT seq, order_id FROM loyalty_unlisted_credits
                       WHERE customer_id = ?1 AND (?2 IS NULL OR seq < ?2)) AS x
                JOIN loyalty_credits c ON c.order_id = x.order_id
-               JOIN events e ON e.seq = x.seq
+               JOIN event_log e ON e.seq = x.seq
               ORDER BY x.seq DESC LIMIT ?3",
         )?
         .query_map(params![customer_id, page.before_seq, limit], |r| {
@@ -162,7 +162,7 @@ mod tests {
             .read(|c| {
                 Ok(c.prepare(
                     "SELECT e.seq, c.order_id FROM loyalty_credits c
-                       JOIN events e ON e.source = c.source AND e.event_id = c.event_id
+                       JOIN event_log e ON e.source = c.source AND e.event_id = c.event_id
                       WHERE c.customer_id = ?1 ORDER BY e.seq DESC",
                 )?
                 .query_map([customer], |r| Ok((r.get(0)?, r.get(1)?)))?

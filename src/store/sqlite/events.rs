@@ -7,7 +7,7 @@ use super::rows::{self, EVENT_COLUMNS};
 use crate::store::rules;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
-    StoreResult,
+    StoreError, StoreResult,
 };
 
 fn get(conn: &Connection, source: &str, event_id: &str) -> StoreResult<Option<EventRecord>> {
@@ -27,20 +27,18 @@ pub(super) fn detail(
     let Some(event) = get(conn, source, event_id)? else {
         return Ok(None);
     };
-    let payload_sha256 = conn.query_row(
-        "SELECT payload_sha256 FROM events WHERE seq = ?1",
-        [event.seq],
-        |r| r.get(0),
-    )?;
     // A tombstone has no body left (and no history).
-    let (payload, content_type) = conn
-        .query_row(
-            "SELECT payload, content_type FROM event_payloads WHERE seq = ?1",
-            [event.seq],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?
-        .unwrap_or_default();
+    let (payload_sha256, payload, content_type) = conn
+        .prepare_cached(
+            "SELECT payload_sha256, payload, content_type FROM event_log WHERE seq = ?1",
+        )?
+        .query_row([event.seq], |r| {
+            Ok((
+                r.get(0)?,
+                r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                r.get(2)?,
+            ))
+        })?;
     let history = conn
         .prepare_cached(
             "SELECT attempt, worker, started_at, finished_at, result, error
@@ -141,35 +139,35 @@ fn page_query<T>(
 
 /// The counts `/metrics` reports, read in one statement (one snapshot). Each status but
 /// `completed` is counted where it lives, so a scrape costs what is claimed or failed, not the
-/// whole history: work that came back in the partial index `events_due`, first attempts by
-/// the lanes' `waiting` counts (migration `0007`: reading the log itself cost about 900
-/// instructions per pending event and scrape), claims and failures in their partial indexes; `completed` is the rest of a `count(*)`, which SQLite answers from
-/// the page headers of the smallest index. The lag is when the longest-waiting unfinished work
-/// became due: the first due time of each lane's index range and of each lane's log (the
-/// first event after its cursor, read only when the lane has first attempts waiting), and of
-/// the few claimed events. A pending
-/// event waiting on its backoff has a due time in the future and so adds no lag.
+/// whole history: pending state rows in the partial index `events_due`; first attempts with no
+/// state row yet as the length of the log after the cursor (migration `0009`: the log's `seq`
+/// has no gaps there, and the only state rows after the cursor are submitted requests'),
+/// with no read of the log itself; claims and failures in their partial indexes; `completed`
+/// is the rest of a `count(*)`, which SQLite answers from the page headers of the log's key.
+/// The lag is when the longest-waiting unfinished work became due: the first due time of each
+/// lane's index range, of the first event after the cursor (its receipt), and of the few
+/// claimed events. A pending event waiting on its backoff has a due time in the future and so
+/// adds no lag.
 pub const STATUS_COUNTS: &str = "SELECT
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events INDEXED BY events_due WHERE status = 'pending' AND attempts > 0)
-      + (SELECT sum(waiting) FROM queue_cursors),
-    (SELECT count(*) FROM events INDEXED BY events_leases WHERE status = 'claimed'),
-    (SELECT count(*) FROM events INDEXED BY events_failed WHERE status = 'failed'),
+    (SELECT count(*) FROM event_log),
+    (SELECT count(*) FROM event_state INDEXED BY events_due WHERE status = 'pending')
+      + (SELECT ifnull(max(seq), 0) FROM event_log) - q.after_seq
+      - (SELECT count(*) FROM event_state WHERE seq > q.after_seq),
+    (SELECT count(*) FROM event_state INDEXED BY events_leases WHERE status = 'claimed'),
+    (SELECT count(*) FROM event_state INDEXED BY events_failed WHERE status = 'failed'),
     (SELECT min(due) FROM (
-        SELECT min(next_attempt_at) AS due FROM events INDEXED BY events_due
-         WHERE status = 'pending' AND attempts > 0 AND lane = 0
+        SELECT min(next_attempt_at) AS due FROM event_state INDEXED BY events_due
+         WHERE status = 'pending' AND lane = 0
         UNION ALL
-        SELECT min(next_attempt_at) FROM events INDEXED BY events_due
-         WHERE status = 'pending' AND attempts > 0 AND lane = 1
+        SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
+         WHERE status = 'pending' AND lane = 1
         UNION ALL
-        SELECT (SELECT next_attempt_at FROM events NOT INDEXED
-                 WHERE rowid > q.after_seq AND lane = q.lane AND status = 'pending'
-                   AND attempts = 0
-                 ORDER BY rowid LIMIT 1)
-          FROM queue_cursors AS q WHERE q.waiting > 0
+        SELECT received_at FROM (SELECT received_at FROM event_log
+                                  WHERE seq > q.after_seq AND lane = 0 ORDER BY seq LIMIT 1)
         UNION ALL
-        SELECT min(next_attempt_at) FROM events INDEXED BY events_leases
-         WHERE status = 'claimed'))";
+        SELECT min(next_attempt_at) FROM event_state INDEXED BY events_leases
+         WHERE status = 'claimed'))
+  FROM queue_cursors AS q WHERE q.lane = 0";
 
 pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
     let (all, pending, claimed, failed, oldest): (i64, i64, i64, i64, Option<i64>) =
@@ -206,13 +204,19 @@ pub(super) fn retry(
         return Ok(refusal.answer(event));
     }
     let sql = format!(
-        "UPDATE events SET {} WHERE seq = ?2 AND status = ?3 RETURNING {EVENT_COLUMNS}",
+        "UPDATE event_state SET {} WHERE seq = ?2 AND status = ?3",
         RETRY_SET.replace('?', "?1")
     );
-    let retried = tx
-        .prepare_cached(&sql)?
-        .query_row(params![now, event.seq, event.status.as_str()], rows::event)?;
-    Ok(RetryOutcome::Retried(retried))
+    let changed =
+        tx.prepare_cached(&sql)?
+            .execute(params![now, event.seq, event.status.as_str()])?;
+    // The write lock is held since the read above: the fence cannot miss.
+    match (changed, get(tx, source, event_id)?) {
+        (1, Some(retried)) => Ok(RetryOutcome::Retried(retried)),
+        _ => Err(StoreError::Internal(anyhow::anyhow!(
+            "the retry of {source}/{event_id} changed no row inside its own transaction"
+        ))),
+    }
 }
 
 /// Bulk retry: failed events matching the filter that [`rules::may_retry`] lets go without
@@ -243,7 +247,7 @@ pub(super) fn retry_failed(
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut update = tx.prepare_cached(&format!(
-        "UPDATE events SET {} WHERE seq = ?2 AND status = 'failed'",
+        "UPDATE event_state SET {} WHERE seq = ?2 AND status = 'failed'",
         RETRY_SET.replace('?', "?1")
     ))?;
     let mut retried = 0;

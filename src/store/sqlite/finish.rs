@@ -40,7 +40,7 @@ impl FinishStatements for Statements<'_> {
 
     fn set_outcome(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<()> {
         self.prepared
-            .get("UPDATE events SET outcome = ?2 WHERE seq = ?1")?
+            .get("UPDATE event_state SET outcome = ?2 WHERE seq = ?1")?
             .execute(params![claim.seq, outcome.as_str()])?;
         Ok(())
     }

@@ -1,71 +1,84 @@
-//! Storing deliveries. The primary key is the dedup: `INSERT … ON CONFLICT DO NOTHING`, then
-//! branch on the rows changed. There is no SELECT before the INSERT, so no interleaving of
-//! concurrent deliveries can make two rows or two `queued` answers.
+//! Storing deliveries. The `(source, event_id)` key of the log is the dedup: `INSERT … ON
+//! CONFLICT DO NOTHING`, then branch on the rows changed. There is no SELECT before the INSERT,
+//! so no interleaving of concurrent deliveries can make two rows or two `queued` answers.
+//!
+//! A new event is one appended row of `event_log` (migration 0009) with its body, and nothing
+//! else: a first attempt of lane 0 is found by the consumers after their cursor. Only a
+//! submitted request (lane 1) gets its state row here.
 
 use std::sync::LazyLock;
 
 use rusqlite::{Transaction, params};
 
-use crate::store::{InsertOutcome, NewDelivery, StoreResult};
+use crate::store::{InsertOutcome, Lane, NewDelivery, StoreResult};
 
 /// Insert every delivery of a group commit in the caller's transaction. Items are applied in
 /// order, so a second copy of a key within the batch is a duplicate of the first.
 ///
-/// New events and their bodies are written with multi-row `INSERT`s, a few statements per
-/// batch rather than two per delivery: each execution of an `INSERT` into `events` opens a
-/// cursor on the table and on each of its indexes, and that, with the statement's own setup,
-/// cost more than the row itself (measured: about 9,000 of the 20,000 instructions per row).
+/// New events are written with multi-row `INSERT`s, a few statements per batch rather than
+/// one per delivery: each execution of an `INSERT` opens a cursor on the table and on its
+/// index, and that, with the statement's own setup, cost more than the row itself (measured:
+/// about 9,000 of the 20,000 instructions per row).
 pub(super) fn insert_all(
     tx: &Transaction<'_>,
     batch: &[NewDelivery],
 ) -> StoreResult<Vec<InsertOutcome>> {
-    // seq: writes are serialised (BEGIN IMMEDIATE), so max + 1 is unique and commit-ordered.
-    // It is read once per batch: delivery `i` is offered `base + i`. A delivery that turns out
-    // to be a duplicate leaves its number unused (a gap, never a reuse of an event's seq).
-    let base: i64 = tx
-        .prepare_cached("SELECT ifnull(max(seq), 0) + 1 FROM events")?
+    // SQLite numbers each inserted row `max(seq) + 1` (writes are serialised: BEGIN
+    // IMMEDIATE), so `seq` follows commit order and has no gaps: a duplicate takes no number.
+    let mut last: i64 = tx
+        .prepare_cached("SELECT ifnull(max(seq), 0) FROM event_log")?
         .query_row([], |r| r.get(0))?;
-    let mut inserted = vec![false; batch.len()];
+    // The seq of each delivery that made a new event.
+    let mut seqs: Vec<Option<i64>> = vec![None; batch.len()];
     for (start, len) in chunks(batch.len()) {
         let mut insert = tx.prepare_cached(&EVENT_INSERTS[len.trailing_zeros() as usize])?;
-        for (i, d) in batch[start..start + len].iter().enumerate() {
-            let (p, seq) = (i * EVENT_COLUMNS, base + (start + i) as i64);
+        let chunk = &batch[start..start + len];
+        for (i, d) in chunk.iter().enumerate() {
+            let p = i * EVENT_COLUMNS;
             insert.raw_bind_parameter(p + 1, &d.source)?;
             insert.raw_bind_parameter(p + 2, &d.event_id)?;
-            insert.raw_bind_parameter(p + 3, seq)?;
-            insert.raw_bind_parameter(p + 4, &d.event_type)?;
-            insert.raw_bind_parameter(p + 5, &d.sha256[..])?;
-            insert.raw_bind_parameter(p + 6, d.received_at)?;
-            insert.raw_bind_parameter(p + 7, d.lane.as_i64())?;
+            insert.raw_bind_parameter(p + 3, &d.event_type)?;
+            insert.raw_bind_parameter(p + 4, &d.sha256[..])?;
+            insert.raw_bind_parameter(p + 5, d.received_at)?;
+            insert.raw_bind_parameter(p + 6, d.lane.as_i64())?;
+            insert.raw_bind_parameter(p + 7, &d.payload[..])?;
+            insert.raw_bind_parameter(p + 8, &d.content_type)?;
         }
         let changed = insert.raw_execute()?;
-        let chunk = &mut inserted[start..start + len];
+        let numbered = &mut seqs[start..start + len];
         if changed == len {
-            chunk.fill(true);
-        } else {
-            // Some were already stored (or repeat an earlier delivery of this batch): the rows
-            // of this chunk's numbers say which were new.
-            let mut rows =
-                tx.prepare_cached("SELECT seq FROM events WHERE seq >= ?1 AND seq < ?2")?;
-            let first = base + start as i64;
-            for seq in rows.query_map(params![first, first + len as i64], |r| r.get::<_, i64>(0))? {
-                chunk[(seq? - first) as usize] = true;
+            for (i, seq) in numbered.iter_mut().enumerate() {
+                *seq = Some(last + 1 + i as i64);
+            }
+        } else if changed > 0 {
+            // Some were already stored (or repeat an earlier delivery of this chunk): the new
+            // rows, in the order they were inserted, are the chunk's new deliveries in order.
+            let mut rows = tx.prepare_cached(
+                "SELECT seq, source, event_id FROM event_log WHERE seq > ?1 ORDER BY seq",
+            )?;
+            let new = rows
+                .query_map([last], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut new = new.into_iter().peekable();
+            for (d, seq) in chunk.iter().zip(numbered.iter_mut()) {
+                if new
+                    .peek()
+                    .is_some_and(|(_, s, e)| *s == d.source && *e == d.event_id)
+                {
+                    *seq = new.next().map(|(n, _, _)| n);
+                }
             }
         }
-    }
-    let new: Vec<usize> = (0..batch.len()).filter(|&i| inserted[i]).collect();
-    for (start, len) in chunks(new.len()) {
-        let mut bodies = tx.prepare_cached(&BODY_INSERTS[len.trailing_zeros() as usize])?;
-        for (i, &at) in new[start..start + len].iter().enumerate() {
-            let (p, d) = (i * BODY_COLUMNS, &batch[at]);
-            bodies.raw_bind_parameter(p + 1, base + at as i64)?;
-            bodies.raw_bind_parameter(p + 2, &d.payload[..])?;
-            bodies.raw_bind_parameter(p + 3, &d.content_type)?;
-        }
-        bodies.raw_execute()?;
+        last += changed as i64;
     }
     let mut redelivered = tx.prepare_cached(
-        "UPDATE events
+        "UPDATE event_log
             SET deliveries = deliveries + 1,
                 last_delivered_at = ?3,
                 payload_mismatches = payload_mismatches + (payload_sha256 IS NOT ?4)
@@ -73,33 +86,34 @@ pub(super) fn insert_all(
       RETURNING payload_sha256 IS ?4",
     )?;
     let mut outcomes = Vec::with_capacity(batch.len());
-    // New first attempts per lane, for the queue's `waiting` counts (migration 0007).
-    let mut queued = [0_i64; 2];
-    for (d, &new) in batch.iter().zip(&inserted) {
-        let outcome = if new {
-            queued[usize::from(d.lane.as_i64() == 1)] += 1;
-            InsertOutcome::Queued
-        } else {
-            // After every insert of the batch: a repeat of an earlier delivery of this batch
-            // finds the row that one made, as it would in a later batch.
-            let same: bool = redelivered.query_row(
-                params![d.source, d.event_id, d.received_at, &d.sha256[..]],
-                |r| r.get(0),
-            )?;
-            match (same, d.reject_mismatch) {
-                (true, _) => InsertOutcome::Duplicate,
-                (false, false) => InsertOutcome::Mismatch,
-                (false, true) => InsertOutcome::MismatchRejected,
+    for (d, seq) in batch.iter().zip(&seqs) {
+        let outcome = match seq {
+            Some(seq) => {
+                if d.lane == Lane::CallOut {
+                    // Claimed through the index of due work, not the log's cursor.
+                    tx.prepare_cached(
+                        "INSERT INTO event_state (seq, lane, status, next_attempt_at)
+                         VALUES (?1, 1, 'pending', ?2)",
+                    )?
+                    .execute(params![seq, d.received_at])?;
+                }
+                InsertOutcome::Queued
+            }
+            None => {
+                // After every insert of the batch: a repeat of an earlier delivery of this
+                // batch finds the row that one made, as it would in a later batch.
+                let same: bool = redelivered.query_row(
+                    params![d.source, d.event_id, d.received_at, &d.sha256[..]],
+                    |r| r.get(0),
+                )?;
+                match (same, d.reject_mismatch) {
+                    (true, _) => InsertOutcome::Duplicate,
+                    (false, false) => InsertOutcome::Mismatch,
+                    (false, true) => InsertOutcome::MismatchRejected,
+                }
             }
         };
         outcomes.push(outcome);
-    }
-    let mut waiting =
-        tx.prepare_cached("UPDATE queue_cursors SET waiting = waiting + ?2 WHERE lane = ?1")?;
-    for (lane, n) in queued.into_iter().enumerate() {
-        if n > 0 {
-            waiting.execute(params![lane as i64, n])?;
-        }
     }
     Ok(outcomes)
 }
@@ -107,8 +121,7 @@ pub(super) fn insert_all(
 /// Rows per statement: powers of two up to this, so that a batch of any size takes at most a
 /// few statements and the statement cache holds one of each size.
 const MOST_ROWS: usize = 64;
-const EVENT_COLUMNS: usize = 7;
-const BODY_COLUMNS: usize = 3;
+const EVENT_COLUMNS: usize = 8;
 
 /// `(start, len)` pieces of `0..n`, each `len` a power of two of at most [`MOST_ROWS`].
 fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -130,30 +143,23 @@ fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
 /// The multi-row statements, indexed by log2 of their row count.
 static EVENT_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
     statements(
-        "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
-                             last_delivered_at, next_attempt_at, lane) VALUES ",
+        "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
+                                last_delivered_at, lane, payload, content_type) VALUES ",
         |p| {
             format!(
-                "(?{}, ?{}, ?{}, ?{}, ?{}, ?{f}, ?{f}, ?{f}, ?{})",
+                "(?{}, ?{}, ?{}, ?{}, ?{r}, ?{r}, ?{}, ?{}, ?{})",
                 p + 1,
                 p + 2,
                 p + 3,
                 p + 4,
-                p + 5,
+                p + 6,
                 p + 7,
-                f = p + 6
+                p + 8,
+                r = p + 5
             )
         },
         EVENT_COLUMNS,
         " ON CONFLICT (source, event_id) DO NOTHING",
-    )
-});
-static BODY_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    statements(
-        "INSERT INTO event_payloads (seq, payload, content_type) VALUES ",
-        |p| format!("(?{}, ?{}, ?{})", p + 1, p + 2, p + 3),
-        BODY_COLUMNS,
-        "",
     )
 });
 
@@ -197,11 +203,6 @@ mod tests {
             assert_eq!(sql.matches("(?").count(), rows);
             assert!(sql.contains(&format!("?{}", rows * EVENT_COLUMNS)));
             assert!(!sql.contains(&format!("?{}", rows * EVENT_COLUMNS + 1)));
-        }
-        for (k, sql) in BODY_INSERTS.iter().enumerate() {
-            let rows = 1 << k;
-            assert!(sql.contains(&format!("?{},", rows * BODY_COLUMNS - 1)));
-            assert!(!sql.contains(&format!("?{}", rows * BODY_COLUMNS + 1)));
         }
     }
 }

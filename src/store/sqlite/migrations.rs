@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "customer_credits",
         include_str!("../../../migrations/sqlite/0008_customer_credits.sql"),
     ),
+    (
+        9,
+        "event_log",
+        include_str!("../../../migrations/sqlite/0009_event_log.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -171,7 +176,8 @@ mod tests {
 
     /// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`), 5 adds the lane and
     /// rebuilds `loyalty_balances`, 7 starts the queue's cursors, 8 lists the customers'
-    /// credits: a database filled under
+    /// credits, 9 splits the event into its log and its state (the old tables become views
+    /// with their columns): a database filled under
     /// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
     /// constraints still hold.
     #[test]
@@ -237,7 +243,7 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         // 8 lists the credits by customer; one whose event is missing is not listed, as the
         // listing's join with `events` never showed it.
@@ -256,9 +262,11 @@ mod tests {
             .unwrap();
         assert_eq!(log, 0);
         let seq_is_rowid: i64 = conn
-            .query_row("SELECT count(*) FROM events WHERE rowid = seq", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT count(*) FROM event_log WHERE rowid = seq",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(seq_is_rowid, 3, "seq is the rowid");
         let lanes: Vec<i64> = conn
@@ -294,9 +302,9 @@ mod tests {
             "the database refuses a balance that is not an integer"
         );
         let duplicate = conn.execute(
-            "INSERT INTO events (source, event_id, event_type, payload_sha256, received_at,
-                                 last_delivered_at, next_attempt_at)
-             VALUES ('shop', 'a', 't', zeroblob(32), 1, 1, 1)",
+            "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
+                                    last_delivered_at)
+             VALUES ('shop', 'a', 't', zeroblob(32), 1, 1)",
             [],
         );
         assert!(duplicate.is_err(), "(source, event_id) is still unique");
@@ -306,30 +314,63 @@ mod tests {
         assert!(fk, "foreign keys are enforced again");
         let indexes: i64 = conn
             .query_row(
-                "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'
-                   AND name IN ('events_due', 'events_leases', 'events_failed')",
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'index'
+                   AND tbl_name = 'event_state'
+                   AND name IN ('events_due', 'events_leases', 'events_failed', 'events_purged')",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(indexes, 3);
-        // Migration 7: each lane's cursor sits just before its first never-claimed pending
-        // event (the request, seq 3), or at the end of the log when it has none.
-        let cursors: Vec<(i64, i64, i64)> = conn
-            .prepare("SELECT lane, after_seq, waiting FROM queue_cursors ORDER BY lane")
+        assert_eq!(indexes, 4);
+        // Migration 9: every event stored before it has its state row, and the one cursor
+        // sits at the end of the log (the request, seq 3, is pending in its state row).
+        let states: Vec<(i64, String, i64)> = conn
+            .prepare("SELECT seq, status, attempts FROM event_state ORDER BY seq")
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(cursors, [(0, 3, 0), (1, 2, 1)]);
+        let state = |seq: i64, status: &str, attempts: i64| (seq, status.to_string(), attempts);
+        assert_eq!(
+            states,
+            [
+                state(1, "pending", 1),
+                state(2, "failed", 2),
+                state(3, "pending", 0)
+            ]
+        );
+        let cursors: Vec<(i64, i64)> = conn
+            .prepare("SELECT lane, after_seq FROM queue_cursors ORDER BY lane")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(cursors, [(0, 3)]);
+        // The bodies moved into the log, and the view still shows them.
+        let bodies: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM event_payloads WHERE payload = x'7b7d'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(bodies, 3);
         // The references from the other tables follow the new tables.
         let orphan = conn.execute(
-            "INSERT INTO event_payloads (seq, payload) VALUES (99, x'00')",
+            "INSERT INTO event_state (seq, lane, status, next_attempt_at)
+             VALUES (99, 0, 'pending', 1)",
             [],
         );
-        assert!(orphan.is_err(), "a payload still needs its event");
-        let bad_status = conn.execute("UPDATE events SET status = 'lost' WHERE seq = 2", []);
+        assert!(orphan.is_err(), "a state row still needs its event");
+        let orphan = conn.execute(
+            "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
+             VALUES (99, 1, 'w', 1)",
+            [],
+        );
+        assert!(orphan.is_err(), "an attempt still needs its state row");
+        let bad_status = conn.execute("UPDATE event_state SET status = 'lost' WHERE seq = 2", []);
         assert!(bad_status.is_err(), "the status CHECK still holds");
         let bad_result = conn.execute("UPDATE event_attempts SET result = 'maybe'", []);
         assert!(bad_result.is_err(), "the result CHECK still holds");
@@ -347,10 +388,12 @@ mod tests {
         let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
         apply(&mut conn).unwrap();
         for sql in [
-            "INSERT INTO events (source, event_id, seq, event_type, payload_sha256, received_at,
-                                 last_delivered_at, next_attempt_at)
-             VALUES ('s', 'e', 1, 't', zeroblob(32), 1, 1, 1)",
-            "UPDATE events SET status = 'completed' WHERE seq = 1",
+            "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
+                                    last_delivered_at, payload)
+             VALUES ('s', 'e', 't', zeroblob(32), 1, 1, x'7b7d')",
+            "INSERT INTO event_state (seq, lane, status, next_attempt_at)
+             VALUES (1, 0, 'pending', 1)",
+            "UPDATE event_state SET status = 'completed' WHERE seq = 1",
             "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
              VALUES (1, 1, 'w', 1)",
             "UPDATE event_attempts SET result = 'ok' WHERE event_seq = 1 AND attempt = 1",

@@ -37,7 +37,7 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{StoreError, StoreResult};
 use checkpoint::Checkpointer;
 
-pub use consume::claim_sql;
+pub use consume::{claim_sql, first_attempts_sql};
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;

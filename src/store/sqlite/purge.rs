@@ -23,7 +23,7 @@ const WINDOW: i64 = 2000;
 const FINISHED_AT: &str = "CASE WHEN e.status = 'completed' THEN e.completed_at
       WHEN e.status = 'failed' THEN coalesce(
           (SELECT max(finished_at) FROM event_attempts WHERE event_seq = e.seq),
-          e.last_delivered_at)
+          (SELECT last_delivered_at FROM event_log WHERE seq = e.seq))
   END";
 
 /// The purge condition, with `?c` and `?f` the cutoffs (NULL: that kind is kept).
@@ -62,7 +62,7 @@ fn candidates(
 ) -> StoreResult<(Vec<i64>, Option<i64>)> {
     let window_end: Option<i64> = conn
         .prepare_cached(
-            "SELECT max(seq), count(*) FROM (SELECT seq FROM events WHERE seq > ?1
+            "SELECT max(seq), count(*) FROM (SELECT seq FROM event_state WHERE seq > ?1
               ORDER BY seq LIMIT ?2)",
         )?
         .query_row(params![after, WINDOW], |r| {
@@ -70,7 +70,7 @@ fn candidates(
             Ok(r.get::<_, Option<i64>>(0)?.filter(|_| count == WINDOW))
         })?;
     let sql = format!(
-        "SELECT e.seq FROM events e WHERE e.seq > ?1 AND e.seq <= ifnull(?2, 9223372036854775807)
+        "SELECT e.seq FROM event_state e WHERE e.seq > ?1 AND e.seq <= ifnull(?2, 9223372036854775807)
             AND {} ORDER BY e.seq LIMIT ?5",
         due_condition("?3", "?4")
     );
@@ -104,18 +104,20 @@ fn purge(
     now: i64,
 ) -> StoreResult<usize> {
     let sql = format!(
-        "UPDATE events AS e SET purged_at = ?4, finished_at = {FINISHED_AT}
+        "UPDATE event_state AS e SET purged_at = ?4, finished_at = {FINISHED_AT}
           WHERE e.seq = ?1 AND {}",
         due_condition("?2", "?3")
     );
     let mut mark = tx.prepare_cached(&sql)?;
-    let mut body = tx.prepare_cached("DELETE FROM event_payloads WHERE seq = ?1")?;
+    let mut body = tx.prepare_cached(
+        "UPDATE event_log SET payload = NULL, content_type = NULL WHERE seq = ?1",
+    )?;
     let mut history = tx.prepare_cached("DELETE FROM event_attempts WHERE event_seq = ?1")?;
     // A submission's body is its request's documents (the event's own body only names the
     // request): they go with it. The request row stays, as its event stays as a tombstone.
     let mut documents = tx.prepare_cached(
         "DELETE FROM request_documents WHERE request_id =
-           (SELECT event_id FROM events WHERE seq = ?1 AND source = ?2)",
+           (SELECT event_id FROM event_log WHERE seq = ?1 AND source = ?2)",
     )?;
     let mut purged = 0;
     for &seq in seqs {
@@ -158,7 +160,7 @@ fn give_back_free_pages(tx: &Transaction<'_>) -> StoreResult<()> {
 
 pub(super) fn counts(conn: &Connection) -> StoreResult<LifecycleCounts> {
     Ok(conn.query_row(
-        "SELECT (SELECT count(*) FROM events INDEXED BY events_purged WHERE purged_at IS NOT NULL),
+        "SELECT (SELECT count(*) FROM event_state INDEXED BY events_purged WHERE purged_at IS NOT NULL),
                 (SELECT page_count FROM pragma_page_count) * (SELECT page_size FROM pragma_page_size),
                 (SELECT freelist_count FROM pragma_freelist_count)
                   * (SELECT page_size FROM pragma_page_size)",

@@ -12,7 +12,7 @@ const MINUTE_MS: i64 = 60_000;
 /// orders agree unless the server's clock stepped back; then the count is cut short at the
 /// step, which only shortens a chart.
 pub(super) fn received_per_minute(conn: &Connection, since: i64) -> StoreResult<Vec<(i64, i64)>> {
-    let mut stmt = conn.prepare_cached("SELECT received_at FROM events ORDER BY seq DESC")?;
+    let mut stmt = conn.prepare_cached("SELECT received_at FROM event_log ORDER BY seq DESC")?;
     let mut rows = stmt.query([])?;
     let mut minutes: Vec<(i64, i64)> = Vec::new();
     while let Some(row) = rows.next()? {
