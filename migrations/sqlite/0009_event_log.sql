@@ -124,7 +124,10 @@ CREATE TABLE queue_cursors (
 INSERT INTO queue_cursors (lane, after_seq) SELECT 0, ifnull(max(seq), 0) FROM event_log;
 
 -- The event as it was one table: a state row's event, then the first attempts after the
--- cursor, which are pending, unclaimed and due since they were received.
+-- cursor, which are pending, unclaimed and due since they were received. The second part's
+-- constants are cast to their columns' types: with the same affinity in both parts, SQLite
+-- flattens the view into a query and reads a page newest first as a merge of the two parts in
+-- `seq` order (without, it sorts the whole history for each page of GET /events).
 CREATE VIEW events AS
 SELECT s.seq AS seq, l.source AS source, l.event_id AS event_id, l.event_type AS event_type,
        s.status AS status, l.payload_sha256 AS payload_sha256, l.deliveries AS deliveries,
@@ -137,9 +140,12 @@ SELECT s.seq AS seq, l.source AS source, l.event_id AS event_id, l.event_type AS
        s.finished_at AS finished_at, s.purged_at AS purged_at
   FROM event_state s JOIN event_log l ON l.seq = s.seq
 UNION ALL
-SELECT l.seq, l.source, l.event_id, l.event_type, 'pending', l.payload_sha256, l.deliveries,
-       l.payload_mismatches, l.received_at, l.last_delivered_at, 0, 0, l.received_at, NULL,
-       NULL, NULL, NULL, NULL, NULL, 0, l.lane, NULL, NULL
+SELECT l.seq, l.source, l.event_id, l.event_type, CAST('pending' AS TEXT), l.payload_sha256,
+       l.deliveries, l.payload_mismatches, l.received_at, l.last_delivered_at,
+       CAST(0 AS INTEGER), CAST(0 AS INTEGER), l.received_at, CAST(NULL AS INTEGER),
+       CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS INTEGER), CAST(NULL AS TEXT),
+       CAST(NULL AS TEXT), CAST(0 AS INTEGER), l.lane, CAST(NULL AS INTEGER),
+       CAST(NULL AS INTEGER)
   FROM event_log l
  WHERE l.seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0) AND l.lane = 0;
 

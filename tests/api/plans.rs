@@ -155,3 +155,21 @@ async fn the_ingest_writer_reports_recent_commits_for_a_moment_only() {
     h.drain();
     assert!(!activity.recent());
 }
+
+/// `GET /events` pages newest first through the `events` view: the page must be read in
+/// `seq` order from each of its parts, not sorted from the whole history.
+#[test]
+fn listing_events_newest_first_sorts_nothing() {
+    let h = Harness::new(5, 30);
+    for sql in [
+        "SELECT seq, status FROM events WHERE purged_at IS NULL ORDER BY seq DESC LIMIT 50",
+        "SELECT seq, status FROM events WHERE purged_at IS NULL AND status = 'failed'
+          ORDER BY seq DESC LIMIT 50",
+        "SELECT seq, status, payload FROM events JOIN event_payloads USING (seq)
+          WHERE purged_at IS NULL ORDER BY seq DESC LIMIT 50",
+    ] {
+        let plan = query_plan(&h, sql, []);
+        assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:#?}");
+        assert!(plan.iter().any(|p| p.contains("MERGE")), "{plan:#?}");
+    }
+}
