@@ -161,3 +161,4 @@ BEGIN
       FROM event_log l
      WHERE l.source = NEW.source AND l.event_id = NEW.event_id;
 END;
+

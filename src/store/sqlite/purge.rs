@@ -146,7 +146,7 @@ fn purge(
 /// frees few pages, so this stays as short as the batch. A database created without it (before
 /// this version) keeps its free pages on the freelist, reused before the file grows; a
 /// `VACUUM` while the server is stopped switches it (docs/lifecycle.md).
-fn give_back_free_pages(tx: &Transaction<'_>) -> StoreResult<()> {
+pub(super) fn give_back_free_pages(tx: &Transaction<'_>) -> StoreResult<()> {
     let mode: i64 = tx.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
     if mode == 2 {
         // Each step of this statement frees one page and yields a row: step it to the end
