@@ -263,3 +263,21 @@ fn claimers_racing_appends_claim_every_event_exactly_once() {
     );
     assert_eq!(pending(&h), 0);
 }
+
+/// The cursor is what keeps a first attempt from being claimed twice, and the state row's
+/// primary key backs it: a cursor put back behind claimed events (a hand edit, a bad restore)
+/// makes the claim fail loudly, never claim an event a second time.
+#[test]
+fn a_cursor_put_back_cannot_claim_an_event_twice() {
+    let h = Harness::new(5, 30);
+    h.insert(&[event("a"), event("b")]);
+    assert_eq!(claim_all(&h, Lane::InProcess, 5), ["a", "b"]);
+    h.db.execute("UPDATE queue_cursors SET after_seq = 0");
+    let again = h.store.claim("w", Lane::InProcess, 5, LEASE_MS, now_ms());
+    assert!(again.is_err(), "claimed again: {again:?}");
+    assert_eq!(
+        h.count("SELECT count(*) FROM event_state WHERE attempts = 1 AND status = 'claimed'"),
+        2
+    );
+    assert_eq!(h.count("SELECT count(*) FROM event_attempts"), 2);
+}
