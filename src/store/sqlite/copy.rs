@@ -76,60 +76,34 @@ pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> Store
     }
 }
 
-const LOG_COLUMNS: &[&str] = &[
-    "seq",
-    "source",
-    "event_id",
-    "event_type",
-    "payload_sha256",
-    "received_at",
-    "lane",
-    "deliveries",
-    "payload_mismatches",
-    "last_delivered_at",
-];
-const STATE_COLUMNS: &[&str] = &[
-    "seq",
-    "lane",
-    "status",
-    "attempts",
-    "budget_floor",
-    "next_attempt_at",
-    "claimed_until",
-    "claimed_by",
-    "claim_token",
-    "completed_at",
-    "outcome",
-    "last_error",
-    "abandoned",
-    "finished_at",
-    "purged_at",
-];
-
-/// The statement inserting `columns` of a row of `table` into `into`, and where each of them
-/// is in the row.
-fn projection(table: &Table, into: &str, columns: &[&str]) -> (String, Vec<usize>) {
-    let at = columns
-        .iter()
-        .map(|c| {
-            table
-                .columns
-                .iter()
-                .position(|t| t == c)
-                .expect("the copy's events table has every column of the log and the state")
-        })
-        .collect();
+/// The statement inserting a row of `table` into `into` (the columns they share, as `into`
+/// has them), and where each of those columns is in the row.
+fn projection(
+    tx: &Transaction<'_>,
+    table: &Table,
+    into: &str,
+) -> StoreResult<(String, Vec<usize>)> {
+    let mut names = Vec::new();
+    let mut at = Vec::new();
+    let mut stmt = tx.prepare_cached("SELECT name FROM pragma_table_info(?1) ORDER BY cid")?;
+    for name in stmt.query_map([into], |r| r.get::<_, String>(0))? {
+        let name = name?;
+        if let Some(i) = table.columns.iter().position(|c| *c == name) {
+            names.push(name);
+            at.push(i);
+        }
+    }
     let sql = format!(
         "INSERT INTO {into} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
-        columns.join(", "),
-        vec!["?"; columns.len()].join(", ")
+        names.join(", "),
+        vec!["?"; names.len()].join(", ")
     );
-    (sql, at)
+    Ok((sql, at))
 }
 
 fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
-    let (log_sql, log_at) = projection(table, "event_log", LOG_COLUMNS);
-    let (state_sql, state_at) = projection(table, "event_state", STATE_COLUMNS);
+    let (log_sql, log_at) = projection(tx, table, "event_log")?;
+    let (state_sql, state_at) = projection(tx, table, "event_state")?;
     let mut log = tx.prepare_cached(&log_sql)?;
     let mut state = tx.prepare_cached(&state_sql)?;
     for row in rows {
@@ -141,12 +115,12 @@ fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResu
 }
 
 fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
-    let (_, at) = projection(table, "event_log", &["seq", "payload", "content_type"]);
+    debug_assert_eq!(table.columns, ["seq", "payload", "content_type"]);
     let mut body = tx.prepare_cached(
         "UPDATE event_log SET payload = ?2, content_type = ?3 WHERE seq = ?1 AND payload IS NULL",
     )?;
     for row in rows {
-        body.execute(params_from_iter(at.iter().map(|&i| value(&row[i]))))?;
+        body.execute(params_from_iter(row.iter().map(value)))?;
     }
     Ok(())
 }
