@@ -1,22 +1,29 @@
 //! Group flush: commits are made durable by a shared fsync of the WAL file, outside the write
-//! lock.
+//! lock (consumer transactions), and commits SQLite synced itself are recorded (ingest and ops
+//! writes, at `synchronous = FULL`).
 //!
-//! The writer connection commits with `synchronous = NORMAL`: in WAL mode a commit then appends
-//! its frames to the `-wal` file with `write()` and returns without an fsync, so the write lock
-//! is free again at once. A caller that must not go on before its commit is durable (answering
-//! 2xx, calling a downstream system, reporting a retry) then waits here, and one `fdatasync` of
-//! the WAL file covers every commit written before it began. While an ingest batch waits for
-//! the disk, a consumer transaction already runs (and the other way round), and commits that
-//! queued up meanwhile share the next fsync.
+//! A consumer transaction commits with `synchronous = NORMAL`: in WAL mode a commit then
+//! appends its frames to the `-wal` file with `write()` and returns without an fsync, so the
+//! write lock is free again at once. A caller that must not go on before its commit is durable
+//! (calling a downstream system, reporting a retry) then waits here, and one `fdatasync` of the
+//! WAL file covers every commit written before it began. While one consumer batch waits for the
+//! disk, the next one already runs, and commits that queued up meanwhile share the next fsync.
 //!
 //! Why this is as durable as `synchronous = FULL`: FULL makes exactly this fsync, of the same
 //! file, inside the commit. Checkpoints and WAL restarts sync in NORMAL mode as in FULL (only
 //! `OFF` skips them). A commit is acted on only after an fsync that began after its frames were
-//! written; Linux `fsync` of any descriptor flushes the file's data, whoever wrote it.
+//! written; Linux `fsync` of any descriptor flushes the file's data, whoever wrote it. A FULL
+//! commit's own fsync began after every earlier commit was written, so it makes them durable
+//! too ([`WalSync::synced_by_commit`]).
+//!
+//! Ingest commits at FULL because it measured faster so (docs/performance.md, eleventh round):
+//! the writer thread commits, syncs and answers in turn anyway, and the in-commit fsync cost
+//! less kernel time than the separate `fdatasync` and its checks.
 //!
 //! A failed fsync poisons the store: Linux may have dropped the dirty pages, so a later fsync
 //! that succeeds proves nothing. Every later wait fails (503) and readiness goes false until the
-//! process restarts and SQLite recovers the WAL from the disk.
+//! process restarts and SQLite recovers the WAL from the disk. So does a WAL file found
+//! deleted or replaced after a sync: what was synced is then not what a restart reads.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -88,6 +95,45 @@ impl WalSync {
         Ticket(st.written)
     }
 
+    /// A commit that SQLite synced itself (`synchronous = FULL`): its fsync began after every
+    /// earlier commit was written, so these are durable too, once the WAL is known to be
+    /// the live file still (as after a shared flush).
+    pub fn synced_by_commit(&self, ticket: Ticket) -> StoreResult<()> {
+        let mut st = self.state.lock();
+        let file = match st.file.take() {
+            Some(f) => Ok(f),
+            None => open(&self.wal),
+        };
+        match file.and_then(|f| still_linked(&f).map(|()| f)) {
+            Ok(file) => {
+                st.file = Some(file);
+                st.synced = st.synced.max(ticket.0);
+                drop(st);
+                self.done.notify_all();
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("syncing {}: {e}", self.wal.display());
+                drop(st);
+                self.poison(why.clone());
+                Err(poisoned(&why))
+            }
+        }
+    }
+
+    /// Whether `wait` skips the fsync (the power-loss test's switch).
+    pub fn skips_fsync(&self) -> bool {
+        self.skip_fsync
+    }
+
+    /// Refuse every later write: a sync made elsewhere failed.
+    pub fn poison(&self, why: String) {
+        tracing::error!(error = %why, "the WAL could not be made durable; \
+            refusing writes until restart");
+        self.state.lock().poisoned.get_or_insert(why);
+        self.done.notify_all();
+    }
+
     /// Return once the commit of `ticket` is durable: at once if an fsync that began after it
     /// has finished, else after the running fsync or one made here.
     pub fn wait(&self, ticket: Ticket) -> StoreResult<()> {
@@ -115,7 +161,7 @@ impl WalSync {
                 if !self.skip_fsync {
                     file.sync_data()?;
                 }
-                same_file(&file, &self.wal)?;
+                still_linked(&file)?;
                 Ok::<File, std::io::Error>(file)
             });
             st.syncing = false;
@@ -152,7 +198,7 @@ impl WalSync {
 
     /// fsyncs made so far.
     #[cfg(test)]
-    fn syncs(&self) -> u64 {
+    pub(super) fn syncs(&self) -> u64 {
         self.state.lock().syncs
     }
 }
@@ -168,25 +214,39 @@ fn open(wal: &Path) -> std::io::Result<File> {
     File::options().read(true).write(true).open(wal)
 }
 
-/// The descriptor must still name the live WAL file: if that was deleted or replaced, the fsync
-/// synced a dead file, and nothing can be promised.
-#[cfg(unix)]
-fn same_file(file: &File, wal: &Path) -> std::io::Result<()> {
+/// The WAL file must still be linked: if it was deleted or replaced (renamed over), the fsync
+/// synced a dead file that no restart will read, and nothing can be promised. One `statx` of
+/// the descriptor for its link count alone: no path walk, and no timestamps, whose query makes
+/// the kernel stamp the next write to the file with a fine-grained time (multigrain
+/// timestamps), so an inode update per commit. (A replacement that leaves the old file linked
+/// under another name is not seen.)
+#[cfg(target_os = "linux")]
+fn still_linked(file: &File) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, StatxFlags, statx};
+    let st = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::NLINK)?;
+    linked(st.stx_nlink)
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn still_linked(file: &File) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt as _;
-    let (ours, live) = (file.metadata()?, std::fs::metadata(wal));
-    match live {
-        Ok(live) if ours.nlink() > 0 && (ours.dev(), ours.ino()) == (live.dev(), live.ino()) => {
-            Ok(())
-        }
-        _ => Err(std::io::Error::other(
-            "the WAL file was deleted or replaced",
-        )),
-    }
+    linked(file.metadata()?.nlink())
 }
 
 #[cfg(not(unix))]
-fn same_file(_: &File, _: &Path) -> std::io::Result<()> {
+fn still_linked(_: &File) -> std::io::Result<()> {
     Ok(())
+}
+
+#[cfg(unix)]
+fn linked(links: impl Into<u64>) -> std::io::Result<()> {
+    if links.into() > 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(
+            "the WAL file was deleted or replaced",
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +288,40 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_synced_by_sqlite_makes_it_and_every_earlier_commit_durable_without_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let sync = WalSync::new(wal);
+        let (first, second) = (sync.committed(), sync.committed());
+        sync.synced_by_commit(second).unwrap();
+        sync.wait(first).unwrap();
+        sync.wait(second).unwrap();
+        assert_eq!(sync.syncs(), 0, "both were durable already");
+        // A later commit it did not cover still needs its own fsync.
+        let third = sync.committed();
+        sync.wait(third).unwrap();
+        assert_eq!(sync.syncs(), 1);
+        // An older ticket reported late does not move the durable mark back.
+        sync.synced_by_commit(first).unwrap();
+        sync.wait(third).unwrap();
+        assert_eq!(sync.syncs(), 1);
+    }
+
+    #[test]
+    fn a_failed_commit_fsync_poisons_every_later_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let sync = WalSync::new(wal);
+        sync.check().unwrap();
+        sync.poison("disk I/O error".into());
+        assert!(sync.check().is_err());
+        assert!(sync.wait(sync.committed()).is_err());
+        assert_eq!(sync.syncs(), 0);
+    }
+
+    #[test]
     fn a_failed_fsync_poisons_every_later_wait() {
         let dir = tempfile::tempdir().unwrap();
         let sync = WalSync::new(dir.path().join("missing-wal"));
@@ -250,6 +344,19 @@ mod tests {
         std::fs::remove_file(&wal).unwrap();
         assert!(sync.wait(sync.committed()).is_err());
         assert!(sync.poisoned().unwrap().contains("deleted or replaced"));
+    }
+
+    #[test]
+    fn a_commit_synced_by_sqlite_into_a_deleted_wal_file_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let sync = WalSync::new(wal.clone());
+        std::fs::remove_file(&wal).unwrap();
+        let ticket = sync.committed();
+        assert!(sync.synced_by_commit(ticket).is_err());
+        assert!(sync.poisoned().unwrap().contains("deleted or replaced"));
+        assert!(sync.wait(ticket).is_err(), "never reported durable");
     }
 
     #[test]
