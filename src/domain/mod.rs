@@ -68,7 +68,18 @@ impl EventId {
     pub const MAX_LEN: usize = 255;
 
     pub fn parse(s: &str) -> Result<EventId, NameError> {
-        let s = s.trim();
+        Self::check(s.trim()).map(|s| EventId(s.to_string()))
+    }
+
+    /// [`EventId::parse`], keeping the string when it needs no trimming (no copy).
+    pub fn parse_owned(s: String) -> Result<EventId, NameError> {
+        match Self::check(s.trim())?.len() == s.len() {
+            true => Ok(EventId(s)),
+            false => Self::parse(&s),
+        }
+    }
+
+    fn check(s: &str) -> Result<&str, NameError> {
         if s.is_empty() {
             return Err(NameError::Empty);
         }
@@ -78,7 +89,7 @@ impl EventId {
         if s.chars().any(char::is_control) {
             return Err(NameError::Control);
         }
-        Ok(EventId(s.to_string()))
+        Ok(s)
     }
 
     pub fn as_str(&self) -> &str {
@@ -87,5 +98,31 @@ impl EventId {
 
     pub fn into_string(self) -> String {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventId;
+
+    #[test]
+    fn an_owned_event_id_parses_as_a_borrowed_one() {
+        let long = "x".repeat(EventId::MAX_LEN + 1);
+        for s in [
+            "evt-1",
+            "  evt-1\t",
+            "",
+            "   ",
+            "a\u{7}b",
+            "é",
+            long.as_str(),
+            &long[1..],
+        ] {
+            assert_eq!(
+                EventId::parse_owned(s.to_string()).map(EventId::into_string),
+                EventId::parse(s).map(EventId::into_string),
+                "{s:?}"
+            );
+        }
     }
 }

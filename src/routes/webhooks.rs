@@ -172,7 +172,7 @@ async fn store_delivery(
         (None, _) => None,
     }
     .ok_or_else(|| ApiError::MissingEventId("the delivery carries no event id".into()))?;
-    let event_id = EventId::parse(&event_id)
+    let event_id = EventId::parse_owned(event_id)
         .map_err(|e| ApiError::MissingEventId(format!("event id {e}")))?
         .into_string();
     let event_type = if source.scheme.type_from_body() {
