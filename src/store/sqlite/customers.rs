@@ -88,9 +88,10 @@ mod tests {
 
     use rusqlite::params;
 
+    use super::super::tests::delivery;
     use super::super::{SqliteOptions, SqliteStore};
     use super::{LIST_AT, credits, list_all, list_if_due};
-    use crate::store::{Lane, NewDelivery, Page, Store as _};
+    use crate::store::{NewDelivery, Page, Store as _};
 
     const CUSTOMERS: usize = 3;
 
@@ -107,17 +108,7 @@ mod tests {
         for start in (from..to).step_by(500) {
             let end = (start + 500).min(to);
             let batch: Vec<NewDelivery> = (start..end)
-                .map(|i| NewDelivery {
-                    source: "shop".into(),
-                    event_id: format!("evt-{i}"),
-                    event_type: "order.completed".into(),
-                    payload: b"{}".to_vec(),
-                    content_type: None,
-                    sha256: [0; 32],
-                    received_at: 1,
-                    reject_mismatch: false,
-                    lane: Lane::InProcess,
-                })
+                .map(|i| delivery(&format!("evt-{i}")))
                 .collect();
             store.insert_deliveries(&batch).unwrap();
             store

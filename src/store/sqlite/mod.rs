@@ -393,7 +393,8 @@ mod tests {
     use super::{SqliteOptions, SqliteStore};
     use crate::store::{Lane, NewDelivery, Store as _};
 
-    fn delivery(id: &str) -> NewDelivery {
+    /// A stored-shape delivery of `shop` with an empty body (for the store's tests).
+    pub(super) fn delivery(id: &str) -> NewDelivery {
         NewDelivery {
             source: "shop".into(),
             event_id: id.into(),
