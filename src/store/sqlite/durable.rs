@@ -255,12 +255,20 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn concurrent_commits_share_fsyncs_and_each_waits_for_one_after_it() {
+    /// A WAL file with some frames in a fresh directory, and the `WalSync` that watches it; the
+    /// directory lives as long as the returned guard.
+    fn wal_sync() -> (tempfile::TempDir, PathBuf, WalSync) {
         let dir = tempfile::tempdir().unwrap();
         let wal = dir.path().join("db-wal");
         std::fs::write(&wal, b"frames").unwrap();
-        let sync = Arc::new(WalSync::new(wal));
+        let sync = WalSync::new(wal.clone());
+        (dir, wal, sync)
+    }
+
+    #[test]
+    fn concurrent_commits_share_fsyncs_and_each_waits_for_one_after_it() {
+        let (_dir, _, sync) = wal_sync();
+        let sync = Arc::new(sync);
         let barrier = Arc::new(Barrier::new(16));
         let threads: Vec<_> = (0..16)
             .map(|_| {
@@ -289,10 +297,7 @@ mod tests {
 
     #[test]
     fn a_commit_synced_by_sqlite_makes_it_and_every_earlier_commit_durable_without_a_flush() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = dir.path().join("db-wal");
-        std::fs::write(&wal, b"frames").unwrap();
-        let sync = WalSync::new(wal);
+        let (_dir, _, sync) = wal_sync();
         let (first, second) = (sync.committed(), sync.committed());
         sync.synced_by_commit(second).unwrap();
         sync.wait(first).unwrap();
@@ -310,10 +315,7 @@ mod tests {
 
     #[test]
     fn a_failed_commit_fsync_poisons_every_later_write() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = dir.path().join("db-wal");
-        std::fs::write(&wal, b"frames").unwrap();
-        let sync = WalSync::new(wal);
+        let (_dir, _, sync) = wal_sync();
         sync.check().unwrap();
         sync.poison("disk I/O error".into());
         assert!(sync.check().is_err());
@@ -336,10 +338,7 @@ mod tests {
 
     #[test]
     fn a_deleted_wal_file_poisons() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = dir.path().join("db-wal");
-        std::fs::write(&wal, b"frames").unwrap();
-        let sync = WalSync::new(wal.clone());
+        let (_dir, wal, sync) = wal_sync();
         sync.wait(sync.committed()).unwrap();
         std::fs::remove_file(&wal).unwrap();
         assert!(sync.wait(sync.committed()).is_err());
@@ -348,10 +347,7 @@ mod tests {
 
     #[test]
     fn a_commit_synced_by_sqlite_into_a_deleted_wal_file_poisons() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = dir.path().join("db-wal");
-        std::fs::write(&wal, b"frames").unwrap();
-        let sync = WalSync::new(wal.clone());
+        let (_dir, wal, sync) = wal_sync();
         std::fs::remove_file(&wal).unwrap();
         let ticket = sync.committed();
         assert!(sync.synced_by_commit(ticket).is_err());
@@ -361,10 +357,7 @@ mod tests {
 
     #[test]
     fn a_replaced_wal_file_poisons() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = dir.path().join("db-wal");
-        std::fs::write(&wal, b"frames").unwrap();
-        let sync = WalSync::new(wal.clone());
+        let (dir, wal, sync) = wal_sync();
         std::fs::write(dir.path().join("other"), b"").unwrap();
         std::fs::rename(dir.path().join("other"), &wal).unwrap();
         assert!(sync.wait(sync.committed()).is_err());
