@@ -59,6 +59,14 @@ fn record_frames(_wal: &Wal, frames: c_int) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The frames the WAL held after the last commit on this thread that wrote any, and forget
+/// them: `None` if no commit since the last call wrote a frame. SQLite calls the WAL hook only
+/// for a commit that appended frames, and a commit at `synchronous = FULL` syncs the WAL
+/// exactly then: so `None` also says that no fsync ran inside that commit.
+pub(super) fn take_frames() -> Option<c_int> {
+    WAL_FRAMES.with(Cell::take)
+}
+
 /// On the writer connection: commits record their WAL size instead of checkpointing.
 pub(super) fn install(writer: &Connection) {
     writer.wal_hook(Some(record_frames));
@@ -95,8 +103,9 @@ impl Checkpointer {
 
     /// After a commit on the writer connection, with the write lock still held: whether a
     /// checkpoint is due ([`CHECKPOINT_FRAMES`] new frames since the last one), and where.
-    pub(super) fn committed(&self) -> Due {
-        let Some(frames) = WAL_FRAMES.with(Cell::take) else {
+    /// `frames` is what [`take_frames`] returned for that commit.
+    pub(super) fn committed(&self, frames: Option<c_int>) -> Due {
+        let Some(frames) = frames else {
             // The commit wrote no frame: the WAL is as it was.
             return Due::No;
         };

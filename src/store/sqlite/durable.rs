@@ -14,7 +14,9 @@
 //! `OFF` skips them). A commit is acted on only after an fsync that began after its frames were
 //! written; Linux `fsync` of any descriptor flushes the file's data, whoever wrote it. A FULL
 //! commit's own fsync began after every earlier commit was written, so it makes them durable
-//! too ([`WalSync::synced_by_commit`]).
+//! too ([`WalSync::synced_by_commit`]). Only a commit that wrote a frame syncs: SQLite writes
+//! and syncs nothing for a transaction that changed nothing, whatever `synchronous` says, so
+//! such a commit marks nothing durable and waits for the commits before it ([`WalSync::last`]).
 //!
 //! Ingest commits at FULL because it measured faster so (docs/performance.md, eleventh round):
 //! the writer thread commits, syncs and answers in turn anyway, and the in-commit fsync cost
@@ -34,7 +36,7 @@ use crate::store::{StoreError, StoreResult};
 
 /// A commit's place in the order of commits made through the writer connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Ticket(u64);
+pub struct Ticket(pub(super) u64);
 
 pub struct WalSync {
     wal: PathBuf,
@@ -43,6 +45,9 @@ pub struct WalSync {
     skip_fsync: bool,
     state: Mutex<State>,
     done: Condvar,
+    /// A slow disk, for tests: while a test holds it for writing, every fdatasync waits.
+    #[cfg(test)]
+    pub(super) hold: parking_lot::RwLock<()>,
 }
 
 struct State {
@@ -76,6 +81,8 @@ impl WalSync {
                 syncs: 0,
             }),
             done: Condvar::new(),
+            #[cfg(test)]
+            hold: parking_lot::RwLock::new(()),
         }
     }
 
@@ -93,6 +100,12 @@ impl WalSync {
         let mut st = self.state.lock();
         st.written += 1;
         Ticket(st.written)
+    }
+
+    /// The ticket of the last commit recorded: what a transaction that wrote nothing waits
+    /// for, since its answer rests on those commits.
+    pub fn last(&self) -> Ticket {
+        Ticket(self.state.lock().written)
     }
 
     /// A commit that SQLite synced itself (`synchronous = FULL`): its fsync began after every
@@ -158,6 +171,8 @@ impl WalSync {
             // The fsync runs with the state unlocked: commits go on taking tickets meanwhile.
             let result = MutexGuard::unlocked(&mut st, || {
                 let file = file?;
+                #[cfg(test)]
+                let _slow_disk = self.hold.read();
                 if !self.skip_fsync {
                     file.sync_data()?;
                 }
@@ -194,6 +209,12 @@ impl WalSync {
             Some(why) => Err(poisoned(why)),
             None => Ok(()),
         }
+    }
+
+    /// Whether an fsync is running now.
+    #[cfg(test)]
+    pub(super) fn syncing(&self) -> bool {
+        self.state.lock().syncing
     }
 
     /// fsyncs made so far.

@@ -131,8 +131,13 @@ fn init_connection(conn: &mut Connection, wait: Duration) -> rusqlite::Result<()
     // runs ingest (14 multi-row inserts among them), claim, finish, sweep and ops statements
     // in turn, and an evicted statement is parsed and planned again on its next use.
     conn.set_prepared_statement_cache_capacity(96);
-    // Takes effect on a new, empty database only (see `purge::give_back_free_pages`).
-    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    // Takes effect on a new, empty database only (see `purge::give_back_free_pages`). Asked
+    // first: setting it on a database that has it already writes page 1 (a commit and an
+    // fsync, the write lock taken) on every new pooled connection.
+    let auto_vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    if auto_vacuum != 2 {
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    }
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
     // A larger page cache keeps the indexes' hot pages in memory under write load, and memory
     // mapping saves a copy per page read (measured: about 10% faster draining).
@@ -265,6 +270,8 @@ impl SqliteStore {
             })?;
             self.writer_full.store(in_commit, Ordering::Relaxed);
         }
+        // Whatever an earlier commit on this thread left unread is not this commit's.
+        checkpoint::take_frames();
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         if let Err(e) = tx.commit() {
@@ -276,9 +283,18 @@ impl SqliteStore {
             }
             return Err(e.into());
         }
-        self.checkpoint_if_due(&conn);
+        let frames = checkpoint::take_frames();
+        self.checkpoint_if_due(&conn, frames);
+        if frames.is_none() {
+            // A transaction that changed nothing wrote no frame, so SQLite synced nothing even
+            // at FULL: it proves nothing durable. What it answers rests on earlier commits, so
+            // it waits for those (at once if they are durable already).
+            return Ok((value, self.sync.last()));
+        }
         let ticket = self.sync.committed();
         if in_commit {
+            // The fsync inside this COMMIT began after its frames and every earlier commit's
+            // were written.
             self.sync.synced_by_commit(ticket)?;
         }
         Ok((value, ticket))
@@ -288,8 +304,8 @@ impl SqliteStore {
     /// 1,000 new WAL frames, inline while ingest or ops writes are running, else on the
     /// checkpoint thread (see `checkpoint`); inline too once the WAL has grown past twice its
     /// restart point, or if the thread is gone.
-    fn checkpoint_if_due(&self, conn: &Connection) {
-        let inline = match self.checkpointer.committed() {
+    fn checkpoint_if_due(&self, conn: &Connection, frames: Option<std::ffi::c_int>) {
+        let inline = match self.checkpointer.committed(frames) {
             checkpoint::Due::No => return,
             checkpoint::Due::Inline => true,
             checkpoint::Due::Yes => {
@@ -406,6 +422,116 @@ mod tests {
             reject_mismatch: false,
             lane: Lane::InProcess,
         }
+    }
+
+    /// A slow disk: a consumer's shared fsync is held, a delivery commits beside it and waits
+    /// for that fsync, and then, once the consumer's commit is older than [`RECENT_WRITE`] (so
+    /// that writes take the FULL path), every kind of write that can change nothing runs, and
+    /// the checkpoint thread and an inline checkpoint run too. None of them may report the
+    /// delivery durable: it stays unanswered until the held fsync completes. (Seen failing:
+    /// with every commit marking itself synced at FULL, the first no-op write released it.)
+    #[test]
+    fn a_write_that_changes_nothing_makes_nothing_durable_while_the_disk_is_slow() {
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+
+        use crate::store::{EventFilter, NewDocument};
+
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("inbox.db"), SqliteOptions::default()).unwrap();
+        store.migrate().unwrap();
+        let store = &store;
+        store.insert_deliveries(&[delivery("first")]).unwrap();
+        let now = 1_000;
+        let written = || store.sync.last().0;
+        let syncing = || store.sync.syncing();
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let start = Instant::now();
+            while !done() {
+                assert!(start.elapsed() < Duration::from_secs(5), "never: {what}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+
+        let slow_disk = store.sync.hold.write();
+        std::thread::scope(|s| {
+            let claim = s.spawn(|| store.claim("w", Lane::InProcess, 10, 60_000, now));
+            until("the claim's fsync started", &|| syncing());
+            let before = written();
+            // A consumer holds its turn while the delivery commits, so that the delivery shares
+            // the consumers' fsync however slowly this thread runs.
+            let busy = store.consumer_turn.lock();
+            let (answered, answer) = mpsc::channel();
+            let ingest = s.spawn(move || {
+                let outcome = store.insert_deliveries(&[delivery("second")]);
+                answered.send(()).unwrap();
+                outcome
+            });
+            until("the delivery committed", &|| written() > before);
+            drop(busy);
+            std::thread::sleep(super::RECENT_WRITE + Duration::from_millis(10));
+            assert!(
+                !store.consumers_active(),
+                "the next writes take the FULL path"
+            );
+
+            let doc = NewDocument {
+                id: "d".into(),
+                name: "d".into(),
+                content_type: "text/plain".into(),
+                content: b"x".to_vec(),
+            };
+            let no_ops = [
+                s.spawn(|| matches!(store.submit_request("nope", now), Ok(_))),
+                s.spawn(move || matches!(store.add_document("nope", &doc, now), Ok(_))),
+                s.spawn(|| matches!(store.retry("shop", "nope", false, now), Ok(_))),
+                s.spawn(|| matches!(store.retry_failed(&EventFilter::default(), now), Ok(0))),
+            ];
+            assert!(store.checkpointer.kick());
+            super::checkpoint::inline(&store.writer.lock());
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(
+                answer.try_recv().is_err(),
+                "the delivery was answered before the fsync that covers it ran"
+            );
+            assert_eq!(written(), before + 1, "the no-op writes took no ticket");
+
+            drop(slow_disk);
+            assert_eq!(ingest.join().unwrap().unwrap().len(), 1);
+            assert_eq!(claim.join().unwrap().unwrap().len(), 1);
+            for no_op in no_ops {
+                assert!(no_op.join().unwrap());
+            }
+        });
+    }
+
+    /// Opening a connection on a database in use commits nothing (seen failing: every new
+    /// pooled connection wrote page 1 for `auto_vacuum`, taking the write lock and an fsync).
+    #[test]
+    fn a_new_connection_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inbox.db");
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        store.migrate().unwrap();
+        store.insert_deliveries(&[delivery("a")]).unwrap();
+        let watcher = rusqlite::Connection::open(&path).unwrap();
+        let version = || -> i64 {
+            watcher
+                .query_row("PRAGMA data_version", [], |r| r.get(0))
+                .unwrap()
+        };
+        let before = version();
+        let mut fresh = rusqlite::Connection::open(&path).unwrap();
+        super::init_connection(&mut fresh, super::DEFAULT_WAIT).unwrap();
+        assert_eq!(version(), before, "a new connection committed a change");
+        let vacuum: i64 = fresh
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(vacuum, 2, "INCREMENTAL");
+        // The watcher does see a real commit.
+        store.insert_deliveries(&[delivery("b")]).unwrap();
+        assert_ne!(version(), before);
     }
 
     fn writer_synchronous(store: &SqliteStore) -> i64 {

@@ -109,6 +109,10 @@ fn power_cut(skip_wal_fsync: bool, workers: usize) -> Option<Outcome> {
             std::thread::spawn(move || send(t, &base, &settings, &acked, &in_flight, &stop))
         })
         .collect::<Vec<_>>();
+    let no_ops = {
+        let (base, stop) = (server.base.clone(), stop.clone());
+        std::thread::spawn(move || send_no_ops(&base, &stop))
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while acked.lock().unwrap().len() < CUT_AFTER {
         let done = senders.iter().all(|s| s.is_finished());
@@ -129,6 +133,7 @@ fn power_cut(skip_wal_fsync: bool, workers: usize) -> Option<Outcome> {
     for s in senders {
         s.join().unwrap();
     }
+    no_ops.join().unwrap();
     fs.unmount();
     let acked = Arc::try_unwrap(acked).unwrap().into_inner().unwrap();
     assert!(
@@ -226,6 +231,37 @@ fn send(
             // Refused after the kill, or a 503: not acknowledged, nothing promised.
             _ => {}
         }
+    }
+}
+
+/// Ops writes that change nothing, among the deliveries until told to stop: a commit that
+/// wrote no WAL frame synced nothing, and must not make the deliveries beside it durable.
+fn send_no_ops(base: &str, stop: &AtomicBool) {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let writes = [
+        ("/requests/no-such-request/submit", "{}"),
+        (
+            "/requests/no-such-request/documents",
+            r#"{"name":"a","content_type":"text/plain","content":"b"}"#,
+        ),
+        ("/events/shop/no-such-event/retry", "{}"),
+        ("/events/retry", r#"{"source":"no-such-source"}"#),
+    ];
+    for (path, body) in writes.iter().cycle().take(5_000) {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        // Answered 404 or 200 with nothing retried; refused once the process is killed.
+        let _ = client
+            .post(format!("{base}{path}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(*body)
+            .send();
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
