@@ -19,7 +19,7 @@ use crate::ingest::{IngestOptions, Ingestor};
 use crate::metrics::Metrics;
 use crate::retention;
 use crate::routes::{self, AppState};
-use crate::store::{self, Store};
+use crate::store::{self, Hold, Holder, Store};
 
 /// What a caller (main, tests, benchmarks) may choose beyond the config file.
 #[derive(Default)]
@@ -43,6 +43,8 @@ pub struct Application {
     state: web::Data<AppState>,
     pool_options: PoolOptions,
     purge_every: Duration,
+    /// This node's share of its database, while it runs (see [`Store::hold`]).
+    _held: Hold,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -88,6 +90,12 @@ impl Application {
         let listener = TcpListener::bind(&settings.listen)
             .with_context(|| format!("binding {}", settings.listen))?;
         let store: Arc<dyn Store> = open_store(&settings)?;
+        let held = store.hold(Holder::Node)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "a `webhook-inbox copy` into this database is running: start the node once it \
+                 has finished"
+            )
+        })?;
         let metrics = Arc::new(Metrics::with_sources(
             settings.sources.iter().map(|s| s.name.as_str()),
         ));
@@ -160,6 +168,7 @@ impl Application {
             state,
             pool_options,
             purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
+            _held: held,
         })
     }
 

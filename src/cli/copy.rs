@@ -19,8 +19,9 @@ pub struct CopyArgs {
     /// migrated first. It must be empty unless --allow-non-empty.
     #[arg(long, value_name = "URL")]
     to: String,
-    /// Copy into a database that holds rows already; rows it holds (same key) are skipped, so
-    /// an interrupted copy can be run again.
+    /// Resume an interrupted copy of the same source: the target's rows must each be the
+    /// source's row of the same key (checked first; anything else is refused), and are
+    /// skipped. No node may serve the target while the copy runs.
     #[arg(long)]
     allow_non_empty: bool,
 }
@@ -64,8 +65,13 @@ pub fn run(args: CopyArgs) -> anyhow::Result<()> {
     )?;
     bar.finish_and_clear();
     println!("copied {} to {}:", from.display(), to.display());
-    for (table, rows) in &report.tables {
-        println!("  {table:18} {rows:>10} rows");
+    for table in &report.tables {
+        println!(
+            "  {:18} {:>10} rows written, {:>10} already there",
+            table.name,
+            table.written,
+            table.skipped()
+        );
     }
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! included, as 0 and 1), text, bytes or null. A unit test of each store checks that these
 //! lists are its whole schema, so that a migration adding a column cannot leave it behind.
 
-use super::{Store, StoreError, StoreResult};
+use super::{Holder, Store, StoreError, StoreResult};
 
 /// One value of a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,10 +130,27 @@ pub const TABLES: &[Table] = &[
 /// Rows per page: one transaction on the target each.
 pub const PAGE: usize = 1_000;
 
-/// What a copy moved, per table.
+/// What a copy did with one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableReport {
+    pub name: &'static str,
+    /// Rows of the source.
+    pub read: u64,
+    /// Rows written into the target.
+    pub written: u64,
+}
+
+impl TableReport {
+    /// Rows the target held already, each the source's own row (an interrupted copy's).
+    pub fn skipped(&self) -> u64 {
+        self.read - self.written
+    }
+}
+
+/// What a copy did, per table.
 #[derive(Debug, Default)]
 pub struct CopyReport {
-    pub tables: Vec<(&'static str, u64)>,
+    pub tables: Vec<TableReport>,
 }
 
 /// Tables of `to` that hold rows already (a copy refuses them unless told otherwise).
@@ -147,45 +164,176 @@ pub fn non_empty_tables(to: &dyn Store) -> StoreResult<Vec<&'static str>> {
     Ok(found)
 }
 
-/// Copy every table of `from` into `to`, page by page. Rows whose key `to` holds already are
-/// skipped (so an interrupted copy can be run again with `allow_non_empty`). `progress` is
-/// called after each page with the table, rows copied so far and the table's total.
+/// Copy every table of `from` into `to`, page by page, holding `to` alone (no node may serve
+/// it meanwhile: see [`Store::hold`]). A target that holds rows is refused unless
+/// `allow_non_empty`, and then only if every row it holds is `from`'s own row of the same key,
+/// as an interrupted copy of `from` left it ([`check_resumable`]): those are skipped, and the
+/// rest written. `progress` is called after each page with the table, rows read so far and the
+/// table's total.
 pub fn copy_all(
     from: &dyn Store,
     to: &dyn Store,
     allow_non_empty: bool,
     progress: &mut dyn FnMut(&Table, u64, u64),
 ) -> anyhow::Result<CopyReport> {
-    if !allow_non_empty {
-        let found = non_empty_tables(to)?;
-        if !found.is_empty() {
+    let _alone = to.hold(Holder::Copy)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the target database is in use by a running webhook-inbox node (or another copy): \
+             stop every node that serves it first. A copy beside live nodes would race their \
+             ingest and claims for the same keys"
+        )
+    })?;
+    let found = non_empty_tables(to)?;
+    if !found.is_empty() {
+        if !allow_non_empty {
             anyhow::bail!(
                 "the target database is not empty (rows in {}): copy into a new database, or \
-                 pass --allow-non-empty to add to it (rows it holds already are skipped)",
+                 pass --allow-non-empty to resume an interrupted copy of the same source",
                 found.join(", ")
             );
         }
+        check_resumable(from, to)?;
     }
     let mut report = CopyReport::default();
     for table in TABLES {
         let total = from.copy_count(table)?;
-        let mut copied = 0u64;
+        let (mut read, mut written) = (0u64, 0u64);
         let mut after: Vec<Cell> = Vec::new();
         loop {
             let rows = from.copy_out(table, &after, PAGE)?;
             let Some(last) = rows.last() else { break };
             after = last[..table.key].to_vec();
-            to.copy_in(table, &rows).map_err(|e| copy_error(table, e))?;
-            copied += rows.len() as u64;
-            progress(table, copied, total.max(copied));
+            written += to.copy_in(table, &rows).map_err(|e| copy_error(table, e))?;
+            read += rows.len() as u64;
+            progress(table, read, total.max(read));
             if rows.len() < PAGE {
                 break;
             }
         }
-        report.tables.push((table.name, copied));
+        report.tables.push(TableReport {
+            name: table.name,
+            read,
+            written,
+        });
     }
     to.copy_finished()?;
     Ok(report)
+}
+
+/// A cell as both stores compare it: SQLite may keep text where PostgreSQL keeps bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Plain {
+    Null,
+    Int(i64),
+    Bytes(Vec<u8>),
+}
+
+fn plain(cells: &[Cell]) -> Vec<Plain> {
+    cells
+        .iter()
+        .map(|c| match c {
+            Cell::Null => Plain::Null,
+            Cell::Int(i) => Plain::Int(*i),
+            Cell::Text(t) => Plain::Bytes(t.as_bytes().to_vec()),
+            Cell::Bytes(b) => Plain::Bytes(b.clone()),
+        })
+        .collect()
+}
+
+fn digest(row: &[Cell]) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    let mut hash = Sha256::new();
+    for cell in plain(row) {
+        match cell {
+            Plain::Null => hash.update([0]),
+            Plain::Int(i) => {
+                hash.update([1]);
+                hash.update(i.to_le_bytes());
+            }
+            Plain::Bytes(b) => {
+                hash.update([2]);
+                hash.update((b.len() as u64).to_le_bytes());
+                hash.update(&b);
+            }
+        }
+    }
+    hash.finalize().into()
+}
+
+/// Every row of `table` in `store`, page by page, in the store's key order.
+fn each_row(
+    store: &dyn Store,
+    table: &Table,
+    mut f: impl FnMut(&Row) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut after: Vec<Cell> = Vec::new();
+    loop {
+        let rows = store.copy_out(table, &after, PAGE)?;
+        for row in &rows {
+            f(row)?;
+        }
+        match rows.last() {
+            Some(last) if rows.len() == PAGE => after = last[..table.key].to_vec(),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Whether adding `from` to `to` can only resume a copy: every row `to` holds must be `from`'s
+/// row of the same key, cell for cell. Any other row (another database's event under the same
+/// `seq`, a customer's balance from elsewhere, a node's own ingest, a source changed since the
+/// interrupted copy) would make the copy skip the source's row as "already there" and lose it,
+/// or attach history and bodies to the wrong event: refused, naming the first such row. The
+/// target's rows are held as key and digest, so this costs a read of both, not their bodies
+/// in memory.
+pub fn check_resumable(from: &dyn Store, to: &dyn Store) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+    let refuse = |table: &Table, key: &[Plain], why: &str| {
+        anyhow::anyhow!(
+            "the target database holds data that is not this source's: {} row {} {why}. \
+             --allow-non-empty only resumes an interrupted copy of the same, unchanged \
+             source; copy into a new database",
+            table.name,
+            describe(key)
+        )
+    };
+    for table in TABLES {
+        let mut held: HashMap<Vec<Plain>, [u8; 32]> = HashMap::new();
+        each_row(to, table, |row| {
+            held.insert(plain(&row[..table.key]), digest(row));
+            Ok(())
+        })?;
+        if held.is_empty() {
+            continue;
+        }
+        each_row(from, table, |row| {
+            let key = plain(&row[..table.key]);
+            match held.remove(&key) {
+                Some(theirs) if theirs != digest(row) => Err(refuse(
+                    table,
+                    &key,
+                    "differs from the source's row of that key",
+                )),
+                _ => Ok(()),
+            }
+        })?;
+        if let Some(key) = held.keys().next() {
+            return Err(refuse(table, key, "is not in the source"));
+        }
+    }
+    Ok(())
+}
+
+fn describe(key: &[Plain]) -> String {
+    let parts: Vec<String> = key
+        .iter()
+        .map(|k| match k {
+            Plain::Null => "null".into(),
+            Plain::Int(i) => i.to_string(),
+            Plain::Bytes(b) => format!("{:?}", String::from_utf8_lossy(b)),
+        })
+        .collect();
+    format!("({})", parts.join(", "))
 }
 
 fn copy_error(table: &Table, e: StoreError) -> anyhow::Error {

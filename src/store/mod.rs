@@ -147,11 +147,46 @@ pub trait Store: Send + Sync + 'static {
     /// key order, with the columns `table` names.
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>>;
     fn copy_count(&self, table: &Table) -> StoreResult<u64>;
-    /// Write rows as they are, in one durable transaction; rows already present are skipped.
-    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()>;
+    /// Write rows as they are, in one durable transaction, and say how many were written;
+    /// rows already present are skipped (`copy::copy_all` checks first that each is the
+    /// source's own).
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64>;
     /// After the last `copy_in`: whatever the store derives from the rows (a sequence moved
     /// past the copied keys).
     fn copy_finished(&self) -> StoreResult<()> {
         Ok(())
+    }
+
+    /// Hold the database as `holder` for as long as the returned [`Hold`] lives: the nodes
+    /// that serve it share it, a copy into it holds it alone. `None` while the other kind
+    /// holds it: a node does not start while a copy fills its database, and a copy does not
+    /// race live nodes' ingest and claims for the same keys.
+    fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>>;
+}
+
+/// Who holds a database (see [`Store::hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    Node,
+    Copy,
+}
+
+/// A hold on a database, let go when dropped. (Behind a mutex only so that it is `Sync`: a
+/// PostgreSQL client is not, and nothing uses the hold but its drop.)
+pub struct Hold {
+    _held: std::sync::Mutex<Box<dyn Send>>,
+}
+
+impl Hold {
+    pub fn new(held: impl Send + 'static) -> Hold {
+        Hold {
+            _held: std::sync::Mutex::new(Box::new(held)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hold")
     }
 }

@@ -229,3 +229,138 @@ async fn a_copy_taken_with_a_backlog_counts_it_and_drains_all_of_it() {
     let r = copied.get("/loyalty/c-1").await;
     assert_eq!(r.body["balance"], 300, "{}", r.body);
 }
+
+/// A database of three completed orders of one customer, `points` each (event and order ids
+/// prefixed by `tag`), its server stopped.
+async fn orders_db(tag: &str, points: i64) -> tempfile::TempDir {
+    let app = spawn_app().await;
+    for i in 1..=3 {
+        let body = order_body(&format!("{tag}-o-{i}"), "c-1", points);
+        let r = app.deliver("shop", &format!("{tag}-e-{i}"), &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    app.drain().await;
+    assert_eq!(app.balance("c-1").await, 3 * points);
+    app.stop().await
+}
+
+/// Two databases of three orders each for one customer: added to the other, every event of
+/// the source has a `seq` the target holds, and a balance row for the same customer. Skipping
+/// those rows as "already there" lost all three events and their credit (seen: exit 0, balance
+/// 30 instead of 330): refused, naming the row, the target unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_refuses_to_add_another_databases_rows_and_changes_nothing() {
+    let (a, b) = (orders_db("a", 10).await, orders_db("b", 100).await);
+    let target = b.path().join("inbox.db");
+    let before = dump(&target);
+    let from = format!("sqlite://{}", a.path().join("inbox.db").display());
+    let to = format!("sqlite://{}", target.display());
+    let o = copy(
+        a.path(),
+        &["--from", &from, "--to", &to, "--allow-non-empty"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not this source's") && err.contains("events row (1)"),
+        "{err}"
+    );
+    assert!(dump(&target) == before, "the target is unchanged");
+}
+
+/// An interrupted copy (here: one page of events written) is resumed by running it again with
+/// `--allow-non-empty`: the rows it holds are the source's, skipped and counted as such, and
+/// the rest written. A row changed since in the target is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_copy_resumes_and_counts_rows_written_and_skipped() {
+    use webhook_inbox::store::Store as _;
+    use webhook_inbox::store::copy::{PAGE, TABLES};
+    use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
+    let app = spawn_app().await;
+    let batch: Vec<_> = (0..PAGE + 20)
+        .map(|i| new_delivery("shop", &format!("e-{i}"), "order.completed", "{}"))
+        .collect();
+    let store = app.store.clone();
+    tokio::task::spawn_blocking(move || store.insert_deliveries(&batch).unwrap())
+        .await
+        .unwrap();
+    app.drain().await;
+    let dir = app.stop().await;
+    let (source, target) = (dir.path().join("inbox.db"), dir.path().join("copy.db"));
+    {
+        let from = SqliteStore::open(&source, SqliteOptions::default()).unwrap();
+        let to = SqliteStore::open(&target, SqliteOptions::default()).unwrap();
+        to.migrate().unwrap();
+        let first_page = from.copy_out(&TABLES[0], &[], PAGE).unwrap();
+        assert_eq!(to.copy_in(&TABLES[0], &first_page).unwrap(), PAGE as u64);
+    }
+    let args = [
+        "--from",
+        "sqlite://inbox.db",
+        "--to",
+        "sqlite://copy.db",
+        "--allow-non-empty",
+    ];
+    let o = copy(dir.path(), &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("events                     20 rows written,       1000 already there"),
+        "{out}"
+    );
+    assert!(dump(&target) == dump(&source));
+
+    // A row the source no longer has as the target holds it: not a resume any more.
+    rusqlite::Connection::open(&target)
+        .unwrap()
+        .execute("UPDATE event_state SET attempts = 7 WHERE seq = 5", [])
+        .unwrap();
+    let o = copy(dir.path(), &args);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("events row (5) differs"), "{err}");
+}
+
+/// A node serving the target keeps a copy out (its ingest and claims would race the copy for
+/// the same keys), and a copy filling a database keeps a node from starting on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_and_a_node_never_share_a_database() {
+    use webhook_inbox::startup::{Application, BuildOptions};
+    use webhook_inbox::store::Holder;
+    let source = orders_db("a", 10).await;
+    let app = spawn_app().await;
+    let from = format!("sqlite://{}", source.path().join("inbox.db").display());
+    let o = copy(
+        app.dir.path(),
+        &["--from", &from, "--to", "sqlite://inbox.db"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("in use by a running webhook-inbox node"),
+        "{err}"
+    );
+
+    let dir = app.stop().await;
+    let config = test_config(&dir);
+    let settings = webhook_inbox::config::Settings::from_toml(&config, "test", vec![]).unwrap();
+    let copying = webhook_inbox::startup::open_store(&settings).unwrap();
+    let held = copying
+        .hold(Holder::Copy)
+        .unwrap()
+        .expect("no node holds it now");
+    let refused = Application::build(settings.clone(), BuildOptions::default());
+    let err = format!(
+        "{:#}",
+        refused.err().expect("a node does not start meanwhile")
+    );
+    assert!(err.contains("copy` into this database is running"), "{err}");
+    drop(held);
+    let app = spawn_in(dir, &config, BuildOptions::default()).await;
+    assert_eq!(app.balance("c-1").await, 0);
+}

@@ -104,7 +104,7 @@ pub(super) fn count(db: &mut Db<'_>, table: &Table) -> StoreResult<u64> {
 }
 
 /// Insert rows as they are; a row whose key (or any unique column) is present is skipped.
-pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
     let marks: Vec<String> = (1..=table.columns.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
         "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
@@ -113,6 +113,7 @@ pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResul
         marks.join(", ")
     );
     let types = db.param_types(&sql)?;
+    let mut written = 0;
     for row in rows {
         let values = row
             .iter()
@@ -120,9 +121,9 @@ pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResul
             .map(|(c, ty)| value(c, ty))
             .collect::<StoreResult<Vec<_>>>()?;
         let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref()).collect();
-        db.execute(&sql, &params)?;
+        written += db.execute(&sql, &params)?;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// After a copy: new events get a `seq` after every copied one.

@@ -37,9 +37,10 @@ use r2d2::Pool;
 use super::copy::{Cell, Row, Table};
 use super::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
-    LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs, Readiness,
-    RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
+    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs,
+    Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
+    SubmitOutcome,
 };
 use crate::config::redact_credentials;
 pub use migrations::MIGRATIONS;
@@ -364,11 +365,41 @@ impl Store for PostgresStore {
         self.tx(|db| copy::count(db, table))
     }
 
-    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()> {
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64> {
         self.tx(|db| copy::insert(db, table, rows))
     }
 
     fn copy_finished(&self) -> StoreResult<()> {
         self.tx(copy::finished)
+    }
+
+    /// An advisory lock on a connection of its own, outside the pool, held as long as the
+    /// [`Hold`]: shared by the nodes, exclusive for a copy. (Should the server drop that
+    /// connection, say by restarting, the node serves on without it.)
+    fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
+        off_async(|| {
+            let mut client = self.config.connect(NoTls)?;
+            let sql = match holder {
+                Holder::Node => "SELECT pg_try_advisory_lock_shared($1)",
+                Holder::Copy => "SELECT pg_try_advisory_lock($1)",
+            };
+            let held: bool = client.query_one(sql, &[&HOLD_KEY])?.try_get(0)?;
+            Ok(held.then(|| Hold::new(HeldConnection(Some(client)))))
+        })
+    }
+}
+
+/// The advisory lock key of [`Store::hold`] ("webhook!" in ASCII).
+const HOLD_KEY: i64 = 0x7765_6268_6f6f_6b21;
+
+/// The connection that holds an advisory lock; closing it lets go.
+struct HeldConnection(Option<postgres::Client>);
+
+impl Drop for HeldConnection {
+    fn drop(&mut self) {
+        // Closing a client blocks on its connection: off any async runtime.
+        if let Some(client) = self.0.take() {
+            off_async(move || drop(client));
+        }
     }
 }

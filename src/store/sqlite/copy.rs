@@ -68,7 +68,7 @@ pub(super) fn count(conn: &Connection, table: &Table) -> StoreResult<u64> {
 /// and gets its state row, and a body goes into its event's log row. The cursor then moves
 /// to the end of the log in the same transaction, so that an event copied in, whatever its
 /// seq, is never also taken for a first attempt waiting after the cursor.
-pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
     match table.name {
         "events" => insert_events(tx, table, rows),
         "event_payloads" => insert_bodies(tx, table, rows),
@@ -101,28 +101,32 @@ fn projection(
     Ok((sql, at))
 }
 
-fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
     let (log_sql, log_at) = projection(tx, table, "event_log")?;
     let (state_sql, state_at) = projection(tx, table, "event_state")?;
     let mut log = tx.prepare_cached(&log_sql)?;
     let mut state = tx.prepare_cached(&state_sql)?;
+    let mut written = 0;
     for row in rows {
         if log.execute(params_from_iter(log_at.iter().map(|&i| value(&row[i]))))? == 1 {
             state.execute(params_from_iter(state_at.iter().map(|&i| value(&row[i]))))?;
+            written += 1;
         }
     }
-    settle_cursor(tx)
+    settle_cursor(tx)?;
+    Ok(written)
 }
 
-fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
     debug_assert_eq!(table.columns, ["seq", "payload", "content_type"]);
     let mut body = tx.prepare_cached(
         "UPDATE event_log SET payload = ?2, content_type = ?3 WHERE seq = ?1 AND payload IS NULL",
     )?;
+    let mut written = 0;
     for row in rows {
-        body.execute(params_from_iter(row.iter().map(value)))?;
+        written += body.execute(params_from_iter(row.iter().map(value)))? as u64;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Give every first attempt still waiting after the cursor its state row (pending, due since
@@ -140,7 +144,7 @@ fn settle_cursor(tx: &Transaction<'_>) -> StoreResult<()> {
     Ok(())
 }
 
-fn insert_rows(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<()> {
+fn insert_rows(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
     let sql = format!(
         "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
         table.name,
@@ -148,10 +152,11 @@ fn insert_rows(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult
         vec!["?"; table.columns.len()].join(", ")
     );
     let mut stmt = tx.prepare_cached(&sql)?;
+    let mut written = 0;
     for row in rows {
-        stmt.execute(params_from_iter(row.iter().map(value)))?;
+        written += stmt.execute(params_from_iter(row.iter().map(value)))? as u64;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Tables derived from the others, rebuilt after a copy rather than copied.

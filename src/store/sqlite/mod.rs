@@ -435,7 +435,7 @@ mod tests {
         use std::sync::mpsc;
         use std::time::{Duration, Instant};
 
-        use crate::store::{EventFilter, NewDocument};
+        use crate::store::{AddDocument, EventFilter, NewDocument, RetryOutcome, SubmitOutcome};
 
         let dir = tempfile::tempdir().unwrap();
         let store =
@@ -483,9 +483,24 @@ mod tests {
                 content: b"x".to_vec(),
             };
             let no_ops = [
-                s.spawn(|| matches!(store.submit_request("nope", now), Ok(_))),
-                s.spawn(move || matches!(store.add_document("nope", &doc, now), Ok(_))),
-                s.spawn(|| matches!(store.retry("shop", "nope", false, now), Ok(_))),
+                s.spawn(|| {
+                    matches!(
+                        store.submit_request("nope", now),
+                        Ok(SubmitOutcome::NotFound)
+                    )
+                }),
+                s.spawn(move || {
+                    matches!(
+                        store.add_document("nope", &doc, now),
+                        Ok(AddDocument::NotFound)
+                    )
+                }),
+                s.spawn(|| {
+                    matches!(
+                        store.retry("shop", "nope", false, now),
+                        Ok(RetryOutcome::NotFound)
+                    )
+                }),
                 s.spawn(|| matches!(store.retry_failed(&EventFilter::default(), now), Ok(0))),
             ];
             assert!(store.checkpointer.kick());

@@ -8,16 +8,17 @@ use super::{
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, InsertOutcome, Lane, LifecycleCounts,
-    LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs, Readiness,
-    RequestRecord, RetryOutcome, StatusCounts, Store, StoreResult, SubmitOutcome,
+    EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
+    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs,
+    Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
+    SubmitOutcome,
 };
 
 impl Store for SqliteStore {
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         let mut conn = self.lock_writer()?;
         let applied = migrations::apply(&mut conn)?;
-        self.checkpoint_if_due(&conn);
+        self.checkpoint_if_due(&conn, super::checkpoint::take_frames());
         let ticket = self.sync.committed();
         drop(conn);
         self.sync.wait(ticket)?;
@@ -169,12 +170,40 @@ impl Store for SqliteStore {
         self.read(|c| copy::count(c, table))
     }
 
-    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<()> {
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64> {
         self.write(|tx| copy::insert(tx, table, rows))
     }
 
     fn copy_finished(&self) -> StoreResult<()> {
         self.write(|tx| copy::rebuild_derived(tx))
+    }
+
+    /// A lock file beside the database (`…db-lock`), `flock`ed: shared by nodes, exclusive
+    /// for a copy. Not the database file itself: closing another descriptor of that file would
+    /// drop SQLite's own POSIX locks in this process.
+    fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
+        let mut name = self.path().as_os_str().to_owned();
+        name.push("-lock");
+        let failed = |e: std::io::Error| {
+            let path = std::path::Path::new(&name).display().to_string();
+            StoreError::Internal(anyhow::Error::new(e).context(format!("locking {path}")))
+        };
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&name)
+            .map_err(failed)?;
+        let locked = match holder {
+            Holder::Node => file.try_lock_shared(),
+            Holder::Copy => file.try_lock(),
+        };
+        match locked {
+            Ok(()) => Ok(Some(Hold::new(file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(failed(e)),
+        }
     }
 
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {

@@ -137,3 +137,51 @@ fn postgres_a_sqlite_database_copied_in_keeps_every_row_and_its_dedup() {
     let newest = pg.event("shop", "new").unwrap().unwrap().event.seq;
     assert!(newest > db.scalar("SELECT max(seq) FROM events WHERE event_id <> 'new'"));
 }
+
+/// A copy into PostgreSQL never adds to what a node serves or filled: seen before, a copy into
+/// a database where a live node had ingested one event lost a copied event whose credit was
+/// copied (balance 3,000 against credits of 3,030). Refused while the node holds the database,
+/// and after it stopped, because its event is not the source's; nothing changes either time.
+#[test]
+fn postgres_a_copy_never_adds_to_a_database_a_node_serves_or_filled() {
+    use webhook_inbox::store::Holder;
+    use webhook_inbox::store::copy::copy_all;
+    use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
+    let Some(db) = FreshDb::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(&dir.path().join("s.db"), SqliteOptions::default()).unwrap();
+    sqlite.migrate().unwrap();
+    let batch: Vec<_> = (0..3)
+        .map(|i| new_delivery("shop", &format!("e-{i}"), ORDER, "{}"))
+        .collect();
+    sqlite.insert_deliveries(&batch).unwrap();
+    let pg = db.migrated();
+
+    let node = pg.hold(Holder::Node).unwrap().expect("a node may serve it");
+    assert!(pg.hold(Holder::Node).unwrap().is_some(), "nodes share it");
+    let live = new_delivery("shop", "live-1", ORDER, &order_body("live-o", "c-1", 1_000));
+    pg.insert_deliveries(&[live]).unwrap();
+    let err = format!(
+        "{:#}",
+        copy_all(&sqlite, pg.as_ref(), true, &mut |_, _, _| {}).unwrap_err()
+    );
+    assert!(
+        err.contains("in use by a running webhook-inbox node"),
+        "{err}"
+    );
+    drop(node);
+
+    let err = format!(
+        "{:#}",
+        copy_all(&sqlite, pg.as_ref(), true, &mut |_, _, _| {}).unwrap_err()
+    );
+    assert!(err.contains("events row (1) differs"), "{err}");
+    assert_eq!(db.scalar("SELECT count(*) FROM events"), 1);
+
+    // A copy holds the database alone: no node starts on it meanwhile.
+    let copying = pg.hold(Holder::Copy).unwrap().expect("nobody holds it now");
+    assert!(pg.hold(Holder::Node).unwrap().is_none());
+    assert!(pg.hold(Holder::Copy).unwrap().is_none());
+    drop(copying);
+    assert!(pg.hold(Holder::Node).unwrap().is_some());
+}
