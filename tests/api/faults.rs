@@ -65,8 +65,22 @@ fn serve_on(
     webhook_inbox::config::Settings,
     reqwest::blocking::Client,
 ) {
+    serve_on_with(dir, db_dir, "", &format!("workers = {workers}\n"))
+}
+
+/// [`serve_on`] with `top` and `consumers` added to the config (see `write_config`).
+fn serve_on_with(
+    dir: &std::path::Path,
+    db_dir: &std::path::Path,
+    top: &str,
+    consumers: &str,
+) -> (
+    ServerProcess,
+    webhook_inbox::config::Settings,
+    reqwest::blocking::Client,
+) {
     let port = free_port();
-    let (config, settings) = write_config(dir, port, "", &format!("workers = {workers}\n"));
+    let (config, settings) = write_config(dir, port, top, consumers);
     let url = format!("sqlite://{}", db_dir.join("t.db").display());
     let server = ServerProcess::start_with_env(
         dir,
@@ -368,13 +382,71 @@ fn a_database_that_becomes_unwritable_while_serving_is_not_ready_and_refuses_wri
 
 /// Consumers on a database that turned unwritable back off: their failed passes come at
 /// growing intervals (1 s, 2 s, 4 s, …), not at the idle poll's pace (every 500 ms) nor, as
-/// once, eight times a second.
+/// once, eight times a second. A pass fails only where it has something to write (a claim that
+/// finds no work commits nothing and touches no disk), so work stays due throughout: submitted
+/// requests whose downstream refuses every connection, retried after a millisecond, again and
+/// again.
 #[test]
 fn consumers_on_an_unwritable_database_back_off_exponentially() {
     let dir = tempfile::tempdir().unwrap();
-    let Some((fs, server, _, _)) = serve_on_ext4(dir.path(), 1) else {
-        return;
+    let fs = match Ext4::mount(dir.path()) {
+        Ok(fs) => fs,
+        Err(why) => {
+            assert!(!requires::available(
+                "a loop-mounted ext4 image (root, mkfs.ext4)",
+                Err(why)
+            ));
+            return;
+        }
     };
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = refusing.local_addr().unwrap();
+    drop(refusing);
+    let (server, _, client) = serve_on_with(
+        dir.path(),
+        &fs.0,
+        &format!(
+            "submission_tokens = [\"t\"]\n[downstream]\nurl = \"http://{closed}/\"\n\
+             mode = \"at-least-once\"\ntimeout_ms = 1000\n"
+        ),
+        "workers = 1\nmax_attempts = 1000000\nbackoff_base_ms = 1\nbackoff_max_ms = 2\n",
+    );
+    for _ in 0..20 {
+        let created: serde_json::Value = client
+            .post(format!("{}/requests", server.base))
+            .bearer_auth("t")
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let id = created["id"].as_str().unwrap();
+        let submitted = client
+            .post(format!("{}/requests/{id}/submit", server.base))
+            .bearer_auth("t")
+            .send()
+            .unwrap();
+        assert_eq!(submitted.status().as_u16(), 200);
+    }
+    // The downstream calls are being retried.
+    let retried = || {
+        let page: serde_json::Value = client
+            .get(format!("{}/events?source=requests", server.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["attempts"].as_i64().unwrap_or(0) >= 3)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !retried() {
+        assert!(std::time::Instant::now() < deadline, "{}", server.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     fs.fail();
     let logs = || server.logs();
     // The first failure comes within a few idle polls.
