@@ -104,7 +104,8 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
 
 /// Events, newest first by a store-assigned sequence. Every event committed before the first
 /// page appears exactly once, however many arrive meanwhile. Unknown query keys are refused.
-#[utoipa::path(get, path = "/events", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(get, path = "/events",
+    operation_id = "listEvents", tag = "ops", security(("bearer" = [])),
     params(
         ("status" = Option<super::openapi::schemas::StatusFilter>, Query, description = "Only events in this state; `purged`: only tombstones (left out otherwise)"),
         ("source" = Option<String>, Query, description = "Only events from this source"),
@@ -136,7 +137,8 @@ pub async fn list(
 
 /// `GET /events/export`: the replay file of every matching event, newest first, streamed page
 /// by page so that a large export is never held in memory whole.
-#[utoipa::path(get, path = "/events/export", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(get, path = "/events/export",
+    operation_id = "exportEvents", tag = "ops", security(("bearer" = [])),
     params(
         ("status" = Option<super::openapi::schemas::StatusFilter>, Query, description = "Only events in this state; `purged`: only tombstones (left out otherwise)"),
         ("source" = Option<String>, Query, description = "Only events from this source"),
@@ -217,7 +219,8 @@ async fn export_page(
 }
 
 /// One event with its body and attempt history.
-#[utoipa::path(get, path = "/events/{source}/{event_id}", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(get, path = "/events/{source}/{event_id}",
+    operation_id = "getEvent", tag = "ops", security(("bearer" = [])),
     params(("source" = String, Path), ("event_id" = String, Path)),
     responses(
         (status = 200, description = "The event", body = super::views::EventWithHistory),
@@ -250,7 +253,8 @@ pub struct RetryParams {
 
 /// `failed -> pending`, due now, with a fresh budget. Pending or claimed: nothing changes.
 /// Completed, or abandoned mid-call (at-most-once): 409 unless `force=true`.
-#[utoipa::path(post, path = "/events/{source}/{event_id}/retry", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(post, path = "/events/{source}/{event_id}/retry",
+    operation_id = "retryEvent", tag = "ops", security(("bearer" = [])),
     params(("source" = String, Path), ("event_id" = String, Path),
         ("force" = Option<bool>, Query, description = "Run a completed or abandoned event again")),
     responses(
@@ -296,7 +300,8 @@ pub async fn retry(
 }
 
 /// Retry every failed event that matches the filter (only failed events).
-#[utoipa::path(post, path = "/events/retry", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(post, path = "/events/retry",
+    operation_id = "retryFailedEvents", tag = "ops", security(("bearer" = [])),
     request_body(content = super::openapi::schemas::BulkRetry, description = "The filter; an empty body retries every failed event"),
     responses(
         (status = 200, description = "How many were retried", body = super::openapi::schemas::Retried),
@@ -337,7 +342,8 @@ pub struct RunParams {
 }
 
 /// One synchronous drain pass, for ops and tests: claims up to `limit` due events.
-#[utoipa::path(post, path = "/events/run", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(post, path = "/events/run",
+    operation_id = "runConsumers", tag = "ops", security(("bearer" = [])),
     params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Most events to claim (default 100)")),
     responses(
         (status = 200, description = "How many were claimed", body = super::openapi::schemas::Claimed),

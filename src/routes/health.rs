@@ -9,14 +9,16 @@ use crate::domain::time::now_ms;
 use crate::store::Readiness;
 
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "open",
+#[utoipa::path(get, path = "/healthz",
+    operation_id = "getHealth", tag = "open",
     responses((status = 200, description = "Alive", body = super::openapi::schemas::Health)))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
 /// Ready when the store answers, every migration is applied and writes are still durable.
-#[utoipa::path(get, path = "/readyz", tag = "open",
+#[utoipa::path(get, path = "/readyz",
+    operation_id = "getReadiness", tag = "open",
     responses(
         (status = 200, description = "Ready", body = super::openapi::schemas::Ready),
         (status = 503, description = "`unavailable`: not ready; `message` says why and what to do",
@@ -40,7 +42,8 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 }
 
 /// Prometheus metrics (OpenMetrics text).
-#[utoipa::path(get, path = "/metrics", tag = "open",
+#[utoipa::path(get, path = "/metrics",
+    operation_id = "getMetrics", tag = "open",
     responses((status = 200, description = "The metrics", body = String,
         content_type = "application/openmetrics-text")))]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

@@ -20,7 +20,8 @@ struct CreditParams {
 
 /// A customer's balance and its credits, a page at a time; a customer with no credits has
 /// balance 0. Unknown query keys are refused.
-#[utoipa::path(get, path = "/loyalty/{customer_id}", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(get, path = "/loyalty/{customer_id}",
+    operation_id = "getLoyaltyAccount", tag = "ops", security(("bearer" = [])),
     params(
         ("customer_id" = String, Path),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),

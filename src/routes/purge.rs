@@ -27,7 +27,8 @@ const CURSOR_TAG: &str = "purge1";
 /// Answers `{"purged": n, "more": false, "next_cursor": null}` once the walk reached the newest
 /// event; after `CALL_BUDGET` or `limit` tombstones, `"more": true` and the cursor to send
 /// with the same times to go on.
-#[utoipa::path(post, path = "/events/purge", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(post, path = "/events/purge",
+    operation_id = "purgeEvents", tag = "ops", security(("bearer" = [])),
     request_body(content = super::openapi::schemas::Purge, description = "The cut-off times; an empty body uses `[retention]`"),
     responses(
         (status = 200, description = "How many events became tombstones in this call, and whether to call again with `next_cursor`", body = super::openapi::schemas::Purged),

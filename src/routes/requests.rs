@@ -22,7 +22,8 @@ fn not_found(id: &str) -> ApiError {
 struct CreateRequest {}
 
 /// A new draft request.
-#[utoipa::path(post, path = "/requests", tag = "requests", security(("bearer" = [])),
+#[utoipa::path(post, path = "/requests",
+    operation_id = "createRequest", tag = "requests", security(("bearer" = [])),
     request_body(content = Option<super::openapi::schemas::NewRequest>, description = "Optional; empty or `{}`"),
     responses(
         (status = 201, description = "The draft", body = super::views::Request),
@@ -44,7 +45,8 @@ pub async fn create(
 }
 
 /// A request; once submitted, with its event's state.
-#[utoipa::path(get, path = "/requests/{id}", tag = "requests", security(("bearer" = [])),
+#[utoipa::path(get, path = "/requests/{id}",
+    operation_id = "getRequest", tag = "requests", security(("bearer" = [])),
     params(("id" = String, Path)),
     responses(
         (status = 200, description = "The request", body = super::views::Request),
@@ -107,7 +109,8 @@ impl DocumentBody {
 }
 
 /// Add a document to a draft.
-#[utoipa::path(post, path = "/requests/{id}/documents", tag = "requests", security(("bearer" = [])),
+#[utoipa::path(post, path = "/requests/{id}/documents",
+    operation_id = "addRequestDocument", tag = "requests", security(("bearer" = [])),
     params(("id" = String, Path)),
     request_body(content = super::openapi::schemas::NewDocument),
     responses(
@@ -144,7 +147,8 @@ pub async fn add_document(
 }
 
 /// Submit a request: one transaction turns it `submitted` and queues its event.
-#[utoipa::path(post, path = "/requests/{id}/submit", tag = "requests", security(("bearer" = [])),
+#[utoipa::path(post, path = "/requests/{id}/submit",
+    operation_id = "submitRequest", tag = "requests", security(("bearer" = [])),
     params(("id" = String, Path)),
     responses(
         (status = 200, description = "`queued` the first time, `duplicate` after", body = super::openapi::schemas::Submitted),

@@ -14,7 +14,8 @@ const WINDOW_MINUTES: i64 = 60;
 /// Counts by status, the oldest pending event's age, and events received per minute over the
 /// last hour (every minute listed, zeros included, oldest first). Events are counted by their
 /// first delivery: a redelivery has no time of its own in the store beyond `last_delivered_at`.
-#[utoipa::path(get, path = "/events/stats", tag = "ops", security(("bearer" = [])),
+#[utoipa::path(get, path = "/events/stats",
+    operation_id = "getEventStats", tag = "ops", security(("bearer" = [])),
     responses((status = 200, description = "The overview", body = super::openapi::schemas::Stats)))]
 pub async fn stats(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let now = now_ms();

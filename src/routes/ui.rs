@@ -69,7 +69,8 @@ pub(super) fn to_slash(folder: &'static str) -> HttpResponse {
 }
 
 /// The ops dashboard (`/ui/` is the page) and the files it loads.
-#[utoipa::path(get, path = "/ui/{asset}", tag = "open",
+#[utoipa::path(get, path = "/ui/{asset}",
+    operation_id = "getDashboardAsset", tag = "open",
     params(("asset" = String, Path, description = "Empty for the page, else a file it loads")),
     responses(
         (status = 200, description = "The file", content(

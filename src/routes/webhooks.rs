@@ -59,7 +59,8 @@ impl Headers for ActixHeaders<'_> {
 /// Receive a delivery: verified on the raw body by the source's signature scheme, stored, and
 /// answered only after the commit. Which headers count depends on the source's scheme: each
 /// header below names its scheme.
-#[utoipa::path(post, path = "/webhooks/{source}", tag = "ingest",
+#[utoipa::path(post, path = "/webhooks/{source}",
+    operation_id = "receiveWebhook", tag = "ingest",
     params(
         ("source" = String, Path, description = "A configured source", example = "shop"),
         ("webhook-id" = Option<String>, Header, description = "standard-webhooks: the event id (also `svix-id`)"),

@@ -173,6 +173,7 @@ struct Rendered(String);
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    operation_id = "getOpenApiDocument",
     tag = "open",
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"))
 )]

@@ -39,7 +39,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 /// The API reference (`/docs/` is the page) and the files it loads.
-#[utoipa::path(get, path = "/docs/{asset}", tag = "open",
+#[utoipa::path(get, path = "/docs/{asset}",
+    operation_id = "getDocsAsset", tag = "open",
     params(("asset" = String, Path, description = "Empty for the page, else a file it loads")),
     responses(
         (status = 200, description = "The file", content(

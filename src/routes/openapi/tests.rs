@@ -233,3 +233,26 @@ fn every_reference_resolves() {
         );
     }
 }
+
+/// Client generators name their functions after `operationId`: each is unique and says what
+/// the operation does, in camelCase (a generator refused the document when two were `show`).
+#[test]
+fn every_operation_has_a_unique_camel_case_operation_id() {
+    let doc = serde_json::to_value(document()).unwrap();
+    let mut seen = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{method} {path}: no operationId"));
+            assert!(
+                id.len() > 3
+                    && id.starts_with(|c: char| c.is_ascii_lowercase())
+                    && id.chars().all(|c| c.is_ascii_alphanumeric())
+                    && id.chars().any(|c| c.is_ascii_uppercase()),
+                "{method} {path}: operationId {id:?} is not a camelCase verb and noun"
+            );
+            assert!(seen.insert(id.to_string()), "{method} {path}: {id} twice");
+        }
+    }
+}
