@@ -18,14 +18,20 @@ type Labels = Vec<(&'static str, String)>;
 type StaticLabels = [(&'static str, &'static str); 2];
 
 /// The results of `webhook_inbox_deliveries_total`.
-const DELIVERY_RESULTS: [&str; 4] = ["queued", "duplicate", "payload_mismatch", "rejected"];
+const DELIVERY_RESULTS: [&str; 5] = [
+    "queued",
+    "duplicate",
+    "payload_mismatch",
+    "rejected",
+    "forbidden",
+];
 
 pub struct Metrics {
     registry: Registry,
     deliveries: Family<Labels, Counter>,
     /// The delivery counters of the configured sources, looked up without building labels (a
     /// delivery is the hot path); every series exists from the start, at 0.
-    source_deliveries: HashMap<String, [Counter; 4]>,
+    source_deliveries: HashMap<String, [Counter; 5]>,
     processed: Family<StaticLabels, Counter>,
     attempts: Family<StaticLabels, Counter>,
     events: Family<Labels, Gauge>,
@@ -89,7 +95,7 @@ impl Metrics {
         // Counters get their `_total` suffix from the encoder.
         registry.register(
             "webhook_inbox_deliveries",
-            "Webhook deliveries by source and result (queued, duplicate, payload_mismatch, rejected)",
+            "Webhook deliveries by source and result (queued, duplicate, payload_mismatch, rejected, forbidden: from outside the source's allow_from)",
             m.deliveries.clone(),
         );
         registry.register(
@@ -140,7 +146,7 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// `result`: queued, duplicate, payload_mismatch or rejected.
+    /// `result`: queued, duplicate, payload_mismatch, rejected or forbidden.
     pub fn delivery(&self, source: &str, result: &'static str) {
         let known = self.source_deliveries.get(source).and_then(|counters| {
             let i = DELIVERY_RESULTS.iter().position(|r| *r == result)?;

@@ -96,6 +96,7 @@ pub fn add_demo_source(settings: &mut Settings) -> anyhow::Result<PathBuf> {
         secrets: vec![secret],
         tolerance_seconds: 300,
         on_payload_mismatch: MismatchPolicy::Duplicate,
+        allow_from: Vec::new(),
     });
     Ok(path)
 }

@@ -5,6 +5,7 @@
 //! happen. Sources come from the file only: a list of tables has no sane env encoding.
 
 mod database;
+mod edge;
 mod embedded;
 mod env;
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use database::{Database, redact_credentials, sqlite_path};
+pub use edge::{Cidr, any_contains};
 pub use embedded::{DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token};
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
@@ -77,6 +79,9 @@ pub struct Settings {
     pub consumers: ConsumerSettings,
     pub retention: RetentionSettings,
     pub downstream: DownstreamSettings,
+    /// Proxies (CIDR ranges or addresses) whose `Forwarded` / `X-Forwarded-For` headers name
+    /// the sender; anyone else's are ignored. Empty: the peer is the sender.
+    pub trusted_proxies: Vec<Cidr>,
     pub sources: Vec<SourceSettings>,
 }
 
@@ -143,6 +148,10 @@ pub struct SourceSettings {
     pub tolerance_seconds: u64,
     #[serde(default = "default_mismatch")]
     pub on_payload_mismatch: MismatchPolicy,
+    /// Where deliveries may come from (CIDR ranges or addresses); empty: anywhere. Others are
+    /// answered 403 `forbidden_sender` and stored nowhere.
+    #[serde(default)]
+    pub allow_from: Vec<Cidr>,
 }
 
 fn default_tolerance() -> u64 {
@@ -165,6 +174,7 @@ impl Default for Settings {
             consumers: ConsumerSettings::default(),
             retention: RetentionSettings::default(),
             downstream: DownstreamSettings::default(),
+            trusted_proxies: Vec::new(),
             sources: Vec::new(),
         }
     }

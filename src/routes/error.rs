@@ -37,6 +37,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A delivery from outside its source's `allow_from`.
+    #[error("{0}")]
+    ForbiddenSender(String),
     /// The store cannot answer in time (503). The sender may be unauthenticated, so the answer
     /// says only what to do; the cause (an error chain, perhaps a file path) goes to the log.
     /// "Not acknowledged" is all a 503 promises: a commit whose durability could not be
@@ -66,6 +69,7 @@ impl ApiError {
             ApiError::PayloadMismatch(_) => "payload_mismatch",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::ForbiddenSender(_) => "forbidden_sender",
             ApiError::Unavailable(_) | ApiError::NotReady(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -84,6 +88,7 @@ impl ResponseError for ApiError {
             ApiError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadMismatch(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ForbiddenSender(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

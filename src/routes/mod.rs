@@ -10,6 +10,7 @@ mod openapi;
 pub mod paging;
 mod purge;
 mod requests;
+mod sender;
 mod stats;
 mod ui;
 mod views;

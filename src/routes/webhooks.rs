@@ -10,8 +10,8 @@ use sha2::{Digest, Sha256};
 
 use super::body::read_limited;
 use super::openapi::ErrorBody;
-use super::{ApiError, AppState};
-use crate::config::{MismatchPolicy, SourceSettings};
+use super::{ApiError, AppState, sender};
+use crate::config::{MismatchPolicy, SourceSettings, any_contains};
 use crate::domain::EventId;
 use crate::domain::payload::peek;
 use crate::domain::time::{now_ms, now_secs};
@@ -89,6 +89,7 @@ impl Headers for ActixHeaders<'_> {
             body = super::openapi::schemas::IngestAnswer),
         (status = 400, description = "`invalid_json` (not a JSON object, or an unsupported content type) or `missing_event_id`", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`", body = ErrorBody),
+        (status = 403, description = "`forbidden_sender`: from outside the source's `allow_from`", body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
         (status = 409, description = "`payload_mismatch`: a different body for a known event, on a source with `on_payload_mismatch = \"reject\"`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: over `body_limit_bytes`", body = ErrorBody),
@@ -104,6 +105,19 @@ pub async fn receive(
     let source = state.settings.source(&name).ok_or_else(|| {
         ApiError::UnknownSource(format!("no source named `{name}` is configured"))
     })?;
+    if !source.allow_from.is_empty() {
+        let sender = sender::address(&req, &state.settings.trusted_proxies);
+        if !sender.is_some_and(|ip| any_contains(&source.allow_from, ip)) {
+            state.metrics.delivery(&source.name, "forbidden");
+            let from = sender.map_or("an address no trusted proxy named".into(), |ip| {
+                ip.to_string()
+            });
+            return Err(ApiError::ForbiddenSender(format!(
+                "source `{name}` accepts deliveries only from its allow_from ranges, not from \
+                 {from}"
+            )));
+        }
+    }
     let result = store_delivery(&req, payload, &state, source).await;
     let label = match &result {
         Ok((_, InsertOutcome::Queued)) => "queued",

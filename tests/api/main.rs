@@ -46,4 +46,5 @@ mod replay;
 mod requests;
 mod requires;
 mod schemes;
+mod senders;
 mod stores;

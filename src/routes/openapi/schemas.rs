@@ -31,6 +31,7 @@ pub enum ErrorCode {
     PayloadMismatch,
     Conflict,
     PayloadTooLarge,
+    ForbiddenSender,
     MethodNotAllowed,
     Unavailable,
     Internal,

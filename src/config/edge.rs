@@ -1,0 +1,77 @@
+//! Settings of the edge: which addresses may send to a source (`allow_from`), and whose
+//! forwarding headers to believe (`trusted_proxies`).
+
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// An address range, `203.0.113.0/24` or `2001:db8::/32`, or one address (`192.0.2.7`, read
+/// as `/32` or `/128`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr(IpNet);
+
+impl Cidr {
+    /// Whether `ip` is in the range; an IPv4 address written as IPv6 (`::ffff:192.0.2.7`, as a
+    /// dual-stack listener reports it) counts as the IPv4 address.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip.to_canonical())
+    }
+}
+
+/// Whether any of `ranges` holds `ip`.
+pub fn any_contains(ranges: &[Cidr], ip: IpAddr) -> bool {
+    ranges.iter().any(|r| r.contains(ip))
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Cidr, String> {
+        let text = text.trim();
+        if let Ok(net) = text.parse::<IpNet>() {
+            return Ok(Cidr(net.trunc()));
+        }
+        text.parse::<IpAddr>()
+            .map(|ip| Cidr(IpNet::from(ip.to_canonical())))
+            .map_err(|_| {
+                format!(
+                    "`{text}` is not an address or a CIDR range (such as 192.0.2.0/24 or \
+                     2001:db8::/32)"
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Cidr, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cidr;
+
+    #[test]
+    fn ranges_and_single_addresses_parse_and_match() {
+        let net: Cidr = "192.0.2.0/24".parse().unwrap();
+        assert!(net.contains("192.0.2.200".parse().unwrap()));
+        assert!(net.contains("::ffff:192.0.2.1".parse().unwrap()));
+        assert!(!net.contains("192.0.3.1".parse().unwrap()));
+        assert!(!net.contains("2001:db8::1".parse().unwrap()));
+        let one: Cidr = "127.0.0.2".parse().unwrap();
+        assert!(one.contains("127.0.0.2".parse().unwrap()));
+        assert!(!one.contains("127.0.0.3".parse().unwrap()));
+        let v6: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains("2001:db8:1::9".parse().unwrap()));
+        // Host bits are dropped: 10.1.2.3/8 is 10.0.0.0/8.
+        let loose: Cidr = "10.1.2.3/8".parse().unwrap();
+        assert!(loose.contains("10.200.0.1".parse().unwrap()));
+        for bad in ["", "10.0.0.0/33", "example.com", "10.0.0.0/8/8", "1.2.3"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+}
