@@ -87,10 +87,18 @@ async fn deliveries_from_outside_allow_from_are_refused_and_stored_nowhere() {
     assert_ne!(r.status, 403, "{}", r.body);
 }
 
+/// Event id, local address, headers, expected status.
+type Case = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    u16,
+);
+
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_sender_is_checked() {
     let app = guarded_app().await;
-    let cases: [(&str, &str, &[(&str, &str)], u16); 7] = [
+    let cases: [Case; 7] = [
         // Through one trusted proxy: its header names the sender.
         (
             "one-hop",
