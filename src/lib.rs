@@ -14,7 +14,8 @@
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
 //! - [`handlers`]: one file per effect (loyalty credit, audit log, downstream submission).
-//! - [`routes`]: HTTP only (extract, call, map errors).
+//! - [`routes`]: HTTP only (extract, call, map errors). [`tls`]: HTTPS certificates, reloaded
+//!   on SIGHUP.
 //! - [`retention`]: the purge that frees terminal events' bodies and keeps their tombstones.
 //! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
@@ -32,3 +33,4 @@ pub mod signature;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

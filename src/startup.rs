@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::retention;
 use crate::routes::{self, AppState};
 use crate::store::{self, Hold, Holder, Store};
+use crate::tls::Certificates;
 
 /// What a caller (main, tests, benchmarks) may choose beyond the config file.
 #[derive(Default)]
@@ -45,6 +46,8 @@ pub struct Application {
     purge_every: Duration,
     /// This node's share of its database, while it runs (see [`Store::hold`]).
     _held: Hold,
+    /// The HTTPS certificate, when `tls_cert` and `tls_key` are set: SIGHUP reloads it.
+    tls: Option<Arc<Certificates>>,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -90,6 +93,10 @@ impl Application {
         let listener = TcpListener::bind(&settings.listen)
             .with_context(|| format!("binding {}", settings.listen))?;
         let store: Arc<dyn Store> = open_store(&settings)?;
+        let tls = match (&settings.tls_cert, &settings.tls_key) {
+            (Some(cert), Some(key)) => Some(Certificates::load(cert, key)?),
+            _ => None,
+        };
         let held = store.hold(Holder::Node)?.ok_or_else(|| {
             anyhow::anyhow!(
                 "a `webhook-inbox copy` into this database is running: start the node once it \
@@ -148,13 +155,18 @@ impl Application {
         });
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
                 .wrap(from_fn(routes::request_id))
                 .configure(routes::configure)
-        })
-        .listen(listener)?
+        });
+        let mut server = match &tls {
+            Some(certificates) => {
+                server.listen_rustls_0_23(listener, certificates.server_config()?)?
+            }
+            None => server.listen(listener)?,
+        }
         .disable_signals()
         .backlog(4096)
         // Longer than a handler's bound: in-flight requests finish before exit.
@@ -169,11 +181,17 @@ impl Application {
             pool_options,
             purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
             _held: held,
+            tls,
         })
     }
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Whether it serves HTTPS.
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     pub fn store(&self) -> Arc<dyn Store> {
@@ -200,6 +218,9 @@ impl Application {
             self.purge_every,
             purge_stopped,
         ));
+        let reloads = self
+            .tls
+            .map(|certificates| tokio::spawn(reload_on_hangup(certificates)));
         let handle = self.server.handle();
         let stopping = async {
             shutdown.await;
@@ -212,11 +233,41 @@ impl Application {
         // The server is polled here, not spawned: its first poll starts the HTTP workers, and
         // on this thread they find the actix System that `serve` runs under (see `cli::serve`).
         let (served, ()) = tokio::join!(self.server, stopping);
+        if let Some(reloads) = reloads {
+            reloads.abort();
+        }
         purge.await.context("retention purge task")?;
         served.context("HTTP server")?;
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Read the certificate files again at each SIGHUP (a renewed certificate), for as long as the
+/// server runs. Connections already open are not touched.
+async fn reload_on_hangup(certificates: Arc<Certificates>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch SIGHUP: the certificate will not reload");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            match certificates.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "SIGHUP: the TLS certificate did not reload; the one in use stays"
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = certificates;
 }
 
 /// SIGTERM or SIGINT.

@@ -144,7 +144,8 @@ fn serve(config: Option<&Path>) -> anyhow::Result<()> {
         let listen = settings.listen.clone();
         let data = config::data_dir(&settings);
         let app = Application::build(settings, BuildOptions::default())?;
-        tracing::info!(%listen, "webhook-inbox listening");
+        let scheme = if app.tls() { "https" } else { "http" };
+        tracing::info!(%listen, scheme, "webhook-inbox listening");
         if loaded.embedded {
             print_first_steps(&listen, &data);
         }

@@ -16,6 +16,8 @@ const STRING_KEYS: &[&str] = &[
     "log_format",
     "downstream.url",
     "downstream.mode",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// Set each override into the parsed document before it is deserialised, so that an override

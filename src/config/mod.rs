@@ -79,6 +79,10 @@ pub struct Settings {
     pub consumers: ConsumerSettings,
     pub retention: RetentionSettings,
     pub downstream: DownstreamSettings,
+    /// PEM certificate chain and private key: with both, `serve` speaks HTTPS (SIGHUP reads
+    /// them again). Relative paths are relative to the working directory.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     /// Proxies (CIDR ranges or addresses) whose `Forwarded` / `X-Forwarded-For` headers name
     /// the sender; anyone else's are ignored. Empty: the peer is the sender.
     pub trusted_proxies: Vec<Cidr>,
@@ -174,6 +178,8 @@ impl Default for Settings {
             consumers: ConsumerSettings::default(),
             retention: RetentionSettings::default(),
             downstream: DownstreamSettings::default(),
+            tls_cert: None,
+            tls_key: None,
             trusted_proxies: Vec::new(),
             sources: Vec::new(),
         }
@@ -364,6 +370,11 @@ impl Settings {
                 "downstream.concurrency",
                 "must be between 1 and 64",
             ));
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => return Err(invalid("tls_key", "tls_cert is set: set tls_key too")),
+            (None, Some(_)) => return Err(invalid("tls_cert", "tls_key is set: set tls_cert too")),
+            _ => {}
         }
         let mut seen = std::collections::HashSet::new();
         for (i, s) in self.sources.iter().enumerate() {

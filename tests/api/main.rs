@@ -22,6 +22,7 @@ mod downstream;
 mod faults;
 mod group_commit;
 mod harness;
+mod https;
 mod ingest;
 mod lag;
 mod leases;

@@ -89,6 +89,35 @@ impl ServerProcess {
         log_name: &str,
         env: &[(&str, &str)],
     ) -> ServerProcess {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        Self::spawn(dir, config, base, log_name, env, &client)
+    }
+
+    /// `start` for a config with `tls_cert` and `tls_key`: `base` is `https://localhost:PORT`,
+    /// waited for with a client that trusts `client`'s roots.
+    pub fn start_https(
+        dir: &Path,
+        config: &Path,
+        port: u16,
+        log_name: &str,
+        client: &reqwest::blocking::Client,
+    ) -> ServerProcess {
+        let base = format!("https://localhost:{port}");
+        Self::spawn(dir, config, base, log_name, &[], client)
+    }
+
+    fn spawn(
+        dir: &Path,
+        config: &Path,
+        base: String,
+        log_name: &str,
+        env: &[(&str, &str)],
+        client: &reqwest::blocking::Client,
+    ) -> ServerProcess {
         let log = dir.join(log_name);
         let child = Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
             .arg("serve")
@@ -104,18 +133,14 @@ impl ServerProcess {
             .expect("start the webhook-inbox binary");
         let mut server = ServerProcess {
             child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
+            base,
             log,
         };
-        server.wait_ready();
+        server.wait_ready(client);
         server
     }
 
-    fn wait_ready(&mut self) {
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
+    fn wait_ready(&mut self, client: &reqwest::blocking::Client) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
