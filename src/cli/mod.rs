@@ -147,15 +147,18 @@ fn serve(config: Option<&Path>) -> anyhow::Result<()> {
         let scheme = if app.tls() { "https" } else { "http" };
         tracing::info!(%listen, scheme, "webhook-inbox listening");
         if loaded.embedded {
-            print_first_steps(&listen, &data);
+            print_first_steps(&listen, &data, app.tls());
         }
         app.run(shutdown_signal()).await
     })
 }
 
-fn print_first_steps(listen: &str, data: &Path) {
+fn print_first_steps(listen: &str, data: &Path, tls: bool) {
     let d = data.display();
-    let url = client::url_for_listen(listen);
+    let mut url = client::url_for_listen(listen);
+    if tls {
+        url = url.replacen("http://", "https://", 1);
+    }
     let bin = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "webhook-inbox".into());
