@@ -11,7 +11,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${WEBHOOK_INBOX_BIN:-./target/release/webhook-inbox}
 [ -x "$bin" ] || cargo build --release
-url=${WEBHOOK_INBOX_URL:-http://127.0.0.1:8080}
+# The server's address: WEBHOOK_INBOX_URL, else WEBHOOK_INBOX_LISTEN (as `serve` read it),
+# else the default. The CLI commands below read the same variables.
+url=${WEBHOOK_INBOX_URL:-http://${WEBHOOK_INBOX_LISTEN:-127.0.0.1:8080}}
+export WEBHOOK_INBOX_URL="$url"
+token=${WEBHOOK_INBOX_ADMIN_TOKEN:-$(cat data/admin-token 2>/dev/null || true)}
+if ! curl -s -o /dev/null "$url/healthz"; then
+    echo "replay-example: no webhook-inbox answers at $url. Start it first, from this" \
+        "directory (cargo run --release -- serve), or set WEBHOOK_INBOX_URL (or" \
+        "WEBHOOK_INBOX_LISTEN) to where it listens." >&2
+    exit 1
+fi
+if [ -z "$token" ]; then
+    echo "replay-example: no admin token: set WEBHOOK_INBOX_ADMIN_TOKEN, or run from the" \
+        "directory whose data/admin-token the server made." >&2
+    exit 1
+fi
 
 run=$(date +%s)-$$
 customer="replay-c-$run"
@@ -34,7 +49,7 @@ echo "== export the demo source, replay it: all duplicates"
 echo "== balance of $customer (1 + 2 + 3 once the consumers ran):"
 # The consumers run in the background: wait for the balance, at most 10 s.
 for _ in $(seq 50); do
-    answer=$(curl -s -H "Authorization: Bearer $(cat data/admin-token)" "$url/loyalty/$customer")
+    answer=$(curl -s -H "Authorization: Bearer $token" "$url/loyalty/$customer" || true)
     case "$answer" in *'"balance":6,'*) break ;; esac
     sleep 0.2
 done

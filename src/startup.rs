@@ -36,6 +36,9 @@ pub struct BuildOptions {
     pub registry: Option<Box<dyn FnOnce(Registry) -> Registry>>,
     /// How often the background retention purge runs (default [`retention::DEFAULT_EVERY`]).
     pub purge_every: Option<Duration>,
+    /// A listener bound already (`serve` binds before it writes any file); default: bind
+    /// `listen`.
+    pub listener: Option<TcpListener>,
 }
 
 pub struct Application {
@@ -90,8 +93,11 @@ impl Application {
     pub fn build(settings: Settings, options: BuildOptions) -> anyhow::Result<Application> {
         let settings = Arc::new(settings);
         // Bound first: a port in use must not leave a new database file behind.
-        let listener = TcpListener::bind(&settings.listen)
-            .with_context(|| format!("binding {}", settings.listen))?;
+        let listener = match options.listener {
+            Some(listener) => listener,
+            None => TcpListener::bind(&settings.listen)
+                .with_context(|| format!("binding {}", settings.listen))?,
+        };
         let store: Arc<dyn Store> = open_store(&settings)?;
         let tls = match (&settings.tls_cert, &settings.tls_key) {
             (Some(cert), Some(key)) => Some(Certificates::load(cert, key)?),

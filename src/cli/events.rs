@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::client::{ApiClient, CliError, RESOLUTION_HELP, Remote, segment};
 use super::purge;
 use super::table::{clip, render};
+use super::when::parse_when;
 
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
@@ -32,16 +33,17 @@ pub enum EventsCommand {
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
-    #[arg(long, value_parser = ["pending", "claimed", "completed", "failed"])]
+    /// `purged`: tombstones only (otherwise they are left out).
+    #[arg(long, value_parser = ["pending", "claimed", "completed", "failed", "purged"])]
     status: Option<String>,
     #[arg(long)]
     source: Option<String>,
     #[arg(long = "type")]
     event_type: Option<String>,
-    /// RFC 3339, e.g. 2026-11-30T00:00:00Z.
-    #[arg(long)]
+    /// An RFC 3339 time (2026-11-30T00:00:00Z) or an age back from now (`1h`, `7d`).
+    #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
     received_after: Option<String>,
-    #[arg(long)]
+    #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
     received_before: Option<String>,
 }
 
@@ -106,10 +108,17 @@ pub struct RetryArgs {
     source_filter: Option<String>,
     #[arg(long = "type", requires = "failed")]
     event_type: Option<String>,
-    #[arg(long, requires = "failed")]
+    /// An RFC 3339 time or an age back from now (`1h`, `7d`).
+    #[arg(long, requires = "failed", value_parser = parse_when, value_name = "TIME|AGE")]
     received_after: Option<String>,
-    #[arg(long, requires = "failed")]
+    #[arg(long, requires = "failed", value_parser = parse_when, value_name = "TIME|AGE")]
     received_before: Option<String>,
+    /// With --failed: retry without asking first (for scripts).
+    #[arg(long, requires = "failed")]
+    yes: bool,
+    /// With --failed: only count the events that would be retried.
+    #[arg(long, requires = "failed", conflicts_with = "yes")]
+    dry_run: bool,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -224,6 +233,27 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
         println!("{e}");
         return Ok(());
     }
+    if e["purged"] == true {
+        // A tombstone: no body and no history any more, and the answer says so.
+        for key in [
+            "source",
+            "event_id",
+            "type",
+            "status",
+            "outcome",
+            "received_at",
+            "completed_at",
+            "purged_at",
+            "payload_sha256",
+        ] {
+            println!("{key:<19} {}", text(&e[key]));
+        }
+        println!(
+            "\npurged by retention: its body and attempt history are gone; the tombstone keeps \
+             its key (a redelivery is still a duplicate) and its body's SHA-256 above"
+        );
+        return Ok(());
+    }
     for key in [
         "source",
         "event_id",
@@ -275,6 +305,56 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The failed events a bulk retry with `filter` would take: those of the filter that are not
+/// abandoned (the route leaves those out), counted over `GET /events` pages.
+fn count_retryable(
+    client: &ApiClient,
+    filter: &serde_json::Map<String, Value>,
+) -> anyhow::Result<u64> {
+    let mut query: Vec<(&str, String)> = vec![("status", "failed".into()), ("limit", "500".into())];
+    for (k, v) in filter {
+        let key = match k.as_str() {
+            "source" => "source",
+            "type" => "type",
+            "received_after" => "received_after",
+            _ => "received_before",
+        };
+        query.push((key, text(v)));
+    }
+    let mut count = 0;
+    let mut cursor: Option<String> = None;
+    // Bounded: 10,000 pages of 500.
+    for _ in 0..10_000 {
+        let mut q = query.clone();
+        if let Some(c) = &cursor {
+            q.push(("cursor", c.clone()));
+        }
+        let page = client.get("/events", &q)?;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        count += events.iter().filter(|e| e["abandoned"] != true).count() as u64;
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    Ok(count)
+}
+
+/// Ask on the terminal; false when the answer is not yes, or when there is no terminal to ask.
+fn confirmed(question: &str) -> anyhow::Result<bool> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdin().is_terminal() {
+        return Ok(false);
+    }
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush().context("writing the question")?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
 fn retry(config: Option<&Path>, args: RetryArgs) -> anyhow::Result<()> {
     let client = ApiClient::new(&args.remote, config)?;
     if args.failed {
@@ -287,6 +367,32 @@ fn retry(config: Option<&Path>, args: RetryArgs) -> anyhow::Result<()> {
         .into_iter()
         .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), Value::String(v))))
         .collect();
+        let count = count_retryable(&client, &filter)?;
+        let scope = if filter.is_empty() {
+            "of every source".to_string()
+        } else {
+            let terms: Vec<String> = filter
+                .iter()
+                .map(|(k, v)| format!("{k}={}", text(v)))
+                .collect();
+            format!("matching {}", terms.join(", "))
+        };
+        if args.dry_run {
+            if args.json {
+                println!("{}", json!({"would_retry": count}));
+            } else {
+                println!("{count} failed event(s) {scope} would be retried");
+            }
+            return Ok(());
+        }
+        if count > 0 && !args.yes && !confirmed(&format!("Retry {count} failed event(s) {scope}?"))?
+        {
+            return Err(CliError::Refused(format!(
+                "nothing retried: {count} failed event(s) {scope}; confirm at the prompt, or \
+                 pass --yes (--dry-run only counts)"
+            ))
+            .into());
+        }
         let answer = client.post("/events/retry", &[], Some(&Value::Object(filter)))?;
         if args.json {
             println!("{answer}");

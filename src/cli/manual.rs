@@ -24,13 +24,23 @@ pub struct ManArgs {
 
 pub fn completions(args: CompletionsArgs) -> anyhow::Result<()> {
     let mut command = Cli::command();
-    clap_complete::generate(
-        args.shell,
-        &mut command,
-        "webhook-inbox",
-        &mut std::io::stdout(),
-    );
-    Ok(())
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "webhook-inbox", &mut script);
+    let mut script = String::from_utf8(script).context("the completion script is not UTF-8")?;
+    if args.shell == clap_complete::Shell::Bash {
+        script = mend_bash(&script);
+    }
+    std::io::Write::write_all(&mut std::io::stdout(), script.as_bytes())
+        .context("writing the completion script")
+}
+
+/// clap_complete's bash script names its states two ways for a hyphenated binary: the loop
+/// that reads the words arrives at `webhook__inbox__subcmd__events`, while the `case` arms
+/// that complete each state are spelt `webhook__subcmd__inbox__subcmd__events`, so nothing
+/// past the first word ever completed (clap issue 6421, open upstream). The arms are given
+/// the loop's spelling.
+fn mend_bash(script: &str) -> String {
+    script.replace("webhook__subcmd__inbox", "webhook__inbox")
 }
 
 pub fn man(args: ManArgs) -> anyhow::Result<()> {

@@ -13,6 +13,7 @@ mod purge;
 mod replay;
 mod sign;
 mod table;
+mod when;
 
 use std::path::{Path, PathBuf};
 
@@ -71,16 +72,31 @@ pub struct Loaded {
 
 /// The config file, else the embedded default; an empty admin token is generated and kept.
 pub fn load_settings(path: Option<&Path>) -> anyhow::Result<Loaded> {
-    let (mut settings, embedded) = match Settings::load(path, std::env::vars())? {
-        Some(s) => (s, false),
-        None => {
-            let mut s = Settings::from_toml("", "embedded default", std::env::vars())?;
-            config::add_demo_source(&mut s)?;
-            (s, true)
-        }
-    };
-    config::ensure_admin_token(&mut settings)?;
-    Ok(Loaded { settings, embedded })
+    complete_settings(read_settings(path)?)
+}
+
+/// The config file, else the embedded default, as written: nothing generated or kept yet.
+fn read_settings(path: Option<&Path>) -> anyhow::Result<Loaded> {
+    Ok(match Settings::load(path, std::env::vars())? {
+        Some(settings) => Loaded {
+            settings,
+            embedded: false,
+        },
+        None => Loaded {
+            settings: Settings::from_toml("", "embedded default", std::env::vars())?,
+            embedded: true,
+        },
+    })
+}
+
+/// The files settings may need, made once and kept: the embedded default's demo source and an
+/// empty admin token, under the data directory.
+fn complete_settings(mut loaded: Loaded) -> anyhow::Result<Loaded> {
+    if loaded.embedded {
+        config::add_demo_source(&mut loaded.settings)?;
+    }
+    config::ensure_admin_token(&mut loaded.settings)?;
+    Ok(loaded)
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -126,7 +142,11 @@ fn migrate_report(path: &str, existed: bool, applied: &[u32]) -> String {
 }
 
 fn serve(config: Option<&Path>) -> anyhow::Result<()> {
-    let loaded = load_settings(config)?;
+    let loaded = read_settings(config)?;
+    // Bound first: a port in use must leave no token, secret or database file behind.
+    let listener = std::net::TcpListener::bind(&loaded.settings.listen)
+        .with_context(|| format!("binding {}", loaded.settings.listen))?;
+    let loaded = complete_settings(loaded)?;
     telemetry::init(loaded.settings.log_format);
     let settings = loaded.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -143,7 +163,11 @@ fn serve(config: Option<&Path>) -> anyhow::Result<()> {
     system.block_on(async move {
         let listen = settings.listen.clone();
         let data = config::data_dir(&settings);
-        let app = Application::build(settings, BuildOptions::default())?;
+        let options = BuildOptions {
+            listener: Some(listener),
+            ..BuildOptions::default()
+        };
+        let app = Application::build(settings, options)?;
         let scheme = if app.tls() { "https" } else { "http" };
         tracing::info!(%listen, scheme, "webhook-inbox listening");
         if loaded.embedded {

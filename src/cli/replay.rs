@@ -57,8 +57,14 @@ type Signer<'a> = dyn Fn(&ReplayLine) -> Result<(Scheme, Secret), String> + Sync
 /// What became of one line.
 #[derive(Debug)]
 enum Outcome {
-    Queued,
-    Duplicate,
+    /// `stored_as`: the event id the server stored, where it is not the line's (a scheme that
+    /// reads the id from the body, whose id differs from the line's `event_id`).
+    Queued {
+        stored_as: Option<String>,
+    },
+    Duplicate {
+        stored_as: Option<String>,
+    },
     /// Refused: by us before sending (not a replay line, unknown source) or by the server (4xx).
     Rejected {
         message: String,
@@ -74,14 +80,23 @@ enum Outcome {
 impl Outcome {
     fn answered(&self) -> bool {
         match self {
-            Outcome::Queued | Outcome::Duplicate => true,
+            Outcome::Queued { .. } | Outcome::Duplicate { .. } => true,
             Outcome::Rejected { answered, .. } | Outcome::Error { answered, .. } => *answered,
+        }
+    }
+
+    fn stored_as(&self) -> Option<&str> {
+        match self {
+            Outcome::Queued { stored_as } | Outcome::Duplicate { stored_as } => {
+                stored_as.as_deref()
+            }
+            _ => None,
         }
     }
 
     fn problem(&self) -> Option<(&'static str, &str)> {
         match self {
-            Outcome::Queued | Outcome::Duplicate => None,
+            Outcome::Queued { .. } | Outcome::Duplicate { .. } => None,
             Outcome::Rejected { message, .. } => Some(("rejected", message)),
             Outcome::Error { message, .. } => Some(("error", message)),
         }
@@ -178,8 +193,13 @@ fn report(
     elapsed: f64,
 ) -> anyhow::Result<()> {
     let count = |f: fn(&Outcome) -> bool| results.iter().filter(|(_, o)| f(o)).count();
-    let queued = count(|o| matches!(o, Outcome::Queued));
-    let duplicate = count(|o| matches!(o, Outcome::Duplicate));
+    let queued = count(|o| matches!(o, Outcome::Queued { .. }));
+    let duplicate = count(|o| matches!(o, Outcome::Duplicate { .. }));
+    // Lines the server stored under another event id than the line's: said per line.
+    let renamed: Vec<(&Line, &str)> = results
+        .iter()
+        .filter_map(|(i, o)| o.stored_as().map(|id| (&lines[*i], id)))
+        .collect();
     let rejected = count(|o| matches!(o, Outcome::Rejected { .. }));
     let errors = count(|o| matches!(o, Outcome::Error { .. }));
     let sent = count(Outcome::answered);
@@ -207,7 +227,10 @@ fn report(
         println!(
             "{}",
             json!({"lines": lines.len(), "sent": sent, "queued": queued, "duplicate": duplicate,
-                   "rejected": rejected, "errors": errors, "failed": failed})
+                   "rejected": rejected, "errors": errors, "failed": failed,
+                   "stored_under_another_id": renamed.iter()
+                       .map(|(line, id)| json!({"line": line.number, "event_id": id}))
+                       .collect::<Vec<_>>()})
         );
     } else {
         let rate = if elapsed > 0.0 {
@@ -222,6 +245,19 @@ fn report(
         );
         for (line, _, message) in failed.iter().take(SHOWN) {
             eprintln!("  line {}: {message}", line.number);
+        }
+        for (line, id) in renamed.iter().take(SHOWN) {
+            eprintln!(
+                "  line {}: stored as event id `{id}`, not the line's `event_id`: this source's \
+                 scheme reads the id from the body",
+                line.number
+            );
+        }
+        if renamed.len() > SHOWN {
+            eprintln!(
+                "  and {} more line(s) stored under another id (--json lists them)",
+                renamed.len() - SHOWN
+            );
         }
         if failed.len() > SHOWN {
             eprintln!(
@@ -281,9 +317,13 @@ fn send_line(
     match req.send() {
         Ok(r) if r.status().is_success() => {
             let answer: serde_json::Value = r.json().unwrap_or_default();
+            let stored_as = answer["event_id"]
+                .as_str()
+                .filter(|id| *id != line.event_id)
+                .map(String::from);
             match answer["status"].as_str() {
-                Some("queued") => Outcome::Queued,
-                _ => Outcome::Duplicate,
+                Some("queued") => Outcome::Queued { stored_as },
+                _ => Outcome::Duplicate { stored_as },
             }
         }
         Ok(r) => {

@@ -62,9 +62,7 @@ pub fn run(config: Option<&Path>, args: SignArgs) -> anyhow::Result<()> {
     let body_has_id = scheme == Scheme::HmacSha256
         && peek(&body, Some("application/json")).is_ok_and(|p| p.event_id().is_some());
     let id_header = !(scheme == Scheme::HmacSha256 && args.event_id.is_none() && body_has_id);
-    let event_id = args
-        .event_id
-        .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
+    let event_id = args.event_id.unwrap_or_else(|| scheme.new_event_id());
     let mut headers = scheme
         .sign(
             &secret,

@@ -246,7 +246,7 @@ impl Handler for SubmitRequest {
             }
             Err(e) => match (e.kind, self.mode) {
                 (CallFailure::NotSent, _) => {
-                    Handled::Retryable(format!("downstream not reached, will retry: {e}"))
+                    Handled::Retryable(format!("downstream not reached: {e}"))
                 }
                 (CallFailure::Rejected, _) => {
                     Handled::Permanent(format!("downstream refused the submission: {e}"))
@@ -255,7 +255,7 @@ impl Handler for SubmitRequest {
                     "abandoned: {e}; at-most-once, so it is not retried without force"
                 )),
                 (CallFailure::Unknown, DeliveryMode::AtLeastOnce) => {
-                    Handled::Retryable(format!("downstream call failed, will retry: {e}"))
+                    Handled::Retryable(format!("downstream call failed: {e}"))
                 }
             },
         }

@@ -49,6 +49,12 @@ const JS: &str = "text/javascript; charset=utf-8";
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
+        // A person who opens the server's address in a browser lands on the dashboard.
+        web::resource("/")
+            .route(web::get().to(|| async { to_slash("/ui/") }))
+            .default_service(web::to(super::method_not_allowed)),
+    )
+    .service(
         web::resource("/ui")
             .route(web::get().to(|| async { to_slash("/ui/") }))
             .default_service(web::to(super::method_not_allowed)),

@@ -186,9 +186,20 @@ async fn store_delivery(
         (None, BodyField::EventId) => fields.event_id(),
         (None, _) => None,
     }
-    .ok_or_else(|| ApiError::MissingEventId("the delivery carries no event id".into()))?;
+    .ok_or_else(|| {
+        ApiError::MissingEventId(format!(
+            "the delivery carries no event id: a `{}` source reads it from {}",
+            source.scheme.name(),
+            source.scheme.event_id_source()
+        ))
+    })?;
     let event_id = EventId::parse_owned(event_id)
-        .map_err(|e| ApiError::MissingEventId(format!("event id {e}")))?
+        .map_err(|e| {
+            ApiError::MissingEventId(format!(
+                "event id {e} (read from {})",
+                source.scheme.event_id_source()
+            ))
+        })?
         .into_string();
     let event_type = if source.scheme.type_from_body() {
         fields.event_type()

@@ -173,6 +173,28 @@ impl Scheme {
         }
     }
 
+    /// Where this scheme reads the event id, in the words of an error message.
+    pub fn event_id_source(self) -> &'static str {
+        match self {
+            Scheme::StandardWebhooks => "the `webhook-id` header (or `svix-id`)",
+            Scheme::Stripe => "the body's `id` field",
+            Scheme::Github => "the `X-GitHub-Delivery` header",
+            Scheme::Shopify => "the `X-Shopify-Webhook-Id` header",
+            Scheme::HmacSha256 => "the `X-Event-Id` header or the body's `event_id` field",
+        }
+    }
+
+    /// A new event id shaped as this scheme's senders shape theirs (for `sign`): GitHub and
+    /// Shopify send GUIDs, Stripe `evt_…`, Standard Webhooks senders `msg_…`.
+    pub fn new_event_id(self) -> String {
+        let id = uuid::Uuid::new_v4();
+        match self {
+            Scheme::Github | Scheme::Shopify => id.hyphenated().to_string(),
+            Scheme::Stripe => format!("evt_{}", id.simple()),
+            Scheme::StandardWebhooks | Scheme::HmacSha256 => format!("msg_{}", id.simple()),
+        }
+    }
+
     /// Whether the event type comes from the body (`type`) rather than a header.
     pub fn type_from_body(self) -> bool {
         matches!(

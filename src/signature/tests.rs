@@ -237,3 +237,16 @@ fn standard_webhooks_secrets_must_be_base64() {
     assert!(Scheme::Stripe.check_secret("anything").is_ok());
     assert!(Scheme::Stripe.check_secret("").is_err());
 }
+
+/// `sign` makes ids shaped as each provider's: GitHub and Shopify send GUIDs.
+#[test]
+fn new_event_ids_are_shaped_as_each_providers() {
+    let guid = Scheme::Github.new_event_id();
+    assert!(
+        uuid::Uuid::parse_str(&guid).is_ok() && guid.len() == 36,
+        "{guid}"
+    );
+    assert!(uuid::Uuid::parse_str(&Scheme::Shopify.new_event_id()).is_ok());
+    assert!(Scheme::Stripe.new_event_id().starts_with("evt_"));
+    assert!(Scheme::StandardWebhooks.new_event_id().starts_with("msg_"));
+}

@@ -103,11 +103,24 @@ async fn events_retry_and_exit_codes_scripts_can_rely_on() {
     assert_eq!(v["status"], "pending");
 
     app.drain().await;
-    let o = cli(
-        &app,
-        &["events", "retry", "--failed", "--source", "shop", "--json"],
-    )
-    .await;
+    // A bulk retry counts first; without a terminal to ask on, it needs --yes.
+    let bulk = ["events", "retry", "--failed", "--source", "shop"];
+    let o = cli(&app, &[&bulk[..], &["--dry-run"]].concat()).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("1 failed event(s) matching source=shop would be retried"),
+        "{}",
+        stdout(&o)
+    );
+    let o = cli(&app, &bulk).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--yes"), "{}", stderr(&o));
+    assert_eq!(
+        app.event("shop", "bad").await["status"],
+        "failed",
+        "nothing retried"
+    );
+    let o = cli(&app, &[&bulk[..], &["--yes", "--json"]].concat()).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         serde_json::from_slice::<Value>(&o.stdout).unwrap()["retried"],
@@ -189,7 +202,7 @@ async fn export_then_replay_into_the_same_server_is_all_duplicates_and_moves_no_
     assert_eq!(
         summary,
         serde_json::json!({"lines": 22, "sent": 22, "queued": 0, "duplicate": 22, "rejected": 0,
-                           "errors": 0, "failed": []})
+                           "errors": 0, "failed": [], "stored_under_another_id": []})
     );
     let mismatches = app.count("SELECT sum(payload_mismatches) FROM events");
     assert_eq!(mismatches, 0, "the replayed bodies are byte-identical");
@@ -277,6 +290,46 @@ async fn events_purge_turns_old_terminal_events_into_tombstones() {
         pending["purged"], false,
         "a pending event is never purged: {pending}"
     );
+    // `events show` of a tombstone says so, with when and the body's digest.
+    let o = cli(&app, &["events", "show", "shop", "done"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shown = stdout(&o);
+    assert!(shown.contains("purged by retention"), "{shown}");
+    assert!(
+        shown.contains("purged_at") && shown.contains("payload_sha256"),
+        "{shown}"
+    );
+    assert!(!shown.contains("payload:\nnull"), "{shown}");
+    // Lists take `--status purged`, and times as ages.
+    let o = cli(
+        &app,
+        &[
+            "events",
+            "list",
+            "--status",
+            "purged",
+            "--received-after",
+            "1h",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(listed["events"].as_array().unwrap().len(), 2, "{listed}");
+    let o = cli(
+        &app,
+        &["events", "list", "--received-after", "2h", "--json"],
+    )
+    .await;
+    let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        listed["events"].as_array().unwrap().len(),
+        1,
+        "only `later`: {listed}"
+    );
+    let o = cli(&app, &["events", "list", "--received-after", "yesterday"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(
         app.balance("c-1").await,
         7,

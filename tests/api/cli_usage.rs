@@ -258,4 +258,17 @@ async fn serve_on_a_port_in_use_fails_before_creating_the_database() {
         !dir.path().join("p.db").exists(),
         "no database file was created"
     );
+    // Nor, on the embedded default, its admin token or demo secret.
+    let o = bare_cli(
+        dir.path(),
+        &["serve"],
+        &[("WEBHOOK_INBOX_LISTEN", &format!("127.0.0.1:{port}"))],
+    )
+    .await;
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("binding"), "{}", stderr(&o));
+    assert!(
+        !dir.path().join("data").exists(),
+        "no data directory was created"
+    );
 }

@@ -69,9 +69,11 @@ async fn ui_redirects_to_its_slash_and_answers_unknown_files_in_the_error_shape(
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let r = client.get(app.url("/ui")).send().await.unwrap();
-    assert_eq!(r.status(), 308);
-    assert_eq!(r.headers()["location"], "/ui/");
+    for path in ["/ui", "/"] {
+        let r = client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 308, "{path}");
+        assert_eq!(r.headers()["location"], "/ui/", "{path}");
+    }
 
     let r = app.get("/ui/no-such-file.js").await;
     r.assert_error(404, "not_found");

@@ -230,13 +230,20 @@ async fn a_delivery_without_an_event_id_is_400_missing_event_id() {
     app.post_webhook("stripe", &headers, body.as_bytes())
         .await
         .assert_error(400, "missing_event_id");
-    // github: no X-GitHub-Delivery.
+    // github: no X-GitHub-Delivery. The message names where the scheme looks.
     let body = json!({"zen": "x"}).to_string();
     let mut headers = sign_for(&app.settings, "github", "x", body.as_bytes());
     headers.retain(|(k, _)| k != "X-GitHub-Delivery");
-    app.post_webhook("github", &headers, body.as_bytes())
-        .await
-        .assert_error(400, "missing_event_id");
+    let r = app.post_webhook("github", &headers, body.as_bytes()).await;
+    r.assert_error(400, "missing_event_id");
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-GitHub-Delivery"),
+        "{}",
+        r.body
+    );
     assert_eq!(event_rows(&app), 0);
 }
 

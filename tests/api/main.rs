@@ -12,6 +12,7 @@ mod callouts;
 mod cli;
 mod cli_config;
 mod cli_usage;
+mod completions;
 mod concurrency;
 mod consumers;
 mod copy;

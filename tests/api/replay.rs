@@ -94,7 +94,7 @@ async fn replay_json_counts_honestly_and_rejects_file_replays_as_it_was() {
     assert_eq!(
         v,
         json!({"lines": 4, "sent": 2, "queued": 1, "duplicate": 1, "rejected": 2, "errors": 0,
-               "failed": null})
+               "failed": null, "stored_under_another_id": []})
     );
     let numbers: Vec<i64> = failed
         .as_array()
@@ -156,4 +156,35 @@ async fn replay_to_a_stopped_server_says_connection_refused_and_sent_nothing() {
         )
     );
     assert_eq!(app.count("SELECT count(*) FROM events"), 0);
+}
+
+/// A Stripe line whose `event_id` is not its body's `id`: Stripe's scheme reads the id from the
+/// body, so the server stores the body's id; replay says so for that line instead of counting
+/// it as queued in silence.
+#[tokio::test]
+async fn replay_says_when_the_server_stored_a_line_under_the_bodys_id() {
+    let app = spawn_app().await;
+    let line = |event_id: &str, body_id: &str| {
+        json!({"source": "stripe", "event_id": event_id, "type": "invoice.paid",
+               "body": json!({"id": body_id, "type": "invoice.paid"}).to_string()})
+        .to_string()
+    };
+    let lines = [line("evt_same", "evt_same"), line("evt_line", "evt_body")];
+    std::fs::write(app.dir.path().join("stripe.jsonl"), lines.join("\n") + "\n").unwrap();
+    let o = replay(&app, "stripe.jsonl", &[]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("line 2: stored as event id `evt_body`, not the line's `event_id`"),
+        "{err}"
+    );
+    assert!(!err.contains("line 1:"), "{err}");
+    assert_eq!(app.get("/events/stripe/evt_body").await.status, 200);
+    let o = replay(&app, "stripe.jsonl", &["--json"]).await;
+    let answer: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        answer["stored_under_another_id"],
+        json!([{"line": 2, "event_id": "evt_body"}]),
+        "{answer}"
+    );
 }

@@ -14,8 +14,9 @@ const ROUTE_FILES: [(&str, &str); 4] = [
 ];
 
 /// Routes that are deliberately not operations of the API.
-const UNDOCUMENTED: [(&str, &str); 2] = [
-    // A redirect to `/ui/`, for people who type the address without the slash.
+const UNDOCUMENTED: [(&str, &str); 3] = [
+    // Redirects to `/ui/`, for people who type the address alone or without the slash.
+    ("get", "/"),
     ("get", "/ui"),
     ("get", "/docs"),
 ];
