@@ -17,6 +17,7 @@
 //! - [`routes`]: HTTP only (extract, call, map errors). [`tls`]: HTTPS certificates, reloaded
 //!   on SIGHUP.
 //! - [`retention`]: the purge that frees terminal events' bodies and keeps their tombstones.
+//! - [`rejections`]: deliveries refused at the edge, kept (bounded) for ops.
 //! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
 
@@ -27,6 +28,7 @@ pub mod domain;
 pub mod handlers;
 pub mod ingest;
 pub mod metrics;
+pub mod rejections;
 pub mod retention;
 pub mod routes;
 pub mod signature;

@@ -37,6 +37,7 @@ pub struct Metrics {
     events: Family<Labels, Gauge>,
     oldest_pending: Gauge<f64, std::sync::atomic::AtomicU64>,
     purged: Counter,
+    rejections_dropped: Counter,
     tombstones: Gauge,
     database_bytes: Family<Labels, Gauge>,
     ingest_seconds: Histogram,
@@ -86,6 +87,7 @@ impl Metrics {
             events: Family::default(),
             oldest_pending: Gauge::default(),
             purged: Counter::default(),
+            rejections_dropped: Counter::default(),
             tombstones: Gauge::default(),
             database_bytes: Family::default(),
             ingest_seconds: histogram(),
@@ -122,6 +124,11 @@ impl Metrics {
             "webhook_inbox_purged",
             "Events this process made tombstones of (retention purge)",
             m.purged.clone(),
+        );
+        registry.register(
+            "webhook_inbox_rejections_dropped",
+            "Refused deliveries not kept for GET /rejections: the writer's queue was full (a flood)",
+            m.rejections_dropped.clone(),
         );
         registry.register(
             "webhook_inbox_tombstones",
@@ -183,6 +190,10 @@ impl Metrics {
 
     pub fn purged(&self, n: usize) {
         self.purged.inc_by(n as u64);
+    }
+
+    pub fn rejection_dropped(&self) {
+        self.rejections_dropped.inc();
     }
 
     /// The retention gauges, set before a render.

@@ -17,6 +17,7 @@ use crate::consumer::{Consumer, ConsumerPool, PoolOptions};
 use crate::handlers::{DownstreamSystem, HttpDownstream, Registry};
 use crate::ingest::{IngestOptions, Ingestor};
 use crate::metrics::Metrics;
+use crate::rejections::{self, Rejections};
 use crate::retention;
 use crate::routes::{self, AppState};
 use crate::store::{self, Hold, Holder, Store};
@@ -51,6 +52,8 @@ pub struct Application {
     _held: Hold,
     /// The HTTPS certificate, when `tls_cert` and `tls_key` are set: SIGHUP reloads it.
     tls: Option<Arc<Certificates>>,
+    /// Writes refused deliveries for `GET /rejections` (none when `keep_count` is 0).
+    rejection_writer: Option<rejections::Writer>,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -150,6 +153,11 @@ impl Application {
             sweep_every: (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)),
             name: name.clone(),
         };
+        let (rejections, rejection_writer) = Rejections::new(
+            Arc::clone(&store),
+            &settings.rejections,
+            Arc::clone(&metrics),
+        );
         let state = web::Data::new(AppState {
             settings: Arc::clone(&settings),
             store,
@@ -158,6 +166,7 @@ impl Application {
             consumer,
             queued,
             worker_name: name,
+            rejections,
         });
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
@@ -188,6 +197,7 @@ impl Application {
             purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
             _held: held,
             tls,
+            rejection_writer,
         })
     }
 
@@ -227,6 +237,9 @@ impl Application {
         let reloads = self
             .tls
             .map(|certificates| tokio::spawn(reload_on_hangup(certificates)));
+        let rejections = self
+            .rejection_writer
+            .map(|writer| tokio::spawn(writer.run()));
         let handle = self.server.handle();
         let stopping = async {
             shutdown.await;
@@ -239,8 +252,8 @@ impl Application {
         // The server is polled here, not spawned: its first poll starts the HTTP workers, and
         // on this thread they find the actix System that `serve` runs under (see `cli::serve`).
         let (served, ()) = tokio::join!(self.server, stopping);
-        if let Some(reloads) = reloads {
-            reloads.abort();
+        for task in [reloads, rejections].into_iter().flatten() {
+            task.abort();
         }
         purge.await.context("retention purge task")?;
         served.context("HTTP server")?;

@@ -10,6 +10,7 @@ mod events;
 mod loadgen;
 mod manual;
 mod purge;
+mod rejections;
 mod replay;
 mod sign;
 mod table;
@@ -50,6 +51,9 @@ enum Command {
     /// Inspect, retry and export events through the HTTP API.
     #[command(subcommand, after_help = client::RESOLUTION_HELP)]
     Events(events::EventsCommand),
+    /// Deliveries refused at the edge (bad signature, unknown source, …), through the HTTP API.
+    #[command(subcommand)]
+    Rejections(rejections::RejectionsCommand),
     /// Redeliver a replay file (from `events export`), re-signed with fresh timestamps.
     Replay(replay::ReplayArgs),
     /// Send unique signed deliveries at a fixed concurrency; report throughput and latency.
@@ -118,6 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
         Command::Events(command) => events::run(cli.config.as_deref(), command),
+        Command::Rejections(command) => rejections::run(cli.config.as_deref(), command),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Backup(args) => backup::run(cli.config.as_deref(), args),

@@ -51,6 +51,26 @@ impl<'de> Deserialize<'de> for Cidr {
     }
 }
 
+/// How many refused deliveries are kept for ops (`GET /rejections`): the newest `keep_count`,
+/// none older than `keep_days`. A flood cannot grow the table past that, and what the writer
+/// cannot keep up with is counted and dropped, never queued without bound.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RejectionSettings {
+    /// 0: keep none (nothing is recorded).
+    pub keep_count: u64,
+    pub keep_days: u32,
+}
+
+impl Default for RejectionSettings {
+    fn default() -> Self {
+        RejectionSettings {
+            keep_count: 10_000,
+            keep_days: 7,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Cidr;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use database::{Database, redact_credentials, sqlite_path};
-pub use edge::{Cidr, any_contains};
+pub use edge::{Cidr, RejectionSettings, any_contains};
 pub use embedded::{DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token};
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
@@ -79,6 +79,7 @@ pub struct Settings {
     pub consumers: ConsumerSettings,
     pub retention: RetentionSettings,
     pub downstream: DownstreamSettings,
+    pub rejections: RejectionSettings,
     /// PEM certificate chain and private key: with both, `serve` speaks HTTPS (SIGHUP reads
     /// them again). Relative paths are relative to the working directory.
     pub tls_cert: Option<PathBuf>,
@@ -178,6 +179,7 @@ impl Default for Settings {
             consumers: ConsumerSettings::default(),
             retention: RetentionSettings::default(),
             downstream: DownstreamSettings::default(),
+            rejections: RejectionSettings::default(),
             tls_cert: None,
             tls_key: None,
             trusted_proxies: Vec::new(),
@@ -369,6 +371,15 @@ impl Settings {
             return Err(invalid(
                 "downstream.concurrency",
                 "must be between 1 and 64",
+            ));
+        }
+        if self.rejections.keep_count > 1_000_000 {
+            return Err(invalid("rejections.keep_count", "must be at most 1000000"));
+        }
+        if self.rejections.keep_days > MAX_RETENTION_DAYS {
+            return Err(invalid(
+                "rejections.keep_days",
+                format!("must be at most {MAX_RETENTION_DAYS}"),
             ));
         }
         match (&self.tls_cert, &self.tls_key) {

@@ -25,7 +25,7 @@ pub struct FilterParams {
     received_before: Option<String>,
 }
 
-fn time_param(name: &str, value: &Option<String>) -> Result<Option<i64>, ApiError> {
+pub(super) fn time_param(name: &str, value: &Option<String>) -> Result<Option<i64>, ApiError> {
     value
         .as_deref()
         .map(|v| {
@@ -96,7 +96,7 @@ fn refuse_unknown_keys(req: &HttpRequest, extra: &[&str]) -> Result<(), ApiError
     }
 }
 
-fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     web::Query::<T>::from_query(req.query_string())
         .map(web::Query::into_inner)
         .map_err(|e| ApiError::InvalidRequest(format!("query string: {e}")))

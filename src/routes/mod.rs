@@ -9,6 +9,8 @@ mod loyalty;
 mod openapi;
 pub mod paging;
 mod purge;
+mod rejected;
+mod rejections;
 mod requests;
 mod sender;
 mod stats;
@@ -31,6 +33,7 @@ use crate::config::Settings;
 use crate::consumer::Consumer;
 use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
+use crate::rejections::Rejections;
 use crate::store::{Store, StoreResult};
 
 /// What every route may use.
@@ -44,6 +47,8 @@ pub struct AppState {
     pub queued: Arc<Notify>,
     /// `host-pid`, recorded on attempts made by `POST /events/run`.
     pub worker_name: String,
+    /// Refused deliveries, kept for `GET /rejections`.
+    pub rejections: Rejections,
 }
 
 /// Run a store call on the blocking pool, keeping the request's span.
@@ -82,6 +87,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/{source}/{event_id}").route(web::get().to(events::show)))
     .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
+    .service(resource("/rejections").route(web::get().to(rejections::list)))
     .service(resource("/requests").route(web::post().to(requests::create)))
     .service(resource("/requests/{id}").route(web::get().to(requests::get)))
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))

@@ -4,12 +4,14 @@
 use std::time::Instant;
 
 use actix_web::http::header::{CONTENT_TYPE, HeaderMap, HeaderName};
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::web::BytesMut;
+use actix_web::{HttpRequest, HttpResponse, ResponseError as _, web};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::body::read_limited;
 use super::openapi::ErrorBody;
+use super::rejected::{self, BodyFacts};
 use super::{ApiError, AppState, sender};
 use crate::config::{MismatchPolicy, SourceSettings, any_contains};
 use crate::domain::EventId;
@@ -100,13 +102,41 @@ pub async fn receive(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let started = Instant::now();
     let name = path.into_inner();
-    let source = state.settings.source(&name).ok_or_else(|| {
+    let mut body = None;
+    let answer = answer(&req, &name, payload, &state, &mut body).await;
+    // A refusal (not a 503: that is the store's state, not the delivery's) is kept for ops.
+    if let Err(e) = &answer
+        && e.status_code().is_client_error()
+    {
+        state.rejections.record(|| {
+            rejected::record(
+                &req,
+                &name,
+                e,
+                body.as_ref(),
+                &state.settings.trusted_proxies,
+            )
+        });
+    }
+    answer
+}
+
+/// The answer to a delivery to `name`; `body` gets the facts of the body if it was read and
+/// refused.
+async fn answer(
+    req: &HttpRequest,
+    name: &str,
+    payload: web::Payload,
+    state: &AppState,
+    body: &mut Option<BodyFacts>,
+) -> Result<HttpResponse, ApiError> {
+    let started = Instant::now();
+    let source = state.settings.source(name).ok_or_else(|| {
         ApiError::UnknownSource(format!("no source named `{name}` is configured"))
     })?;
     if !source.allow_from.is_empty() {
-        let sender = sender::address(&req, &state.settings.trusted_proxies);
+        let sender = sender::address(req, &state.settings.trusted_proxies);
         if !sender.is_some_and(|ip| any_contains(&source.allow_from, ip)) {
             state.metrics.delivery(&source.name, "forbidden");
             let from = sender.map_or("an address no trusted proxy named".into(), |ip| {
@@ -118,7 +148,7 @@ pub async fn receive(
             )));
         }
     }
-    let result = store_delivery(&req, payload, &state, source).await;
+    let result = store_delivery(req, payload, state, source, body).await;
     let label = match &result {
         Ok((_, InsertOutcome::Queued)) => "queued",
         Ok((_, InsertOutcome::Duplicate)) => "duplicate",
@@ -163,12 +193,50 @@ async fn store_delivery(
     payload: web::Payload,
     state: &AppState,
     source: &SourceSettings,
+    refused: &mut Option<BodyFacts>,
 ) -> Result<(String, InsertOutcome), ApiError> {
     let body = read_limited(req, payload, state.settings.body_limit_bytes).await?;
+    let delivery = match check(req, &body, source) {
+        Ok(checked) => checked.delivery(body, source),
+        Err(e) => {
+            *refused = Some(BodyFacts::of(&body));
+            return Err(e);
+        }
+    };
+    let event_id = delivery.event_id.clone();
+    let outcome = state.ingest.ingest(delivery).await?;
+    Ok((event_id, outcome))
+}
+
+/// What a verified, well-formed delivery is: its id, type and content type.
+struct Checked {
+    event_id: String,
+    event_type: String,
+    content_type: Option<String>,
+}
+
+impl Checked {
+    fn delivery(self, body: BytesMut, source: &SourceSettings) -> NewDelivery {
+        NewDelivery {
+            source: source.name.clone(),
+            event_id: self.event_id,
+            event_type: self.event_type,
+            sha256: Sha256::digest(&body).into(),
+            payload: body.into(),
+            content_type: self.content_type,
+            received_at: now_ms(),
+            reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,
+            lane: Lane::InProcess,
+        }
+    }
+}
+
+/// Signature, timestamp, body and event id, in the order of the checks.
+fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Checked, ApiError> {
     let headers = ActixHeaders(req.headers());
     let verified = source.scheme.verify(
         &headers,
-        &body,
+        body,
         &source.secrets,
         now_secs(),
         source.tolerance_seconds,
@@ -179,7 +247,7 @@ async fn store_delivery(
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     let fields =
-        peek(&body, content_type.as_deref()).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        peek(body, content_type.as_deref()).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let event_id = match (verified.event_id, source.scheme.body_id_field()) {
         (Some(id), _) => Some(id),
         (None, BodyField::Id) => fields.id(),
@@ -207,17 +275,9 @@ async fn store_delivery(
         verified.event_type
     }
     .unwrap_or_default();
-    let delivery = NewDelivery {
-        source: source.name.clone(),
-        event_id: event_id.clone(),
+    Ok(Checked {
+        event_id,
         event_type,
-        sha256: Sha256::digest(&body).into(),
-        payload: body.into(),
         content_type,
-        received_at: now_ms(),
-        reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,
-        lane: Lane::InProcess,
-    };
-    let outcome = state.ingest.ingest(delivery).await?;
-    Ok((event_id, outcome))
+    })
 }

@@ -113,6 +113,22 @@ pub const TABLES: &[Table] = &[
         key: 1,
     },
     Table {
+        name: "rejections",
+        columns: &[
+            "id",
+            "received_at",
+            "source",
+            "peer",
+            "reason",
+            "status",
+            "message",
+            "headers",
+            "body_bytes",
+            "body_sha256",
+        ],
+        key: 1,
+    },
+    Table {
         name: "request_documents",
         columns: &[
             "id",

@@ -142,6 +142,14 @@ pub trait Store: Send + Sync + 'static {
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome>;
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>>;
 
+    // Deliveries refused at the edge (bounded; see `crate::rejections`).
+    /// Store a batch of refused deliveries and trim, in one transaction, to the newest `keep`
+    /// and none received before `since` (unix ms).
+    fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()>;
+    /// Refused deliveries, newest first, paged like events (by id).
+    fn rejections(&self, filter: &RejectionFilter, page: Page)
+    -> StoreResult<Vec<RejectionRecord>>;
+
     // Moving a database between stores (`webhook-inbox copy`, see `copy`).
     /// Up to `limit` rows of `table` whose key comes after `after` (empty: from the first), in
     /// key order, with the columns `table` names.

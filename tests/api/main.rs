@@ -43,6 +43,7 @@ mod properties;
 mod purge_walks;
 mod queue;
 mod receiver;
+mod rejected_log;
 mod rejections;
 mod replay;
 mod requests;

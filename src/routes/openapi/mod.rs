@@ -42,6 +42,7 @@ pub const BEARER: &str = "bearer";
         super::events::show,
         super::events::retry,
         super::loyalty::show,
+        super::rejections::list,
         super::requests::create,
         super::requests::get,
         super::requests::add_document,

@@ -126,11 +126,14 @@ pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResul
     Ok(written)
 }
 
-/// After a copy: new events get a `seq` after every copied one.
+/// After a copy: new events get a `seq`, and new rejections an `id`, after every copied one.
 pub(super) fn finished(db: &mut Db<'_>) -> StoreResult<()> {
     db.batch(
         "SELECT setval(pg_get_serial_sequence('events', 'seq'),
                        greatest((SELECT max(seq) FROM events), 1),
-                       (SELECT max(seq) FROM events) IS NOT NULL)",
+                       (SELECT max(seq) FROM events) IS NOT NULL);
+         SELECT setval(pg_get_serial_sequence('rejections', 'id'),
+                       greatest((SELECT max(id) FROM rejections), 1),
+                       (SELECT max(id) FROM rejections) IS NOT NULL)",
     )
 }

@@ -11,11 +11,18 @@ use super::session::Db;
 use crate::store::{StoreError, StoreResult};
 
 /// `(version, name, sql)`, in order.
-pub const MIGRATIONS: &[(u32, &str, &str)] = &[(
-    1,
-    "schema",
-    include_str!("../../../migrations/postgres/0001_schema.sql"),
-)];
+pub const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "schema",
+        include_str!("../../../migrations/postgres/0001_schema.sql"),
+    ),
+    (
+        2,
+        "rejections",
+        include_str!("../../../migrations/postgres/0002_rejections.sql"),
+    ),
+];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to
 /// 63 bits): any constant both nodes agree on.

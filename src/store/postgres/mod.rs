@@ -22,6 +22,7 @@ mod ingest;
 mod listen;
 mod migrations;
 mod purge;
+mod rejections;
 mod requests;
 mod rows;
 mod session;
@@ -38,9 +39,9 @@ use super::copy::{Cell, Row, Table};
 use super::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
-    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs,
-    Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
-    SubmitOutcome,
+    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
+    PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
 };
 use crate::config::redact_credentials;
 pub use migrations::MIGRATIONS;
@@ -355,6 +356,18 @@ impl Store for PostgresStore {
 
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
         self.tx(|db| requests::documents(db, id))
+    }
+
+    fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
+        self.tx(|db| rejections::record(db, batch, keep, since))
+    }
+
+    fn rejections(
+        &self,
+        filter: &RejectionFilter,
+        page: Page,
+    ) -> StoreResult<Vec<RejectionRecord>> {
+        self.tx(|db| rejections::list(db, filter, page))
     }
 
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {

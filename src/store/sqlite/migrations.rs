@@ -52,6 +52,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "event_log",
         include_str!("../../../migrations/sqlite/0009_event_log.sql"),
     ),
+    (
+        10,
+        "rejections",
+        include_str!("../../../migrations/sqlite/0010_rejections.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -23,6 +23,7 @@ mod ingest;
 mod migrations;
 mod operations;
 mod purge;
+mod rejections;
 mod requests;
 mod rows;
 mod stats;

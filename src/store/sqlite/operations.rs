@@ -3,15 +3,16 @@
 //! of the sibling modules.
 
 use super::{
-    SqliteStore, consume, copy, events, finish, ingest, migrations, purge, requests, stats,
+    SqliteStore, consume, copy, events, finish, ingest, migrations, purge, rejections, requests,
+    stats,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
-    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, Page, PurgeBatch, PurgeCutoffs,
-    Readiness, RequestRecord, RetryOutcome, StatusCounts, Store, StoreError, StoreResult,
-    SubmitOutcome,
+    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
+    PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
 };
 
 impl Store for SqliteStore {
@@ -160,6 +161,18 @@ impl Store for SqliteStore {
 
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
         self.write(|tx| requests::submit(tx, id, now))
+    }
+
+    fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
+        self.write(|tx| rejections::record(tx, batch, keep, since))
+    }
+
+    fn rejections(
+        &self,
+        filter: &RejectionFilter,
+        page: Page,
+    ) -> StoreResult<Vec<RejectionRecord>> {
+        self.read(|c| rejections::list(c, filter, page))
     }
 
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
