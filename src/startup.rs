@@ -101,17 +101,31 @@ impl Application {
             None => TcpListener::bind(&settings.listen)
                 .with_context(|| format!("binding {}", settings.listen))?,
         };
-        let store: Arc<dyn Store> = open_store(&settings)?;
+        let database = settings.database()?;
+        if let Database::Sqlite(path) = &database {
+            refuse_unwritable(path)?;
+        }
         let tls = match (&settings.tls_cert, &settings.tls_key) {
             (Some(cert), Some(key)) => Some(Certificates::load(cert, key)?),
             _ => None,
         };
+        let store: Arc<dyn Store> = store::open(&database)?;
         let held = store.hold(Holder::Node)?.ok_or_else(|| {
             anyhow::anyhow!(
                 "a `webhook-inbox copy` into this database is running: start the node once it \
                  has finished"
             )
         })?;
+        // Migrated once held: never under a copy that is filling the database.
+        store.migrate().context("applying migrations")?;
+        if let Some(started) = store.unfinished_copy()? {
+            anyhow::bail!(
+                "a `webhook-inbox copy` into this database started at {} and did not finish: the \
+                 database is half filled. Run the same copy again with --allow-non-empty to \
+                 finish it, then start the node",
+                crate::domain::time::rfc3339(started)
+            );
+        }
         let metrics = Arc::new(Metrics::with_sources(
             settings.sources.iter().map(|s| s.name.as_str()),
         ));

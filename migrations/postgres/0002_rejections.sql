@@ -13,3 +13,9 @@ CREATE TABLE IF NOT EXISTS rejections (
 );
 CREATE INDEX IF NOT EXISTS rejections_by_source ON rejections (source, id);
 CREATE INDEX IF NOT EXISTS rejections_by_time ON rejections (received_at);
+
+-- A copy into this database that has not finished (see the SQLite migration 0010).
+CREATE TABLE IF NOT EXISTS copy_in_progress (
+    id BIGINT PRIMARY KEY CHECK (id = 1),
+    started_at BIGINT NOT NULL
+);

@@ -16,3 +16,11 @@ CREATE TABLE rejections (
 );
 CREATE INDEX rejections_by_source ON rejections (source, id);
 CREATE INDEX rejections_by_time ON rejections (received_at);
+
+-- A copy into this database that has not finished (`webhook-inbox copy`): set under the copy's
+-- exclusive hold before its first row, cleared after its last. A node refuses to start while
+-- it is there, also after the copy's process died half way.
+CREATE TABLE copy_in_progress (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    started_at INTEGER NOT NULL
+);

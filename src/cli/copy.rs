@@ -44,10 +44,8 @@ pub fn run(args: CopyArgs) -> anyhow::Result<()> {
     source
         .migrate()
         .with_context(|| format!("migrating {}", from.display()))?;
+    // Migrated by the copy once it holds it alone.
     let target = store::open(&to).with_context(|| format!("opening {}", to.display()))?;
-    target
-        .migrate()
-        .with_context(|| format!("migrating {}", to.display()))?;
     // Shown on a terminal only (indicatif draws nothing when stderr is not one).
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{msg:18} {bar:40} {pos}/{len} rows {eta}")

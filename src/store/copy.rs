@@ -8,6 +8,8 @@
 //! included, as 0 and 1), text, bytes or null. A unit test of each store checks that these
 //! lists are its whole schema, so that a migration adding a column cannot leave it behind.
 
+use std::collections::{HashMap, HashSet};
+
 use super::{Holder, Store, StoreError, StoreResult};
 
 /// One value of a row.
@@ -192,6 +194,8 @@ pub fn copy_all(
     allow_non_empty: bool,
     progress: &mut dyn FnMut(&Table, u64, u64),
 ) -> anyhow::Result<CopyReport> {
+    // Held before anything is written, migrations included: no node migrates or serves it
+    // meanwhile.
     let _alone = to.hold(Holder::Copy)?.ok_or_else(|| {
         anyhow::anyhow!(
             "the target database is in use by a running webhook-inbox node (or another copy): \
@@ -199,8 +203,11 @@ pub fn copy_all(
              ingest and claims for the same keys"
         )
     })?;
+    to.migrate()?;
     let found = non_empty_tables(to)?;
-    if !found.is_empty() {
+    let held = if found.is_empty() {
+        HashMap::new()
+    } else {
         if !allow_non_empty {
             anyhow::bail!(
                 "the target database is not empty (rows in {}): copy into a new database, or \
@@ -208,18 +215,38 @@ pub fn copy_all(
                 found.join(", ")
             );
         }
-        check_resumable(from, to)?;
-    }
+        check_resumable(from, to)?
+    };
+    // Until the last table is in, a node refuses this database, also after this process dies.
+    to.mark_copy(Some(crate::domain::time::now_ms()))?;
     let mut report = CopyReport::default();
     for table in TABLES {
         let total = from.copy_count(table)?;
         let (mut read, mut written) = (0u64, 0u64);
         let mut after: Vec<Cell> = Vec::new();
+        let kept = held.get(table.name);
         loop {
             let rows = from.copy_out(table, &after, PAGE)?;
             let Some(last) = rows.last() else { break };
             after = last[..table.key].to_vec();
-            written += to.copy_in(table, &rows).map_err(|e| copy_error(table, e))?;
+            let wrote = to.copy_in(table, &rows).map_err(|e| copy_error(table, e))?;
+            // A row is skipped only where the target held that very row before the copy.
+            let expected = rows
+                .iter()
+                .filter(|r| kept.is_some_and(|k| k.contains(&digest(&r[..table.key]))))
+                .count() as u64;
+            if wrote + expected != rows.len() as u64 {
+                anyhow::bail!(
+                    "copying table {}: {} of {} rows of a page were not written although the \
+                     target did not hold them before the copy: something else writes to the \
+                     target. Nothing is lost from the source; stop what writes there and run the \
+                     copy again with --allow-non-empty",
+                    table.name,
+                    rows.len() as u64 - expected - wrote,
+                    rows.len()
+                );
+            }
+            written += wrote;
             read += rows.len() as u64;
             progress(table, read, total.max(read));
             if rows.len() < PAGE {
@@ -233,6 +260,7 @@ pub fn copy_all(
         });
     }
     to.copy_finished()?;
+    to.mark_copy(None)?;
     Ok(report)
 }
 
@@ -257,9 +285,13 @@ fn plain(cells: &[Cell]) -> Vec<Plain> {
 }
 
 fn digest(row: &[Cell]) -> [u8; 32] {
+    digest_plain(&plain(row))
+}
+
+fn digest_plain(row: &[Plain]) -> [u8; 32] {
     use sha2::{Digest as _, Sha256};
     let mut hash = Sha256::new();
-    for cell in plain(row) {
+    for cell in row {
         match cell {
             Plain::Null => hash.update([0]),
             Plain::Int(i) => {
@@ -269,7 +301,7 @@ fn digest(row: &[Cell]) -> [u8; 32] {
             Plain::Bytes(b) => {
                 hash.update([2]);
                 hash.update((b.len() as u64).to_le_bytes());
-                hash.update(&b);
+                hash.update(b);
             }
         }
     }
@@ -302,8 +334,13 @@ fn each_row(
 /// or attach history and bodies to the wrong event: refused, naming the first such row. The
 /// target's rows are held as key and digest, so this costs a read of both, not their bodies
 /// in memory.
-pub fn check_resumable(from: &dyn Store, to: &dyn Store) -> anyhow::Result<()> {
-    use std::collections::HashMap;
+///
+/// Returns the digests of the keys the target holds, per table: the rows the copy may skip.
+pub fn check_resumable(
+    from: &dyn Store,
+    to: &dyn Store,
+) -> anyhow::Result<HashMap<&'static str, HashSet<[u8; 32]>>> {
+    let mut kept = HashMap::new();
     let refuse = |table: &Table, key: &[Plain], why: &str| {
         anyhow::anyhow!(
             "the target database holds data that is not this source's: {} row {} {why}. \
@@ -322,6 +359,12 @@ pub fn check_resumable(from: &dyn Store, to: &dyn Store) -> anyhow::Result<()> {
         if held.is_empty() {
             continue;
         }
+        kept.insert(
+            table.name,
+            held.keys()
+                .map(|key| digest_plain(key))
+                .collect::<HashSet<_>>(),
+        );
         each_row(from, table, |row| {
             let key = plain(&row[..table.key]);
             match held.remove(&key) {
@@ -333,11 +376,12 @@ pub fn check_resumable(from: &dyn Store, to: &dyn Store) -> anyhow::Result<()> {
                 _ => Ok(()),
             }
         })?;
-        if let Some(key) = held.keys().next() {
+        // The first such key in order, so that the message is the same at every run.
+        if let Some(key) = held.keys().min_by_key(|k| describe(k)) {
             return Err(refuse(table, key, "is not in the source"));
         }
     }
-    Ok(())
+    Ok(kept)
 }
 
 fn describe(key: &[Plain]) -> String {

@@ -164,6 +164,10 @@ pub trait Store: Send + Sync + 'static {
     fn copy_finished(&self) -> StoreResult<()> {
         Ok(())
     }
+    /// Mark a copy into this database as started (unix ms), or clear the mark (`None`).
+    fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()>;
+    /// When a copy into this database started that has not finished, if one has not.
+    fn unfinished_copy(&self) -> StoreResult<Option<i64>>;
 
     /// Hold the database as `holder` for as long as the returned [`Hold`] lives: the nodes
     /// that serve it share it, a copy into it holds it alone. `None` while the other kind

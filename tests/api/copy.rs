@@ -38,14 +38,15 @@ fn listed_credits(path: &Path) -> Vec<(String, i64, String)> {
 
 /// Every row of every table of a SQLite file, in key order, as SQLite stores it; not the
 /// tables derived from the others and rebuilt by the copy (the queue's cursors, the two parts
-/// of the customers' credit listings: compared by `listed_credits`).
+/// of the customers' credit listings: compared by `listed_credits`), nor the copy's own mark.
 fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let tables: Vec<String> = conn
         .prepare(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
                AND name <> 'schema_migrations' AND name <> 'queue_cursors'
-               AND name NOT IN ('loyalty_customer_credits', 'loyalty_unlisted_credits')
+               AND name NOT IN ('loyalty_customer_credits', 'loyalty_unlisted_credits',
+                                'copy_in_progress')
              ORDER BY name",
         )
         .unwrap()
@@ -304,9 +305,25 @@ async fn an_interrupted_copy_resumes_and_counts_rows_written_and_skipped() {
         let from = SqliteStore::open(&source, SqliteOptions::default()).unwrap();
         let to = SqliteStore::open(&target, SqliteOptions::default()).unwrap();
         to.migrate().unwrap();
+        // What a copy killed after its first page leaves: its mark, and that page.
+        to.mark_copy(Some(1_000)).unwrap();
         let first_page = from.copy_out(&TABLES[0], &[], PAGE).unwrap();
         assert_eq!(to.copy_in(&TABLES[0], &first_page).unwrap(), PAGE as u64);
     }
+    // No node starts on the half-filled database, also with no copy running any more.
+    let copied_config = test_config(&dir).replace("inbox.db\"", "copy.db\"");
+    let settings = webhook_inbox::config::Settings::from_toml(&copied_config, "t", vec![]).unwrap();
+    let refused = webhook_inbox::startup::Application::build(settings, Default::default());
+    let err = format!(
+        "{:#}",
+        refused
+            .err()
+            .expect("a node refuses a half-filled database")
+    );
+    assert!(
+        err.contains("did not finish") && err.contains("--allow-non-empty"),
+        "{err}"
+    );
     let args = [
         "--from",
         "sqlite://inbox.db",
@@ -322,6 +339,10 @@ async fn an_interrupted_copy_resumes_and_counts_rows_written_and_skipped() {
         "{out}"
     );
     assert!(dump(&target) == dump(&source));
+    // Finished: the mark is gone and a node starts on it.
+    let node = spawn_in(dir, &copied_config, Default::default()).await;
+    assert_eq!(node.get("/events?limit=1").await.status, 200);
+    let dir = node.stop().await;
 
     // A row the source no longer has as the target holds it: not a resume any more.
     rusqlite::Connection::open(&target)

@@ -137,3 +137,23 @@ pub(super) fn finished(db: &mut Db<'_>) -> StoreResult<()> {
                        (SELECT max(id) FROM rejections) IS NOT NULL)",
     )
 }
+
+/// Mark a copy into this database as started, or clear the mark.
+pub(super) fn mark(db: &mut Db<'_>, started_at: Option<i64>) -> StoreResult<()> {
+    match started_at {
+        Some(at) => db.execute(
+            "INSERT INTO copy_in_progress (id, started_at) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at",
+            &[&at],
+        )?,
+        None => db.execute("DELETE FROM copy_in_progress", &[])?,
+    };
+    Ok(())
+}
+
+pub(super) fn unfinished(db: &mut Db<'_>) -> StoreResult<Option<i64>> {
+    Ok(db
+        .query_opt("SELECT started_at FROM copy_in_progress", &[])?
+        .map(|r| r.try_get(0))
+        .transpose()?)
+}

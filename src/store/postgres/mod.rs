@@ -386,6 +386,14 @@ impl Store for PostgresStore {
         self.tx(copy::finished)
     }
 
+    fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {
+        self.tx(|db| copy::mark(db, started_at))
+    }
+
+    fn unfinished_copy(&self) -> StoreResult<Option<i64>> {
+        self.tx(copy::unfinished)
+    }
+
     /// An advisory lock on a connection of its own, outside the pool, held as long as the
     /// [`Hold`]: shared by the nodes, exclusive for a copy. (Should the server drop that
     /// connection, say by restarting, the node serves on without it.)

@@ -1,7 +1,7 @@
 //! `copy_out` and `copy_in` of [`crate::store::copy`] on SQLite.
 
 use rusqlite::types::{Value, ValueRef};
-use rusqlite::{Connection, Transaction, params_from_iter};
+use rusqlite::{Connection, OptionalExtension as _, Transaction, params_from_iter};
 
 use crate::store::StoreResult;
 use crate::store::copy::{Cell, Row, Table};
@@ -159,9 +159,30 @@ fn insert_rows(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult
     Ok(written)
 }
 
-/// Tables derived from the others, rebuilt after a copy rather than copied.
+/// Mark a copy into this database as started, or clear the mark.
+pub(super) fn mark(tx: &Transaction<'_>, started_at: Option<i64>) -> StoreResult<()> {
+    match started_at {
+        Some(at) => tx.execute(
+            "INSERT INTO copy_in_progress (id, started_at) VALUES (1, ?1)
+             ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at",
+            [at],
+        )?,
+        None => tx.execute("DELETE FROM copy_in_progress", [])?,
+    };
+    Ok(())
+}
+
+pub(super) fn unfinished(conn: &Connection) -> StoreResult<Option<i64>> {
+    Ok(conn
+        .query_row("SELECT started_at FROM copy_in_progress", [], |r| r.get(0))
+        .optional()?)
+}
+
+/// Tables derived from the others, rebuilt after a copy rather than copied (and the copy's own
+/// mark).
 #[cfg(test)]
 pub(super) const DERIVED: &[&str] = &[
+    "copy_in_progress",
     "queue_cursors",
     "loyalty_customer_credits",
     "loyalty_unlisted_credits",

@@ -90,6 +90,9 @@ pub struct SqliteStore {
     last_consumer_write: AtomicU64,
     opened: Instant,
     wait: Duration,
+    /// Commits that wrote nothing, for the slow-disk test.
+    #[cfg(test)]
+    no_frame_commits: AtomicU64,
 }
 
 /// How a commit on the writer connection is made durable.
@@ -207,6 +210,8 @@ impl SqliteStore {
             last_consumer_write: AtomicU64::new(0),
             opened: Instant::now(),
             wait,
+            #[cfg(test)]
+            no_frame_commits: AtomicU64::new(0),
         })
     }
 
@@ -273,6 +278,7 @@ impl SqliteStore {
         }
         // Whatever an earlier commit on this thread left unread is not this commit's.
         checkpoint::take_frames();
+        let changes_before = conn.total_changes();
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&mut tx)?;
         if let Err(e) = tx.commit() {
@@ -285,15 +291,24 @@ impl SqliteStore {
             return Err(e.into());
         }
         let frames = checkpoint::take_frames();
+        // Two witnesses that this commit wrote: the WAL hook (frames appended, and at FULL
+        // synced) and the row changes. Each alone could be misled by a statement outside
+        // `commit` that left SQLite's WAL callback pending; together they decide only in the
+        // safe direction.
+        let changed = conn.total_changes() != changes_before;
         self.checkpoint_if_due(&conn, frames);
-        if frames.is_none() {
+        #[cfg(test)]
+        if frames.is_none() && !changed {
+            self.no_frame_commits.fetch_add(1, Ordering::SeqCst);
+        }
+        if frames.is_none() && !changed {
             // A transaction that changed nothing wrote no frame, so SQLite synced nothing even
             // at FULL: it proves nothing durable. What it answers rests on earlier commits, so
             // it waits for those (at once if they are durable already).
             return Ok((value, self.sync.last()));
         }
         let ticket = self.sync.committed();
-        if in_commit {
+        if in_commit && frames.is_some() && changed {
             // The fsync inside this COMMIT began after its frames and every earlier commit's
             // were written.
             self.sync.synced_by_commit(ticket)?;
@@ -433,6 +448,7 @@ mod tests {
     /// with every commit marking itself synced at FULL, the first no-op write released it.)
     #[test]
     fn a_write_that_changes_nothing_makes_nothing_durable_while_the_disk_is_slow() {
+        use std::sync::atomic::Ordering;
         use std::sync::mpsc;
         use std::time::{Duration, Instant};
 
@@ -445,6 +461,8 @@ mod tests {
         let store = &store;
         store.insert_deliveries(&[delivery("first")]).unwrap();
         let now = 1_000;
+        store.create_request("sent", now).unwrap();
+        store.submit_request("sent", now).unwrap();
         let written = || store.sync.last().0;
         let syncing = || store.sync.syncing();
         let until = |what: &str, done: &dyn Fn() -> bool| {
@@ -483,6 +501,11 @@ mod tests {
                 content_type: "text/plain".into(),
                 content: b"x".to_vec(),
             };
+            let doc2 = NewDocument {
+                id: "d2".into(),
+                ..doc.clone()
+            };
+            let no_frames = store.no_frame_commits.load(Ordering::SeqCst);
             let no_ops = [
                 s.spawn(|| {
                     matches!(
@@ -503,10 +526,35 @@ mod tests {
                     )
                 }),
                 s.spawn(|| matches!(store.retry_failed(&EventFilter::default(), now), Ok(0))),
+                s.spawn(|| {
+                    matches!(
+                        store.retry("shop", "second", false, now),
+                        Ok(RetryOutcome::Unchanged(_))
+                    )
+                }),
+                s.spawn(move || {
+                    matches!(
+                        store.add_document("sent", &doc2, now),
+                        Ok(AddDocument::Submitted)
+                    )
+                }),
             ];
             assert!(store.checkpointer.kick());
             super::checkpoint::inline(&store.writer.lock());
-            std::thread::sleep(Duration::from_millis(200));
+            let start = Instant::now();
+            while store.no_frame_commits.load(Ordering::SeqCst) < no_frames + 6 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "{} of 6 no-op writes committed without a frame",
+                    store.no_frame_commits.load(Ordering::SeqCst) - no_frames
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(
+                store.writer_full.load(Ordering::SeqCst),
+                "the no-op writes took the FULL path"
+            );
+            std::thread::sleep(Duration::from_millis(100));
             assert!(
                 answer.try_recv().is_err(),
                 "the delivery was answered before the fsync that covers it ran"

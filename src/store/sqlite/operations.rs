@@ -191,6 +191,14 @@ impl Store for SqliteStore {
         self.write(|tx| copy::rebuild_derived(tx))
     }
 
+    fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {
+        self.write(|tx| copy::mark(tx, started_at))
+    }
+
+    fn unfinished_copy(&self) -> StoreResult<Option<i64>> {
+        self.read(copy::unfinished)
+    }
+
     /// A lock file beside the database (`…db-lock`), `flock`ed: shared by nodes, exclusive
     /// for a copy. Not the database file itself: closing another descriptor of that file would
     /// drop SQLite's own POSIX locks in this process.

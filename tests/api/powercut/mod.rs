@@ -133,7 +133,11 @@ fn power_cut(skip_wal_fsync: bool, workers: usize) -> Option<Outcome> {
     for s in senders {
         s.join().unwrap();
     }
-    no_ops.join().unwrap();
+    let answered = no_ops.join().unwrap();
+    assert!(
+        answered > 0,
+        "no no-op write reached the store before the cut"
+    );
     fs.unmount();
     let acked = Arc::try_unwrap(acked).unwrap().into_inner().unwrap();
     assert!(
@@ -236,7 +240,9 @@ fn send(
 
 /// Ops writes that change nothing, among the deliveries until told to stop: a commit that
 /// wrote no WAL frame synced nothing, and must not make the deliveries beside it durable.
-fn send_no_ops(base: &str, stop: &AtomicBool) {
+/// Returns how many were answered, each with its expected status (404, or 200 for the bulk
+/// retry that matched nothing).
+fn send_no_ops(base: &str, stop: &AtomicBool) -> usize {
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -250,19 +256,29 @@ fn send_no_ops(base: &str, stop: &AtomicBool) {
         ("/events/shop/no-such-event/retry", "{}"),
         ("/events/retry", r#"{"source":"no-such-source"}"#),
     ];
+    let mut answered = 0;
     for (path, body) in writes.iter().cycle().take(5_000) {
         if stop.load(Ordering::SeqCst) {
-            return;
+            break;
         }
         // Answered 404 or 200 with nothing retried; refused once the process is killed.
-        let _ = client
+        let sent = client
             .post(format!("{base}{path}"))
             .bearer_auth(ADMIN_TOKEN)
             .header("content-type", "application/json")
             .body(*body)
             .send();
+        if let Ok(r) = sent {
+            let expected = if *path == "/events/retry" { 200 } else { 404 };
+            if r.status().as_u16() == expected {
+                answered += 1;
+            } else {
+                assert!(r.status().is_server_error(), "{path}: {}", r.status());
+            }
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
+    answered
 }
 
 #[test]
