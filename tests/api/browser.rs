@@ -1,12 +1,17 @@
 //! A real browser for the dashboard tests: Debian's chromium driven through chromedriver
 //! (WebDriver) with fantoccini. Chromedriver listens on a free 127.0.0.1 port and is killed on
 //! drop; chromium gets a fresh profile and the flags that keep it off the network.
+//! [`Driver::run`] runs a test in a session and, when anything in it fails, saves a screenshot
+//! of the view as it was and names the file in the panic message.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use futures_util::FutureExt;
 use serde_json::{Value, json};
 
 use crate::process::free_port;
@@ -107,6 +112,44 @@ impl Driver {
             .await
             .unwrap_or_else(|e| panic!("no chromium session: {e}\n{}", self.logs()))
     }
+
+    /// Run `test` in a session `width` CSS pixels wide, closed afterwards. When the test
+    /// panics (an assertion, a timeout, a missing element), the page as it was is saved as
+    /// `target/ui-screenshots/FAILED-<name>-<width>.png` and the panic message names that file
+    /// and the page's URL.
+    pub async fn run<F, Fut>(&self, name: &str, width: u32, test: F)
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let c = self.session(width).await;
+        let outcome = AssertUnwindSafe(test(c.clone())).catch_unwind().await;
+        let Err(panic) = outcome else {
+            let _ = c.close().await;
+            return;
+        };
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "(a panic without a message)".into());
+        let url = c
+            .current_url()
+            .await
+            .map_or_else(|e| format!("unknown ({e})"), |u| u.to_string());
+        let shot = match c.screenshot().await {
+            Ok(png) => {
+                let path = screenshot_dir().join(format!("FAILED-{name}-{width}.png"));
+                match std::fs::write(&path, png) {
+                    Ok(()) => format!("screenshot of the failing view: {}", path.display()),
+                    Err(e) => format!("no screenshot: cannot write {}: {e}", path.display()),
+                }
+            }
+            Err(e) => format!("no screenshot of the failing view: {e}"),
+        };
+        let _ = c.close().await;
+        panic!("{message}\n{shot}\npage: {url}");
+    }
 }
 
 impl Drop for Driver {
@@ -126,17 +169,21 @@ fn chromium_binary() -> String {
 }
 
 /// Poll a JavaScript expression (run as a function body) until it returns `true`, at most
-/// 10 s; panics with `what` and the last value otherwise.
+/// 10 s; panics with `what` and the last value otherwise ([`Driver::run`] adds a screenshot).
 pub async fn wait_until(c: &Client, script: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_at_most(c, Duration::from_secs(10), script, what).await;
+}
+
+/// [`wait_until`] with another bound.
+pub async fn wait_at_most(c: &Client, within: Duration, script: &str, what: &str) {
+    let deadline = Instant::now() + within;
     loop {
         let value = c.execute(script, vec![]).await.unwrap_or(Value::Null);
         if value == Value::Bool(true) {
             return;
         }
         if Instant::now() > deadline {
-            let _ = screenshot(c, &format!("timeout-{}", what.replace(' ', "-"))).await;
-            panic!("timed out waiting for {what}; last value {value}");
+            panic!("timed out after {within:?} waiting for {what}; last value {value}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -1,13 +1,15 @@
 //! The ops dashboard in a real browser (headless chromium through chromedriver), against the
-//! real binary on a random port. Screenshots of the main views land in `target/ui-screenshots/`.
+//! real binary on a random port. Screenshots of the main views land in `target/ui-screenshots/`;
+//! a test that fails leaves one of the failing view there too (`FAILED-<test>-<width>.png`,
+//! named in its panic message).
 
 use std::time::Duration;
 
 use fantoccini::{Client, Locator, key::Key};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::browser::{Driver, click, js, screenshot, type_into, wait_until};
-use crate::helpers::{ADMIN_TOKEN, order_body};
+use crate::browser::{Driver, click, js, screenshot, type_into, wait_at_most, wait_until};
+use crate::helpers::{ADMIN_TOKEN, order_body, sign_for};
 use crate::process::{ServerProcess, free_port, send_signed, write_config};
 use crate::requires;
 
@@ -15,6 +17,7 @@ use crate::requires;
 /// each test sets up exactly the states it looks at.
 struct Seeded {
     server: ServerProcess,
+    settings: webhook_inbox::config::Settings,
     _dir: tempfile::TempDir,
 }
 
@@ -36,13 +39,21 @@ fn start_and_seed(deliveries: &[(&str, String)]) -> Seeded {
         .send()
         .unwrap();
     assert_eq!(run.status(), 200);
-    Seeded { server, _dir: dir }
+    Seeded {
+        server,
+        settings,
+        _dir: dir,
+    }
 }
 
 /// An order event the loyalty consumer refuses at once: no `order_id`.
 fn bad_order() -> String {
     r#"{"type":"order.completed","data":{"customer_id":"c-9","points":5}}"#.into()
 }
+
+/// The shape of the ids some providers send.
+const GUID: &str = "3f2b8c1e-9a4d-4e6b-8f1a-2c7d9e0b5a64";
+const LONG_ID: &str = "evt_fail_with_a_rather_long_identifier_0123456789abcdef0123456789";
 
 async fn status_of(base: &str, event_id: &str) -> String {
     let event: Value = reqwest::Client::new()
@@ -55,6 +66,17 @@ async fn status_of(base: &str, event_id: &str) -> String {
         .await
         .unwrap();
     event["status"].as_str().unwrap().to_string()
+}
+
+/// A signed delivery from inside the browser test's runtime.
+async fn deliver(seeded: &Seeded, event_id: &str, body: &str) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/webhooks/shop", seeded.server.base))
+        .body(body.to_string());
+    for (k, v) in sign_for(&seeded.settings, "shop", event_id, body.as_bytes()) {
+        req = req.header(k, v);
+    }
+    assert_eq!(req.send().await.unwrap().status(), 200);
 }
 
 async fn sign_in(c: &Client, token: &str) {
@@ -95,9 +117,22 @@ async fn set_status_filter(c: &Client, status: &str) {
     click(c, "#filters button[type=submit]").await;
 }
 
+/// The event ids of the list's rows, sorted.
+async fn listed_ids(c: &Client) -> Value {
+    js(c, "return [...document.querySelectorAll('#events-body tr td:first-child a')].map(a => a.textContent).sort();").await
+}
+
+/// How many lines the text of an element takes: the distinct tops of its text's rectangles (a
+/// text cut with an ellipsis has more than one rectangle, on one line).
+const LINES: &str = "const lines = (el) => { const r = document.createRange(); r.selectNodeContents(el); return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; };";
+
+fn browser_found() -> bool {
+    requires::available("chromium and chromedriver", crate::browser::found())
+}
+
 #[test]
 fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
-    if !requires::available("chromium and chromedriver", crate::browser::found()) {
+    if !browser_found() {
         return;
     }
     let seeded = start_and_seed(&[
@@ -110,7 +145,7 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let driver = Driver::start().await;
-        let c = driver.session(1280).await;
+        driver.run("signs-in-inspects-retries", 1280, |c| async move {
         c.goto(&format!("{base}/ui/")).await.unwrap();
 
         // A wrong token is refused and not kept.
@@ -122,7 +157,7 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
         // The right one: overview with the counts; the token only in sessionStorage.
         sign_in(&c, ADMIN_TOKEN).await;
         wait_until(&c, "const f = document.querySelector('#counts .status-failed .count'); return !!f && f.textContent === '3';", "3 failed in the overview").await;
-        assert_eq!(js(&c, "return Object.values(sessionStorage);").await, serde_json::json!([ADMIN_TOKEN]));
+        assert_eq!(js(&c, "return Object.values(sessionStorage);").await, json!([ADMIN_TOKEN]));
         assert_eq!(js(&c, "return localStorage.length + document.cookie.length;").await, 0);
         let href = js(&c, "return location.href;").await;
         assert!(!href.as_str().unwrap().contains(ADMIN_TOKEN), "token in the URL: {href}");
@@ -132,8 +167,7 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
         // The list opens on failed events; each row shows its event id as text.
         click(&c, "nav a[href='#events']").await;
         wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 3;", "3 failed rows").await;
-        let ids = js(&c, "return [...document.querySelectorAll('#events-body tr td:first-child a')].map(a => a.textContent).sort();").await;
-        assert_eq!(ids, serde_json::json!(["evt_fail_1", "evt_fail_2", "evt_fail_3"]));
+        assert_eq!(listed_ids(&c).await, json!(["evt_fail_1", "evt_fail_2", "evt_fail_3"]));
         assert!(js(&c, &format!("return document.querySelector('{} td:nth-child(6)').textContent;", row("evt_fail_1"))).await.as_str().unwrap().contains("order_id"));
         screenshot(&c, "events-failed-1280").await;
 
@@ -149,21 +183,33 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
         row_says(&c, "evt_fail_1", "pending").await;
         assert_eq!(status_of(&base, "evt_fail_1").await, "pending");
 
-        // Force retry of a completed event: Escape cancels, the confirmation says why.
+        // A completed event shows its outcome in the list, and no Force retry: the one action
+        // that repeats an effect is on the event's own page only.
         set_status_filter(&c, "completed").await;
-        click_in_row(&c, "evt_done_1", "Force retry").await;
-        wait_until(&c, "return document.getElementById('confirm').open && document.getElementById('confirm-text').textContent.includes('already completed');", "the force-retry confirmation").await;
+        wait_until(&c, &format!("const r = document.querySelector('{}'); return !!r && r.querySelector('td:nth-child(6)').textContent === 'credited';", row("evt_done_1")), "the outcome credited in the list").await;
+        assert_eq!(
+            js(&c, "return [...document.querySelectorAll('#events-body button')].map(b => b.textContent).filter(t => t !== 'Copy');").await,
+            json!([]),
+            "the list offers no retry of a completed event"
+        );
+        click(&c, &format!("{} a.event-id", row("evt_done_1"))).await;
+
+        // There, Force retry asks first: Escape cancels, the confirmation says why.
+        let force = "//div[@id='event-detail']//button[normalize-space()='Force retry']";
+        c.wait().at_most(Duration::from_secs(10)).for_element(Locator::XPath(force)).await
+            .expect("a Force retry button on the completed event's page").click().await.unwrap();
+        wait_until(&c, "return document.getElementById('confirm').open && document.getElementById('confirm-text').textContent.includes('already completed') && document.getElementById('confirm-text').textContent.includes('credited');", "the force-retry confirmation").await;
         screenshot(&c, "force-retry-confirmation-1280").await;
         c.active_element().await.unwrap().send_keys(&Key::Escape.to_string()).await.unwrap();
         wait_until(&c, "return !document.getElementById('confirm').open;", "Escape closing the dialog").await;
         assert_eq!(status_of(&base, "evt_done_1").await, "completed");
-        click_in_row(&c, "evt_done_1", "Force retry").await;
+        c.find(Locator::XPath(force)).await.unwrap().click().await.unwrap();
         click(&c, "#confirm[open] #confirm-ok").await;
-        row_says(&c, "evt_done_1", "pending").await;
+        wait_until(&c, "const s = document.getElementById('detail-status'); return !!s && s.textContent === 'shop/evt_done_1 is now pending.';", "the detail after the forced retry").await;
         assert_eq!(status_of(&base, "evt_done_1").await, "pending");
 
         // Bulk retry of what the filters match, after a confirmation with the count.
-        set_status_filter(&c, "failed").await;
+        click(&c, "nav a[href='#events']").await;
         wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 2;", "2 failed rows left").await;
         click(&c, "#bulk-retry").await;
         wait_until(&c, "return document.getElementById('confirm').open && document.getElementById('confirm-title').textContent === 'Retry 2 failed events?';", "the bulk confirmation with its count").await;
@@ -176,7 +222,228 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
         // Log out: the token is gone and the form is back.
         click(&c, "#logout").await;
         wait_until(&c, "return !document.getElementById('view-login').hidden && sessionStorage.length === 0;", "the sign-in form after logout").await;
-        c.close().await.unwrap();
+        }).await;
+    });
+}
+
+/// At 1280 px an id, a GUID, a type like `order.completed` and every button take one line:
+/// ids in a monospace column cut with an ellipsis (the whole id on hover, a Copy button), and
+/// the outcome of completed events in the list.
+#[test]
+fn dashboard_list_keeps_ids_types_and_buttons_on_one_line_at_1280() {
+    if !browser_found() {
+        return;
+    }
+    let seeded = start_and_seed(&[
+        (GUID, order_body("ord-1", "c-1", 7)),
+        ("evt_again", order_body("ord-1", "c-1", 7)),
+        (LONG_ID, bad_order()),
+    ]);
+    let base = seeded.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("list-one-line", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/#events?status=any")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 3;", "3 rows").await;
+        screenshot(&c, "events-any-1280").await;
+
+        // Each id, type and source on one line, and every button of the view too.
+        let wrapped = js(&c, &format!("{LINES} return [...document.querySelectorAll('#events-body a.event-id, #events-body .type, #events-body .source, #view-events button:not([hidden])')].filter(e => lines(e) !== 1).map(e => e.textContent);")).await;
+        assert_eq!(wrapped, json!([]), "wrapped at 1280 px");
+        // A GUID is shown whole; a longer id is cut with an ellipsis, whole in its title.
+        let id = |event_id: &str| format!("document.querySelector('{} a.event-id')", row(event_id));
+        assert_eq!(js(&c, &format!("const a = {}; return a.scrollWidth <= a.clientWidth && a.title;", id(GUID))).await, json!(GUID), "the GUID is cut");
+        assert_eq!(js(&c, &format!("const a = {}; return a.scrollWidth > a.clientWidth && getComputedStyle(a).textOverflow === 'ellipsis' && a.title;", id(LONG_ID))).await, json!(LONG_ID));
+        assert_eq!(js(&c, "return getComputedStyle(document.querySelector('a.event-id')).fontFamily.includes('Mono');").await, true);
+        assert_eq!(js(&c, "return document.documentElement.scrollWidth <= window.innerWidth;").await, true, "the list scrolls sideways");
+
+        // Outcomes of completed events, the error of the failed one, no Force retry anywhere.
+        let result = |event_id: &str| format!("return document.querySelector('{} td:nth-child(6)').textContent;", row(event_id));
+        assert_eq!(js(&c, &result(GUID)).await, "credited");
+        assert_eq!(js(&c, &result("evt_again")).await, "duplicate_order");
+        assert!(js(&c, &result(LONG_ID)).await.as_str().unwrap().contains("order_id"));
+        let labels = js(&c, "return [...document.querySelectorAll('#events-body button')].map(b => b.getAttribute('aria-label')).sort();").await;
+        assert_eq!(labels, json!(["Copy event id", "Copy event id", "Copy event id", format!("Retry shop/{LONG_ID}")]));
+
+        // Copy puts the whole id on the clipboard (the clipboard API, stubbed to record it).
+        js(&c, "navigator.clipboard.writeText = (t) => { window.__copied = t; return Promise.resolve(); };").await;
+        click(&c, &format!("{} button.copy", row(GUID))).await;
+        wait_until(&c, &format!("return window.__copied === '{GUID}' && document.getElementById('list-status').textContent.includes('Copied');"), "the copied id").await;
+        }).await;
+    });
+}
+
+/// Filters live in the URL: applying them changes it, and the URL pasted into a new tab (the
+/// token typed again) shows the same filtered rows; "Back to events" keeps them too.
+#[test]
+fn dashboard_filters_live_in_the_url() {
+    if !browser_found() {
+        return;
+    }
+    let seeded = start_and_seed(&[
+        ("evt_order_1", order_body("ord-1", "c-1", 7)),
+        ("evt_order_2", order_body("ord-2", "c-1", 3)),
+        ("evt_failed", bad_order()),
+        ("evt_note", r#"{"type":"note.created"}"#.to_string()),
+    ]);
+    let base = seeded.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("filters-in-url", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        click(&c, "nav a[href='#events']").await;
+        wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 1;", "the failed row").await;
+
+        js(&c, "document.getElementById('f-status').value = 'completed'; document.getElementById('f-after').value = '2000-01-01T00:00:00';").await;
+        type_into(&c, "#f-type", "order.completed").await;
+        click(&c, "#filters button[type=submit]").await;
+        wait_until(&c, "return location.hash.includes('type=order.completed') && document.querySelectorAll('#events-body tr').length === 2;", "the filtered rows and URL").await;
+        assert_eq!(listed_ids(&c).await, json!(["evt_order_1", "evt_order_2"]));
+        let url = js(&c, "return location.href;").await.as_str().unwrap().to_string();
+        assert!(url.contains("status=completed") && url.contains("received_after=2000-01-01T"), "{url}");
+        assert!(!url.contains(ADMIN_TOKEN), "{url}");
+
+        // "Back to events" from an event returns to the filtered list.
+        click(&c, &format!("{} a.event-id", row("evt_order_1"))).await;
+        wait_until(&c, "return !!document.getElementById('event-body');", "the event's page").await;
+        click(&c, "#back-to-events").await;
+        wait_until(&c, "return location.hash.includes('type=order.completed') && document.querySelectorAll('#events-body tr').length === 2;", "the filtered list again").await;
+
+        // The URL in a new tab: sign in again, the same filters and rows.
+        let tab = c.new_window(true).await.unwrap();
+        c.switch_to_window(tab.handle).await.unwrap();
+        c.goto(&url).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 2;", "the filtered rows in the new tab").await;
+        assert_eq!(listed_ids(&c).await, json!(["evt_order_1", "evt_order_2"]));
+        let form = js(&c, "return ['f-status', 'f-source', 'f-type', 'f-after', 'f-before'].map(id => document.getElementById(id).value);").await;
+        assert_eq!(form, json!(["completed", "", "order.completed", "2000-01-01T00:00", ""]));
+
+        // A reload keeps them; a URL without filters is the default view (failed events).
+        c.refresh().await.unwrap();
+        wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 2 && document.getElementById('f-type').value === 'order.completed';", "the filtered rows after a reload").await;
+        c.goto(&format!("{base}/ui/#events")).await.unwrap();
+        wait_until(&c, "return document.getElementById('f-status').value === 'failed' && document.getElementById('f-type').value === '' && document.querySelectorAll('#events-body tr').length === 1;", "the default filters").await;
+        }).await;
+    });
+}
+
+/// The overview refreshes itself: a delivery sent after the page loaded shows in its counts
+/// without a reload, and a hidden tab makes no calls. Its chart has axes with labels.
+#[test]
+fn dashboard_overview_refreshes_itself_while_visible() {
+    if !browser_found() {
+        return;
+    }
+    let seeded = start_and_seed(&[("evt_done", order_body("ord-1", "c-1", 7))]);
+    let base = seeded.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        let seeded = &seeded;
+        driver.run("overview-refresh", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        let count = |status: &str| format!("const n = document.querySelector('#counts .status-{status} .count'); return n ? n.textContent : null;");
+        wait_until(&c, "const n = document.querySelector('#counts .status-completed .count'); return !!n && n.textContent === '1';", "the overview").await;
+        assert_eq!(js(&c, &count("pending")).await, "0");
+
+        // The chart: counts on the y axis, local times on the x axis, a label for readers.
+        let ticks = js(&c, "return [...document.querySelectorAll('#chart svg text.tick')].map(t => t.textContent);").await;
+        let ticks: Vec<&str> = ticks.as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert!(ticks.contains(&"0") && ticks.contains(&"1"), "count labels: {ticks:?}");
+        let times = ticks.iter().filter(|t| t.contains(':')).count();
+        assert!(times >= 5, "time labels: {ticks:?}");
+        let label = js(&c, "return document.querySelector('#chart svg').getAttribute('aria-label');").await;
+        assert!(label.as_str().unwrap().starts_with("Events received per minute") && label.as_str().unwrap().contains("1 in all"), "{label}");
+        assert_eq!(js(&c, "return document.querySelector('#overview-auto').checked && document.querySelector('label[for], label.check').textContent.length > 0;").await, true);
+        screenshot(&c, "overview-axes-1280").await;
+
+        // Count the page's reads of the stats from here on; a marker tells a reload apart.
+        js(&c, "window.__marker = 1; window.__reads = 0; const f = window.fetch; window.fetch = (u, o) => { if (String(u).includes('/events/stats')) window.__reads++; return f(u, o); };").await;
+        deliver(seeded, "evt_late", &order_body("ord-2", "c-1", 3)).await;
+        // A refresh every 5 s: within 10 s without a reload.
+        wait_at_most(&c, Duration::from_secs(10), "const n = document.querySelector('#counts .status-pending .count'); return !!n && n.textContent === '1' && window.__marker === 1;", "the new delivery counted without a reload").await;
+        wait_until(&c, "return document.querySelector('#chart svg').getAttribute('aria-label').includes('2 in all');", "the chart with the new delivery").await;
+
+        // A hidden tab makes no call; visible again, it catches up at once.
+        js(&c, "Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' }); document.dispatchEvent(new Event('visibilitychange')); window.__hiddenReads = window.__reads;").await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(js(&c, "return window.__reads - window.__hiddenReads;").await, 0, "calls while hidden");
+        js(&c, "Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'visible' }); document.dispatchEvent(new Event('visibilitychange'));").await;
+        wait_at_most(&c, Duration::from_secs(2), "return window.__reads > window.__hiddenReads;", "a read when shown again").await;
+        }).await;
+    });
+}
+
+/// `/docs/`: descriptions rendered from their Markdown as elements (never as markup), the
+/// routes a provider or an integrator needs first, labelled `METHOD /path`, the pages' own
+/// files not listed; it fits a phone.
+#[test]
+fn api_reference_renders_markdown_and_lists_the_routes_newcomers_need_first() {
+    if !browser_found() {
+        return;
+    }
+    let seeded = start_and_seed(&[]);
+    let base = seeded.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        let docs = format!("{base}/docs/");
+        driver.run("api-reference", 1280, |c| async move {
+        c.goto(&docs).await.unwrap();
+        js(&c, "window.__violations = []; document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective));").await;
+        wait_until(&c, "return document.querySelectorAll('#operations .op').length > 10;", "the operations").await;
+        screenshot(&c, "api-reference-1280").await;
+
+        let routes = js(&c, "return [...document.querySelectorAll('#toc li li a')].map(a => a.textContent);").await;
+        let routes: Vec<&str> = routes.as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+        assert_eq!(routes.first(), Some(&"POST /webhooks/{source}"), "{routes:?}");
+        assert_eq!(js(&c, "return document.querySelector('#operations .op h3').textContent;").await, "POST /webhooks/{source}");
+        assert!(routes.iter().all(|r| r.starts_with("GET /") || r.starts_with("POST /")), "{routes:?}");
+        assert!(!routes.iter().any(|r| r.contains("{asset}")), "{routes:?}");
+        assert!(routes.contains(&"GET /events") && routes.contains(&"POST /events/{source}/{event_id}/retry"), "{routes:?}");
+        let requests = routes.iter().position(|r| *r == "POST /requests").unwrap();
+        let events = routes.iter().position(|r| *r == "GET /events").unwrap();
+        assert!(requests < events, "the integrator's routes before the ops ones: {routes:?}");
+        assert_eq!(js(&c, "return [...document.querySelectorAll('#operations h3')].filter(h => h.textContent.includes('{asset}')).length;").await, 0);
+        let wrapped = js(&c, &format!("{LINES} return [...document.querySelectorAll('#toc li li a, #operations .op h3')].filter(e => lines(e) !== 1).map(e => e.textContent);")).await;
+        assert_eq!(wrapped, json!([]), "route labels on more than one line at 1280 px");
+
+        // Backticks are code elements; no description shows a backtick any more.
+        let code = js(&c, "return [...document.querySelectorAll('#operations .desc code')].map(c => c.textContent);").await;
+        assert!(code.as_array().unwrap().contains(&json!("force=true")), "{code}");
+        assert_eq!(js(&c, "return [...document.querySelectorAll('#intro, #operations .desc, #operations summary')].filter(e => e.textContent.includes('`')).map(e => e.textContent);").await, json!([]));
+        assert_eq!(js(&c, "return document.querySelector('#intro code').textContent;").await, r#"{"error": code, "message": text}"#);
+
+        // The renderer itself: bold, code, paragraphs and lists as elements, markup as text.
+        let rendered = js(&c, r#"return import('/docs/markdown.js').then(m => {
+            const box = document.createElement('div');
+            box.append(...m.markdown('**Bold** and `a <b>` code,\nand <img src=x onerror=window.__xss=1>\n\nSecond\n\n- one\n- **two**'));
+            return { tags: [...box.children].map(e => e.tagName), strong: [...box.querySelectorAll('strong')].map(e => e.textContent),
+              code: [...box.querySelectorAll('code')].map(e => e.textContent), elements: box.querySelectorAll('img, b').length,
+              first: box.firstChild.textContent, items: box.querySelectorAll('li').length };
+        });"#).await;
+        assert_eq!(rendered, json!({
+            "tags": ["P", "P", "UL"], "strong": ["Bold", "two"], "code": ["a <b>"], "elements": 0,
+            "first": "Bold and a <b> code, and <img src=x onerror=window.__xss=1>", "items": 2,
+        }));
+        assert_eq!(js(&c, "return window.__xss === undefined && window.__violations.length === 0;").await, true);
+        js(&c, "document.getElementById('post-events-source-event-id-retry').scrollIntoView();").await;
+        screenshot(&c, "api-reference-retry-1280").await;
+        }).await;
+
+        let docs = format!("{base}/docs/");
+        driver.run("api-reference", 390, |c| async move {
+        c.goto(&docs).await.unwrap();
+        wait_until(&c, "return document.querySelectorAll('#operations .op').length > 10;", "the operations").await;
+        wait_until(&c, "return document.documentElement.scrollWidth <= window.innerWidth;", "the reference to fit a phone").await;
+        screenshot(&c, "api-reference-390").await;
+        }).await;
     });
 }
 
@@ -184,10 +451,10 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
 /// At 390 px wide no view scrolls sideways.
 #[test]
 fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
-    if !requires::available("chromium and chromedriver", crate::browser::found()) {
+    if !browser_found() {
         return;
     }
-    let hostile = serde_json::json!({
+    let hostile = json!({
         "type": "note.created",
         // No quotes: JSON would escape them, and the escaped handler would not parse as code.
         "img": "<img src=x onerror=window.__xss=1>",
@@ -197,17 +464,14 @@ fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
     .to_string();
     let seeded = start_and_seed(&[
         ("evt_hostile", hostile),
-        (
-            "evt_fail_with_a_rather_long_identifier_0123456789abcdef0123456789",
-            bad_order(),
-        ),
+        (LONG_ID, bad_order()),
         ("evt_order", order_body("ord-7", "cust-7", 12)),
     ]);
     let base = seeded.server.base.clone();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let driver = Driver::start().await;
-        let c = driver.session(390).await;
+        driver.run("hostile-bodies-phone", 390, |c| async move {
         c.goto(&format!("{base}/ui/")).await.unwrap();
         assert_eq!(js(&c, "return window.innerWidth;").await, 390);
         // Any attempt to run inline code would also be refused by the CSP: record those too.
@@ -224,6 +488,8 @@ fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
         click(&c, "nav a[href='#events']").await;
         wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 1;", "the failed row").await;
         wait_until(&c, fits, "the event list to fit").await;
+        // The long id is cut to the card's width, on one line.
+        assert_eq!(js(&c, &format!("{LINES} const a = document.querySelector('a.event-id'); return lines(a) === 1 && a.scrollWidth > a.clientWidth && a.title;")).await, json!(LONG_ID));
         screenshot(&c, "events-failed-390").await;
 
         c.goto(&format!("{base}/ui/#event/shop/evt_hostile")).await.unwrap();
@@ -231,7 +497,7 @@ fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
         // Nothing in it became an element, nothing ran, nothing even tried to.
         assert_eq!(js(&c, "return document.querySelectorAll('main img, main script').length;").await, 0);
         assert_eq!(js(&c, "return window.__xss === undefined;").await, true, "the injected code ran");
-        assert_eq!(js(&c, "return window.__violations;").await, serde_json::json!([]));
+        assert_eq!(js(&c, "return window.__violations;").await, json!([]));
         // It is shown as the characters it is made of.
         let body = js(&c, "return document.getElementById('event-body').textContent;").await;
         let body = body.as_str().unwrap();
@@ -250,6 +516,6 @@ fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
         click(&c, "nav a[href='#requests']").await;
         wait_until(&c, "return document.getElementById('requests-status').textContent !== '';", "the requests view").await;
         wait_until(&c, fits, "the requests view to fit").await;
-        c.close().await.unwrap();
+        }).await;
     });
 }

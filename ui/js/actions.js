@@ -1,6 +1,7 @@
-// Retry and force retry, shared by the event list and the event detail. The server decides:
-// a plain retry of a completed or abandoned event answers 409 `conflict`, and only then, or
-// when the event says so already, does the page offer a forced retry behind a confirmation.
+// Retry and force retry. The server decides: a plain retry of a completed or abandoned event
+// answers 409 `conflict`, and only then, or when the event says so already, does the page offer
+// a forced retry behind a confirmation. A forced retry is the one action that can repeat an
+// effect, so only the event's own page offers it: the list shows `Retry` on failed events only.
 
 import { api, eventPath, ApiError } from './api.js';
 import { h, confirmDialog } from './dom.js';
@@ -27,11 +28,12 @@ function needsForce(event) {
 }
 
 /**
- * The buttons for one event: `Retry` for a failed one, `Force retry` where the API needs
- * `force=true`. `onChange(event)` gets the event as the server answered it; `onError(text)`
- * gets a failure to show.
+ * The buttons for one event: `Retry` for a failed one and, when `force` is set (the event's
+ * page), `Force retry` where the API needs `force=true`. `onChange(event)` gets the event as
+ * the server answered it; `onError(text)` gets a failure to show; `onConflict(error)`, when
+ * forced retries are not offered here, gets the server's 409.
  */
-export function retryButtons(event, { onChange, onError }) {
+export function retryButtons(event, { onChange, onError, onConflict, force: offerForce = false }) {
   const name = `${event.source}/${event.event_id}`;
   const confirmForce = async (text) => confirmDialog({
     title: `Force retry ${name}?`, text, confirmLabel: 'Force retry',
@@ -43,6 +45,12 @@ export function retryButtons(event, { onChange, onError }) {
       onChange(await api(path, { method: 'POST' }));
     } catch (e) {
       button.disabled = false;
+      if (!force && e instanceof ApiError && e.code === 'conflict' && !offerForce) {
+        // The event changed since it was shown; a forced retry is for its own page.
+        if (onConflict) return onConflict(e);
+        onError(`Retry of ${name} refused: ${e.message}. Open the event to force a retry.`);
+        return;
+      }
       if (!force && e instanceof ApiError && e.code === 'conflict') {
         // The event changed since it was shown (abandoned or completed): offer a forced retry.
         if (await confirmForce(`${e.message}. A forced retry runs the handler again; one that ` +
@@ -65,7 +73,7 @@ export function retryButtons(event, { onChange, onError }) {
     b.addEventListener('click', () => retry(false, b));
     buttons.push(b);
   }
-  if (needsForce(event)) {
+  if (offerForce && needsForce(event)) {
     const b = h('button', { type: 'button', class: 'danger', 'aria-label': `Force retry ${name}`, text: 'Force retry' });
     b.addEventListener('click', () => retry(true, b));
     buttons.push(b);

@@ -3,7 +3,7 @@
 // becomes the text of a <pre>.
 
 import { api, eventPath } from './api.js';
-import { h, $, clear, time, say, statusBadge } from './dom.js';
+import { h, $, clear, time, say, statusBadge, copyButton } from './dom.js';
 import { retryButtons } from './actions.js';
 
 function field(label, ...value) {
@@ -34,14 +34,17 @@ function render(event, message) {
   const box = $('event-detail');
   const status = h('p', { role: 'status', id: 'detail-status' });
   if (message) say(status, message);
+  // The one place that offers a forced retry, behind its confirmation.
   const actions = retryButtons(event, {
+    force: true,
     onChange: (updated) => load(updated.source, updated.event_id,
       `${updated.source}/${updated.event_id} is now ${updated.status}.`),
     onError: (text) => say(status, text, true),
   });
   clear(box,
     h('dl', { class: 'fields' },
-      field('Event ID', h('span', { class: 'mono', text: event.event_id })),
+      field('Event ID', h('span', { class: 'mono', text: event.event_id }), ' ',
+        copyButton(event.event_id, 'Copy event id', status)),
       field('Source', event.source),
       field('Type', event.type),
       field('Status', statusBadge(event)),

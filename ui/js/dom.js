@@ -29,12 +29,22 @@ export function clear(el, ...children) {
 
 export const $ = (id) => document.getElementById(id);
 
-/** A time in the viewer's local time, with the UTC time on hover. */
-export function time(iso) {
+/**
+ * A time in the viewer's local time, with the UTC time on hover. `compact` (for lists): today's
+ * times without their date, others without seconds; the hover still has the whole time.
+ */
+export function time(iso, { compact = false } = {}) {
   if (!iso) return h('span', { class: 'muted', text: '—' });
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return document.createTextNode(iso);
-  return h('time', { datetime: iso, title: `${d.toISOString()} (UTC)`, text: d.toLocaleString() });
+  let text = d.toLocaleString();
+  if (compact) {
+    text = d.toDateString() === new Date().toDateString()
+      ? d.toLocaleTimeString()
+      : d.toLocaleString([], { dateStyle: 'short', timeStyle: 'short' });
+  }
+  const title = compact ? `${d.toLocaleString()}, ${d.toISOString()} (UTC)` : `${d.toISOString()} (UTC)`;
+  return h('time', { datetime: iso, title, text });
 }
 
 /** "3 h 4 min", "12 s": an age for people. */
@@ -75,4 +85,23 @@ export function confirmDialog({ title, text, confirmLabel }) {
     dialog.showModal();
     dialog.querySelector('button[value="cancel"]').focus();
   });
+}
+
+/**
+ * A small `Copy` button that puts `text` on the clipboard and says so in `status`. The
+ * clipboard API exists only on HTTPS and localhost pages; elsewhere the text is shown instead,
+ * to be selected by hand.
+ */
+export function copyButton(text, label, status) {
+  const button = h('button', { type: 'button', class: 'copy', 'aria-label': label, title: `${label}: ${text}`, text: 'Copy' });
+  button.addEventListener('click', async () => {
+    try {
+      if (!navigator.clipboard) throw new Error('this page is not on HTTPS or localhost');
+      await navigator.clipboard.writeText(text);
+      say(status, `Copied ${text} to the clipboard.`);
+    } catch (e) {
+      say(status, `Could not copy (${e.message}); the full text is: ${text}`, true);
+    }
+  });
+  return button;
 }

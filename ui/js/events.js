@@ -1,18 +1,24 @@
 // The event list: every filter of GET /events, failed events first (the status filter starts
-// on `failed`), older pages through the cursor, Retry per row and bulk retry of the filter.
+// on `failed`), older pages through the cursor, Retry per failed row and bulk retry of the
+// filter. The filters live in the URL (`#events?status=completed&type=order.completed`), so a
+// filtered view can be reloaded, bookmarked and pasted.
 
-import { api, query } from './api.js';
-import { h, $, clear, time, say, statusBadge, confirmDialog } from './dom.js';
+import { api, eventPath, query } from './api.js';
+import { h, $, clear, time, say, statusBadge, confirmDialog, copyButton } from './dom.js';
 import { retryButtons } from './actions.js';
 
 const PAGE = 50;
 let cursor = null;
 let loading = 0; // a generation counter: a slow answer for old filters is dropped
+let listHash = '#events';
 
 /** The filters as the API takes them; local date-times become RFC 3339 UTC. */
 function filters() {
   const form = $('filters');
-  const utc = (value) => (value ? new Date(value).toISOString() : undefined);
+  const utc = (value) => {
+    const d = value ? new Date(value) : null;
+    return d && !Number.isNaN(d.getTime()) ? d.toISOString() : undefined;
+  };
   return {
     status: form.status.value,
     source: form.source.value.trim(),
@@ -20,6 +26,45 @@ function filters() {
     received_after: utc(form.received_after.value),
     received_before: utc(form.received_before.value),
   };
+}
+
+/**
+ * The URL fragment of a set of filters. `status` is always written (`any` for no status
+ * filter), so that `#events` alone means the default view: failed events.
+ */
+function hashOf(f) {
+  const q = new URLSearchParams({ status: f.status || 'any' });
+  for (const k of ['source', 'type', 'received_after', 'received_before']) if (f[k]) q.set(k, f[k]);
+  return `#events?${q}`;
+}
+
+/** `2026-12-04T05:46:55` in local time: what a datetime-local input takes. */
+function localInput(iso) {
+  const d = new Date(iso ?? '');
+  if (Number.isNaN(d.getTime())) return '';
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}` +
+    `T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+/** Fills the form from the fragment's query: absent keys take their defaults. */
+function fillForm(search) {
+  const q = new URLSearchParams(search ?? '');
+  const form = $('filters');
+  const status = q.get('status') ?? 'failed';
+  const known = [...form.status.options].map((o) => o.value);
+  form.status.value = status === 'any' ? '' : (known.includes(status) ? status : 'failed');
+  form.source.value = q.get('source') ?? '';
+  form.type.value = q.get('type') ?? '';
+  form.received_after.value = localInput(q.get('received_after'));
+  form.received_before.value = localInput(q.get('received_before'));
+}
+
+/** Applying filters changes the URL; the router then shows (and loads) that URL. */
+function apply() {
+  const hash = hashOf(filters());
+  if (location.hash === hash) load(false);
+  else location.hash = hash;
 }
 
 function describe(f) {
@@ -31,16 +76,29 @@ function describe(f) {
   return parts.length ? parts.join(', ') : 'no other filter';
 }
 
-const LABELS = ['Event ID', 'Source', 'Type', 'Status', 'Attempts', 'Last error', 'Received', 'Actions'];
+const LABELS = ['Event ID', 'Source', 'Type', 'Status', 'Attempts', 'Outcome / error', 'Received', 'Actions'];
 
 function cell(i, ...children) {
   return h('td', { 'data-label': LABELS[i] }, ...children);
 }
 
+/** One line, cut with an ellipsis when the column is narrower; the whole text on hover. */
+function clipped(text, cls = '') {
+  return h('span', { class: 'shrink' }, h('span', { class: `clip ${cls}`.trim(), title: text, text }));
+}
+
+/** What became of the event: its outcome once completed, else its last error. */
+function result(event) {
+  if (event.status === 'completed' && event.outcome) return h('span', { class: 'outcome mono', text: event.outcome });
+  if (event.last_error) return h('span', { class: 'error-text', text: event.last_error });
+  return h('span', { class: 'muted', text: '—' });
+}
+
 /** One row; after an action it is rebuilt from the event the server answered. */
 export function eventRow(event) {
   const link = `#event/${encodeURIComponent(event.source)}/${encodeURIComponent(event.event_id)}`;
-  const row = h('tr', { 'data-event': `${event.source}/${event.event_id}` });
+  const name = `${event.source}/${event.event_id}`;
+  const row = h('tr', { 'data-event': name });
   const actions = cell(7);
   actions.append(...retryButtons(event, {
     onChange: (updated) => {
@@ -48,15 +106,26 @@ export function eventRow(event) {
       say($('list-status'), `${updated.source}/${updated.event_id} is now ${updated.status}.`);
     },
     onError: (text) => say($('list-status'), text, true),
+    // The event changed since the list was loaded: show it as it is now. A forced retry
+    // is offered on its own page only.
+    onConflict: async (e) => {
+      try { row.replaceWith(eventRow(await api(eventPath(event.source, event.event_id)))); } catch { /* the message says enough */ }
+      say($('list-status'), `Retry of ${name} refused: ${e.message}. A forced retry is on the event's page.`, true);
+    },
   }));
+  if (event.abandoned) {
+    actions.append(h('a', { href: link, 'aria-label': `Review ${name}: its downstream call may have acted`, text: 'Review' }));
+  }
   row.append(
-    cell(0, h('a', { href: link, class: 'mono', text: event.event_id })),
-    cell(1, event.source),
-    cell(2, event.type),
+    cell(0, h('div', { class: 'id-cell' },
+      h('a', { href: link, class: 'mono clip event-id', title: event.event_id, text: event.event_id }),
+      copyButton(event.event_id, 'Copy event id', $('list-status')))),
+    cell(1, clipped(event.source, 'source')),
+    cell(2, clipped(event.type, 'type')),
     cell(3, statusBadge(event)),
     cell(4, String(event.attempts)),
-    cell(5, event.last_error ? h('span', { class: 'error-text', text: event.last_error }) : h('span', { class: 'muted', text: '—' })),
-    cell(6, time(event.received_at)),
+    cell(5, result(event)),
+    cell(6, time(event.received_at, { compact: true })),
     actions,
   );
   return row;
@@ -104,7 +173,7 @@ async function bulkRetry() {
     const { count, abandoned, more } = await countRetryable(f);
     if (count === 0) {
       say(status, `No failed events to retry (${describe(f)}).` +
-        (abandoned ? ` ${abandoned} abandoned ones need a Force retry each.` : ''));
+        (abandoned ? ` ${abandoned} abandoned ones need a Force retry each, on their own pages.` : ''));
       return;
     }
     const n = `${more ? 'at least ' : ''}${count}`;
@@ -113,7 +182,7 @@ async function bulkRetry() {
       text: `${n} failed event${count === 1 ? '' : 's'} (${describe(f)}) go back to pending, ` +
         'due now, with a fresh attempt budget.' +
         (abandoned ? ` ${abandoned} abandoned event${abandoned === 1 ? ' is' : 's are'} left out: ` +
-          'the downstream may have acted, so each needs a Force retry of its own.' : ''),
+          'the downstream may have acted, so each needs a Force retry of its own, on its page.' : ''),
       confirmLabel: `Retry ${n}`,
     });
     if (!ok) { say(status, 'Bulk retry cancelled.'); return; }
@@ -132,10 +201,19 @@ async function bulkRetry() {
 }
 
 export function setup() {
-  $('filters').addEventListener('submit', (e) => { e.preventDefault(); load(false); });
-  $('filters').addEventListener('reset', () => setTimeout(() => load(false)));
+  $('filters').addEventListener('submit', (e) => { e.preventDefault(); apply(); });
+  // The reset event comes before the fields are reset.
+  $('filters').addEventListener('reset', () => setTimeout(apply));
   $('more').addEventListener('click', () => load(true));
   $('bulk-retry').addEventListener('click', bulkRetry);
 }
 
-export function show() { return load(false); }
+/** Shows the list for the filters of the fragment's query (`status=failed&type=…`). */
+export function show(search) {
+  fillForm(search);
+  listHash = hashOf(filters());
+  return load(false);
+}
+
+/** The fragment of the list as last shown, filters included: where "Back to events" goes. */
+export function lastListHash() { return listHash; }

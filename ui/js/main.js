@@ -1,5 +1,6 @@
-// Sign-in, sign-out and the views behind the URL's fragment: #overview, #events,
-// #event/<source>/<id>, #loyalty, #requests, #request/<id>. The fragment never holds the token.
+// Sign-in, sign-out and the views behind the URL's fragment: #overview, #events (with its
+// filters: #events?status=failed&source=shop), #event/<source>/<id>, #loyalty, #requests,
+// #request/<id>. The fragment never holds the token.
 
 import { api, token, whenUnauthorized } from './api.js';
 import { $, say } from './dom.js';
@@ -11,6 +12,9 @@ import * as lookups from './lookups.js';
 const VIEWS = ['login', 'overview', 'events', 'event', 'loyalty', 'requests'];
 
 function showView(name) {
+  // Focus moves to the heading only when the view changes: applying filters keeps it.
+  const changed = $(`view-${name}`).hidden;
+  if (name !== 'overview') overview.hide();
   for (const v of VIEWS) $(`view-${v}`).hidden = v !== name;
   const signedIn = name !== 'login';
   $('nav').hidden = !signedIn;
@@ -22,7 +26,7 @@ function showView(name) {
   }
   const heading = $(`view-${name}`).querySelector('h1');
   document.title = `${heading.textContent} · webhook-inbox`;
-  heading.focus({ preventScroll: false });
+  if (changed) heading.focus({ preventScroll: false });
 }
 
 function signOut(message) {
@@ -38,14 +42,12 @@ async function route() {
   const [path, search] = location.hash.slice(1).split('?');
   const parts = path.split('/').map(decodeURIComponent);
   switch (parts[0]) {
-    case 'events': {
-      const status = new URLSearchParams(search ?? '').get('status');
-      if (status !== null) $('f-status').value = status;
+    case 'events':
       showView('events');
-      return events.show();
-    }
+      return events.show(search);
     case 'event':
       if (parts.length >= 3) {
+        $('back-to-events').href = events.lastListHash();
         showView('event');
         return detail.load(parts[1], parts.slice(2).join('/'));
       }

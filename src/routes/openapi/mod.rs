@@ -61,9 +61,9 @@ pub const BEARER: &str = "bearer";
     )),
     modifiers(&Shared),
     tags(
-        (name = "ingest", description = "Deliveries from providers (SPEC section 3)"),
-        (name = "ops", description = "Events and consumers, admin token (SPEC section 5)"),
-        (name = "requests", description = "The submission API (SPEC section 6)"),
+        (name = "ingest", description = "Deliveries from providers"),
+        (name = "ops", description = "Events, consumers and refused deliveries, admin token"),
+        (name = "requests", description = "The submission API: build a request, submit it once"),
         (name = "open", description = "Health, metrics, this document, the pages"),
     )
 )]

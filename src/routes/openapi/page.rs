@@ -23,6 +23,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../../ui/docs/reference.js"),
     ),
     (
+        "markdown.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../ui/docs/markdown.js"),
+    ),
+    (
         "reference.css",
         "text/css; charset=utf-8",
         include_bytes!("../../../ui/docs/reference.css"),
