@@ -230,3 +230,31 @@ pub fn segment(s: &str) -> String {
         .collect::<String>()
         .replace('+', "%20")
 }
+
+/// The rows under `field` of a paged list route (`GET /events`, `GET /rejections`): one page
+/// from `cursor` (`None`: the first), or with `all` every page after it (at most 10,000).
+/// Returns the rows and the `next_cursor` of the last page read.
+pub fn pages(
+    client: &ApiClient,
+    path: &str,
+    query: &[(&str, String)],
+    field: &str,
+    cursor: Option<String>,
+    all: bool,
+) -> anyhow::Result<(Vec<Value>, Value)> {
+    let mut rows = Vec::new();
+    let mut next = cursor.map_or(Value::Null, Value::String);
+    for _ in 0..10_000 {
+        let mut q = query.to_vec();
+        if let Value::String(cursor) = &next {
+            q.push(("cursor", cursor.clone()));
+        }
+        let page = client.get(path, &q)?;
+        rows.extend(page[field].as_array().cloned().unwrap_or_default());
+        next = page["next_cursor"].clone();
+        if !all || next.is_null() {
+            break;
+        }
+    }
+    Ok((rows, next))
+}

@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, CliError, RESOLUTION_HELP, Remote, segment};
+use super::client::{ApiClient, CliError, RESOLUTION_HELP, Remote, pages, segment};
 use super::purge;
-use super::table::{clip, render};
+use super::table::{clip, render, text};
 use super::when::parse_when;
 
 #[derive(Debug, Subcommand)]
@@ -146,33 +146,18 @@ pub fn run(config: Option<&Path>, command: EventsCommand) -> anyhow::Result<()> 
     }
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
     let client = ApiClient::new(&args.remote, config)?;
     let mut query = args.filter.query();
     query.push(("limit", args.limit.to_string()));
-    let mut events: Vec<Value> = Vec::new();
-    let mut next = args.cursor.clone().map_or(Value::Null, Value::String);
-    // Bounded: at most 10,000 pages.
-    for _ in 0..10_000 {
-        let mut q = query.clone();
-        if let Value::String(cursor) = &next {
-            q.push(("cursor", cursor.clone()));
-        }
-        let page = client.get("/events", &q)?;
-        events.extend(page["events"].as_array().cloned().unwrap_or_default());
-        next = page["next_cursor"].clone();
-        if !args.all || next.is_null() {
-            break;
-        }
-    }
+    let (events, next) = pages(
+        &client,
+        "/events",
+        &query,
+        "events",
+        args.cursor.clone(),
+        args.all,
+    )?;
     if args.json {
         println!("{}", json!({"events": events, "next_cursor": next}));
         return Ok(());

@@ -5,8 +5,8 @@ use std::path::Path;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, RESOLUTION_HELP, Remote};
-use super::table::{clip, render};
+use super::client::{ApiClient, RESOLUTION_HELP, Remote, pages};
+use super::table::{clip, render, text};
 use super::when::parse_when;
 
 #[derive(Debug, Subcommand)]
@@ -50,14 +50,6 @@ pub fn run(config: Option<&Path>, command: RejectionsCommand) -> anyhow::Result<
     }
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
     let client = ApiClient::new(&args.remote, config)?;
     let mut query: Vec<(&str, String)> = [
@@ -70,21 +62,14 @@ fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
     .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
     .collect();
     query.push(("limit", args.limit.to_string()));
-    let mut rows: Vec<Value> = Vec::new();
-    let mut next = args.cursor.clone().map_or(Value::Null, Value::String);
-    // Bounded: at most 10,000 pages.
-    for _ in 0..10_000 {
-        let mut q = query.clone();
-        if let Value::String(cursor) = &next {
-            q.push(("cursor", cursor.clone()));
-        }
-        let page = client.get("/rejections", &q)?;
-        rows.extend(page["rejections"].as_array().cloned().unwrap_or_default());
-        next = page["next_cursor"].clone();
-        if !args.all || next.is_null() {
-            break;
-        }
-    }
+    let (rows, next) = pages(
+        &client,
+        "/rejections",
+        &query,
+        "rejections",
+        args.cursor.clone(),
+        args.all,
+    )?;
     if args.json {
         println!("{}", json!({"rejections": rows, "next_cursor": next}));
         return Ok(());

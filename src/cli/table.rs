@@ -37,3 +37,12 @@ pub fn clip(s: &str, n: usize) -> String {
         cut
     }
 }
+
+/// A JSON value as a table cell: `-` for null, a string without its quotes.
+pub fn text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
