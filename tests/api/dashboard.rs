@@ -9,7 +9,7 @@ use fantoccini::{Client, Locator, key::Key};
 use serde_json::{Value, json};
 
 use crate::browser::{Driver, click, js, screenshot, type_into, wait_at_most, wait_until};
-use crate::helpers::{ADMIN_TOKEN, order_body, sign_for};
+use crate::helpers::{ADMIN_TOKEN, order_body, sign_for, sign_with};
 use crate::process::{ServerProcess, free_port, send_signed, write_config};
 use crate::requires;
 
@@ -516,6 +516,217 @@ fn dashboard_shows_hostile_bodies_as_text_and_fits_a_phone() {
         click(&c, "nav a[href='#requests']").await;
         wait_until(&c, "return document.getElementById('requests-status').textContent !== '';", "the requests view").await;
         wait_until(&c, fits, "the requests view to fit").await;
+        }).await;
+    });
+}
+
+/// `POST /webhooks/{source}` with these headers, from inside the browser test's runtime;
+/// answers the status.
+async fn post_webhook(base: &str, source: &str, headers: &[(String, String)], body: &str) -> u16 {
+    let mut req = reqwest::Client::new()
+        .post(format!("{base}/webhooks/{source}"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+/// The kept refusals (`GET /rejections`), once there are `n`: a background task writes them,
+/// so this waits, at most 10 s.
+async fn rejections_kept(base: &str, n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let page: Value = reqwest::Client::new()
+            .get(format!("{base}/rejections?limit=500"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let rows = page["rejections"].as_array().unwrap().clone();
+        if rows.len() >= n {
+            return rows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} refusals kept, {n} expected: {rows:?}",
+            rows.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Markup in a refused request's header: it must reach the page as characters.
+const HOSTILE_AGENT: &str = "<img src=x onerror=window.__xss=1>";
+
+/// The reasons of the Rejected view's rows, top to bottom.
+const REASONS: &str = "return [...document.querySelectorAll('#rejected-body tr[data-rejection] .reason')].map(e => e.textContent);";
+
+/// The value cell of header `name` in the opened details of the first `reason` row.
+fn header_value(reason: &str, name: &str) -> String {
+    format!(
+        "const d = document.querySelector('#rejected-body tr[data-reason=\"{reason}\"] + tr.detail-row'); const r = d && !d.hidden && d.querySelector('tr[data-header=\"{name}\"] td:nth-child(2)'); return r ? r.textContent : null;"
+    )
+}
+
+/// Whether [`header_value`] is `value` (for [`wait_until`]).
+fn header_is(reason: &str, name: &str, value: &str) -> String {
+    format!(
+        "return (() => {{ {} }})() === '{value}';",
+        header_value(reason, name)
+    )
+}
+
+/// Deliveries refused at the edge, in their own view: the empty state says what the view is
+/// for; a forged signature and an unknown source show with their reasons; a row opens (by
+/// keyboard) onto its headers, secrets shown as "(not kept)" and markup as text; the reason
+/// filter lives in the URL (pasted in a new tab, the same row); older refusals page in; a
+/// 390 px phone does not scroll sideways.
+#[test]
+fn dashboard_rejected_view_lists_refusals_with_filters_in_the_url() {
+    if !browser_found() {
+        return;
+    }
+    let seeded = start_and_seed(&[]);
+    let base = seeded.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        let seeded = &seeded;
+        let b = base.clone();
+        driver.run("rejected", 1280, |c| async move {
+        let base = b;
+        c.goto(&format!("{base}/ui/")).await.unwrap();
+        js(&c, "window.__violations = []; document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective));").await;
+        sign_in(&c, ADMIN_TOKEN).await;
+        click(&c, "nav a[href='#rejected']").await;
+
+        // Nothing refused yet: the view says what it is for.
+        wait_until(&c, "const s = document.getElementById('rejected-status'); return location.hash === '#rejected' && s.classList.contains('empty') && s.textContent.includes('None kept yet.');", "the empty state").await;
+        let empty = js(&c, "return document.getElementById('rejected-status').textContent;").await;
+        assert_eq!(empty, "Deliveries refused at the edge: bad signature, stale timestamp, unknown source, oversize, bad body, forbidden sender. None kept yet.");
+        assert_eq!(js(&c, "return document.getElementById('rejected-table').hidden && document.querySelector('nav a[aria-current=page]').textContent;").await, "Rejected");
+        screenshot(&c, "rejected-empty-1280").await;
+
+        // A delivery to `shop` signed with another secret, with markup in a header, then one
+        // to a source nobody configured.
+        let body = order_body("o-1", "c-1", 1);
+        let mut forged = sign_with(
+            webhook_inbox::signature::Scheme::StandardWebhooks,
+            "whsec_MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTI=",
+            "forged-1",
+            body.as_bytes(),
+            webhook_inbox::domain::time::now_secs(),
+        );
+        forged.push(("user-agent".into(), HOSTILE_AGENT.into()));
+        assert_eq!(post_webhook(&base, "shop", &forged, &body).await, 401);
+        let signed = sign_for(&seeded.settings, "shop", "x-1", b"{}");
+        assert_eq!(post_webhook(&base, "nope", &signed, "{}").await, 404);
+        rejections_kept(&base, 2).await;
+
+        // Refresh shows them, newest first, each field as text.
+        click(&c, "#rejected-refresh").await;
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 2;", "the 2 refusals").await;
+        assert_eq!(js(&c, REASONS).await, json!(["unknown_source", "invalid_signature"]));
+        let cells = js(&c, "return [...document.querySelectorAll('#rejected-body tr[data-rejection]')].map(r => [...r.querySelectorAll('td')].slice(1, 7).map(td => td.textContent));").await;
+        let cells = cells.as_array().unwrap();
+        assert_eq!(cells[0].as_array().unwrap()[..5], [json!("nope"), json!("unknown_source"), json!("404"), json!("127.0.0.1"), json!("2 B")], "{cells:?}");
+        assert_eq!(cells[1].as_array().unwrap()[..5], [json!("shop"), json!("invalid_signature"), json!("401"), json!("127.0.0.1"), json!(format!("{} B", body.len()))], "{cells:?}");
+        assert!(cells[0][5].as_str().unwrap().contains("nope"), "the message: {cells:?}");
+        assert!(!cells[1][5].as_str().unwrap().is_empty(), "the message: {cells:?}");
+        // Received in local time, UTC on hover; the reason in monospace.
+        let title = js(&c, "return document.querySelector('#rejected-body tr[data-rejection] time').title;").await;
+        assert!(title.as_str().unwrap().ends_with("Z (UTC)"), "{title}");
+        assert_eq!(js(&c, "return getComputedStyle(document.querySelector('#rejected-body .reason')).fontFamily.includes('Mono');").await, true);
+        assert_eq!(js(&c, "return document.querySelector('#rejected-status').textContent;").await, "2 refused deliveries shown.");
+        assert_eq!(js(&c, "return document.documentElement.scrollWidth <= window.innerWidth;").await, true, "the list scrolls sideways");
+        let wrapped = js(&c, &format!("{LINES} return [...document.querySelectorAll('#rejected-body .reason, #rejected-body time, #view-rejected button:not([hidden])')].filter(e => lines(e) !== 1).map(e => e.textContent);")).await;
+        assert_eq!(wrapped, json!([]), "wrapped at 1280 px");
+        screenshot(&c, "rejected-1280").await;
+
+        // The invalid_signature row opens by keyboard onto its headers and body digest.
+        let toggle = "#rejected-body tr[data-reason='invalid_signature'] button.details";
+        assert_eq!(js(&c, &format!("const b = document.querySelector(\"{toggle}\"); return b.getAttribute('aria-expanded') + ' ' + b.getAttribute('aria-label');")).await, "false Details of refusal 1: headers and body digest");
+        c.find(Locator::Css(toggle)).await.unwrap().send_keys(&Key::Enter.to_string()).await.unwrap();
+        wait_until(&c, &header_is("invalid_signature", "webhook-id", "forged-1"), "the webhook-id header").await;
+        assert_eq!(js(&c, &header_value("invalid_signature", "webhook-id")).await, "forged-1");
+        assert_eq!(js(&c, &header_value("invalid_signature", "webhook-signature")).await, "(not kept)");
+        assert_eq!(js(&c, &header_value("invalid_signature", "webhook-timestamp")).await.as_str().map(|t| t.parse::<i64>().is_ok()), Some(true));
+        assert_eq!(js(&c, &format!("return document.querySelector(\"{toggle}\").getAttribute('aria-expanded');")).await, "true");
+        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body.as_bytes()));
+        assert_eq!(js(&c, "return document.querySelector('#rejected-body tr.detail-row:not([hidden]) .sha').textContent;").await, json!(digest));
+        // The markup in the user-agent header is shown as its characters; nothing ran.
+        assert_eq!(js(&c, &header_value("invalid_signature", "user-agent")).await, HOSTILE_AGENT);
+        assert_eq!(js(&c, "return document.querySelectorAll('main img, main script').length;").await, 0);
+        assert_eq!(js(&c, "return window.__xss === undefined && window.__violations.length === 0;").await, true);
+        js(&c, "document.querySelector('#rejected-body tr.detail-row:not([hidden])').scrollIntoView();").await;
+        screenshot(&c, "rejected-details-1280").await;
+        // Closed again by keyboard.
+        c.find(Locator::Css(toggle)).await.unwrap().send_keys(&Key::Enter.to_string()).await.unwrap();
+        wait_until(&c, "return document.querySelector('#rejected-body tr.detail-row:not([hidden])') === null;", "the details closed").await;
+
+        // The reason filter, through the form: the URL says it, one row is left.
+        type_into(&c, "#r-reason", "invalid_signature").await;
+        click(&c, "#rejected-filters button[type=submit]").await;
+        wait_until(&c, "return location.hash === '#rejected?reason=invalid_signature' && document.querySelectorAll('#rejected-body tr[data-rejection]').length === 1;", "the filtered row and URL").await;
+        assert_eq!(js(&c, REASONS).await, json!(["invalid_signature"]));
+        let url = js(&c, "return location.href;").await.as_str().unwrap().to_string();
+        assert!(!url.contains(ADMIN_TOKEN), "{url}");
+
+        // The URL in a new tab: sign in again, the same filter and row.
+        let first = c.window().await.unwrap();
+        let tab = c.new_window(true).await.unwrap();
+        c.switch_to_window(tab.handle.clone()).await.unwrap();
+        c.goto(&url).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 1 && !document.getElementById('view-rejected').hidden;", "the filtered row in the new tab").await;
+        assert_eq!(js(&c, REASONS).await, json!(["invalid_signature"]));
+        assert_eq!(js(&c, "return ['r-source', 'r-reason', 'r-after', 'r-before'].map(id => document.getElementById(id).value);").await, json!(["", "invalid_signature", "", ""]));
+        c.close_window().await.unwrap();
+        c.switch_to_window(first).await.unwrap();
+
+        // A filter nothing matches says so; Reset is every refusal again.
+        js(&c, "document.getElementById('r-after').value = '2999-01-01T00:00:00';").await;
+        click(&c, "#rejected-filters button[type=submit]").await;
+        wait_until(&c, "return location.hash.includes('received_after=2999-') && document.getElementById('rejected-status').textContent === 'No refused delivery matches these filters.' && document.getElementById('rejected-table').hidden;", "no match").await;
+        click(&c, "#r-reset").await;
+        wait_until(&c, "return location.hash === '#rejected' && document.querySelectorAll('#rejected-body tr[data-rejection]').length === 2;", "every refusal after Reset").await;
+
+        // Older refusals page in through the cursor, 50 at a time.
+        for i in 0..50 {
+            let signed = sign_for(&seeded.settings, "shop", &format!("n-{i}"), b"{}");
+            assert_eq!(post_webhook(&base, "nope", &signed, "{}").await, 404);
+        }
+        rejections_kept(&base, 52).await;
+        click(&c, "#rejected-refresh").await;
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 50 && !document.getElementById('rejected-more').hidden;", "the first page").await;
+        assert_eq!(js(&c, "return document.getElementById('rejected-status').textContent;").await, "50 refused deliveries shown; older ones on the next page.");
+        click(&c, "#rejected-more").await;
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 52 && document.getElementById('rejected-more').hidden;", "the second page").await;
+        assert_eq!(js(&c, "return [...document.querySelectorAll('#rejected-body tr[data-rejection]')].slice(-1)[0].dataset.reason;").await, "invalid_signature");
+        }).await;
+
+        driver.run("rejected", 390, |c| async move {
+        let fits = "return document.documentElement.scrollWidth <= window.innerWidth;";
+        c.goto(&format!("{base}/ui/#rejected")).await.unwrap();
+        assert_eq!(js(&c, "return window.innerWidth;").await, 390);
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 50;", "the refusals").await;
+        wait_until(&c, fits, "the list to fit").await;
+        screenshot(&c, "rejected-390").await;
+        js(&c, "document.getElementById('rejected-table').scrollIntoView();").await;
+        screenshot(&c, "rejected-rows-390").await;
+        c.goto(&format!("{base}/ui/#rejected?reason=invalid_signature")).await.unwrap();
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 1;", "the filtered row").await;
+        click(&c, "#rejected-body button.details").await;
+        wait_until(&c, &header_is("invalid_signature", "webhook-signature", "(not kept)"), "the opened details").await;
+        wait_until(&c, fits, "the opened details to fit").await;
+        js(&c, "document.querySelector('#rejected-body tr.detail-row').scrollIntoView();").await;
+        screenshot(&c, "rejected-details-390").await;
         }).await;
     });
 }

@@ -47,6 +47,26 @@ export function time(iso, { compact = false } = {}) {
   return h('time', { datetime: iso, title, text });
 }
 
+/** `2026-12-04T05:46:55` in local time: what a datetime-local input takes. */
+export function localInput(iso) {
+  const d = new Date(iso ?? '');
+  if (Number.isNaN(d.getTime())) return '';
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}` +
+    `T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+/** A datetime-local input's value (local time) as RFC 3339 UTC, as the API takes it. */
+export function utcOf(value) {
+  const d = value ? new Date(value) : null;
+  return d && !Number.isNaN(d.getTime()) ? d.toISOString() : undefined;
+}
+
+/** One line, cut with an ellipsis when the column is narrower; the whole text on hover. */
+export function clipped(text, cls = '') {
+  return h('span', { class: 'shrink' }, h('span', { class: `clip ${cls}`.trim(), title: text, text }));
+}
+
 /** "3 h 4 min", "12 s": an age for people. */
 export function age(seconds) {
   const s = Math.round(seconds);

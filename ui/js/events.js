@@ -4,7 +4,9 @@
 // filtered view can be reloaded, bookmarked and pasted.
 
 import { api, eventPath, query } from './api.js';
-import { h, $, clear, time, say, statusBadge, confirmDialog, copyButton } from './dom.js';
+import {
+  h, $, clear, time, say, statusBadge, confirmDialog, copyButton, localInput, utcOf, clipped,
+} from './dom.js';
 import { retryButtons } from './actions.js';
 
 const PAGE = 50;
@@ -15,16 +17,12 @@ let listHash = '#events';
 /** The filters as the API takes them; local date-times become RFC 3339 UTC. */
 function filters() {
   const form = $('filters');
-  const utc = (value) => {
-    const d = value ? new Date(value) : null;
-    return d && !Number.isNaN(d.getTime()) ? d.toISOString() : undefined;
-  };
   return {
     status: form.status.value,
     source: form.source.value.trim(),
     type: form.type.value.trim(),
-    received_after: utc(form.received_after.value),
-    received_before: utc(form.received_before.value),
+    received_after: utcOf(form.received_after.value),
+    received_before: utcOf(form.received_before.value),
   };
 }
 
@@ -36,15 +34,6 @@ function hashOf(f) {
   const q = new URLSearchParams({ status: f.status || 'any' });
   for (const k of ['source', 'type', 'received_after', 'received_before']) if (f[k]) q.set(k, f[k]);
   return `#events?${q}`;
-}
-
-/** `2026-12-04T05:46:55` in local time: what a datetime-local input takes. */
-function localInput(iso) {
-  const d = new Date(iso ?? '');
-  if (Number.isNaN(d.getTime())) return '';
-  const p = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}` +
-    `T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
 /** Fills the form from the fragment's query: absent keys take their defaults. */
@@ -80,11 +69,6 @@ const LABELS = ['Event ID', 'Source', 'Type', 'Status', 'Attempts', 'Outcome / e
 
 function cell(i, ...children) {
   return h('td', { 'data-label': LABELS[i] }, ...children);
-}
-
-/** One line, cut with an ellipsis when the column is narrower; the whole text on hover. */
-function clipped(text, cls = '') {
-  return h('span', { class: 'shrink' }, h('span', { class: `clip ${cls}`.trim(), title: text, text }));
 }
 
 /** What became of the event: its outcome once completed, else its last error. */

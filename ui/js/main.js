@@ -1,6 +1,7 @@
 // Sign-in, sign-out and the views behind the URL's fragment: #overview, #events (with its
-// filters: #events?status=failed&source=shop), #event/<source>/<id>, #loyalty, #requests,
-// #request/<id>. The fragment never holds the token.
+// filters: #events?status=failed&source=shop), #event/<source>/<id>, #rejected (with its
+// filters: #rejected?reason=invalid_signature), #loyalty, #requests, #request/<id>. The
+// fragment never holds the token.
 
 import { api, token, whenUnauthorized } from './api.js';
 import { $, say } from './dom.js';
@@ -9,7 +10,7 @@ import * as events from './events.js';
 import * as detail from './detail.js';
 import * as lookups from './lookups.js';
 
-const VIEWS = ['login', 'overview', 'events', 'event', 'loyalty', 'requests'];
+const VIEWS = ['login', 'overview', 'events', 'event', 'rejected', 'loyalty', 'requests'];
 
 function showView(name) {
   // Focus moves to the heading only when the view changes: applying filters keeps it.
@@ -52,6 +53,9 @@ async function route() {
         return detail.load(parts[1], parts.slice(2).join('/'));
       }
       break;
+    case 'rejected':
+      showView('rejected');
+      return lookups.showRejected(search);
     case 'loyalty':
       showView('loyalty');
       return;
