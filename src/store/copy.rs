@@ -237,12 +237,11 @@ pub fn copy_all(
                 .count() as u64;
             if wrote + expected != rows.len() as u64 {
                 anyhow::bail!(
-                    "copying table {}: {} of {} rows of a page were not written although the \
-                     target did not hold them before the copy: something else writes to the \
-                     target. Nothing is lost from the source; stop what writes there and run the \
-                     copy again with --allow-non-empty",
+                    "copying table {}: of a page of {} rows, {wrote} were written and {expected} \
+                     were there before the copy; the rest were not written: something else \
+                     writes to the target. Nothing is lost from the source; stop what writes \
+                     there and run the copy again with --allow-non-empty",
                     table.name,
-                    rows.len() as u64 - expected - wrote,
                     rows.len()
                 );
             }
