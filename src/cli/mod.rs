@@ -12,6 +12,7 @@ mod manual;
 mod purge;
 mod rejections;
 mod replay;
+mod retry;
 mod sign;
 mod table;
 mod when;

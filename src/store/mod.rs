@@ -8,12 +8,14 @@
 
 pub mod copy;
 pub mod postgres;
+mod rejection;
 pub mod rules;
 pub mod sqlite;
 mod types;
 
 use std::sync::Arc;
 
+pub use rejection::*;
 pub use types::*;
 
 use crate::config::Database;
