@@ -374,6 +374,18 @@ async fn a_copy_and_a_node_never_share_a_database() {
         err.contains("in use by a running webhook-inbox node"),
         "{err}"
     );
+    // Named through another path (a symlink to the file), it is the same database.
+    let alias = source.path().join("alias.db");
+    std::os::unix::fs::symlink(app.dir.path().join("inbox.db"), &alias).unwrap();
+    let to = format!("sqlite://{}", alias.display());
+    let o = copy(app.dir.path(), &["--from", &from, "--to", &to]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in use"));
 
     let dir = app.stop().await;
     let config = test_config(&dir);

@@ -20,7 +20,8 @@ impl From<postgres::Error> for StoreError {
     }
 }
 
-/// The client's error with its causes, e.g. `db error: ERROR: bigint out of range`.
+/// The client's error with its causes and the server's SQLSTATE, e.g. `db error: ERROR: bigint
+/// out of range (SQLSTATE 22003)`: never the client's bare "db error".
 fn describe(e: &postgres::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
@@ -31,6 +32,9 @@ fn describe(e: &postgres::Error) -> String {
             text.push_str(&cause_text);
         }
         source = cause.source();
+    }
+    if let Some(code) = e.code() {
+        text.push_str(&format!(" (SQLSTATE {})", code.code()));
     }
     text
 }

@@ -203,7 +203,10 @@ impl Store for SqliteStore {
     /// for a copy. Not the database file itself: closing another descriptor of that file would
     /// drop SQLite's own POSIX locks in this process.
     fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
-        let mut name = self.path().as_os_str().to_owned();
+        // The database's real path: a node and a copy that name it through different links
+        // still meet on one lock file.
+        let path = std::fs::canonicalize(self.path()).unwrap_or_else(|_| self.path().into());
+        let mut name = path.into_os_string();
         name.push("-lock");
         let failed = |e: std::io::Error| {
             let path = std::path::Path::new(&name).display().to_string();
