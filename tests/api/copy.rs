@@ -405,3 +405,56 @@ async fn a_copy_and_a_node_never_share_a_database() {
     let app = spawn_in(dir, &config, BuildOptions::default()).await;
     assert_eq!(app.balance("c-1").await, 0);
 }
+
+/// Nodes and copies starting at once, released through a barrier: either every node that got
+/// its share runs with no copy, or the one copy runs alone; never a copy beside a node, never
+/// two copies (both stores: flock on SQLite, advisory locks on PostgreSQL).
+fn a_copy_and_nodes_starting_at_once_never_overlap(kind: crate::stores::StoreKind) {
+    use std::sync::Barrier;
+    use webhook_inbox::store::Holder;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::stores::TestDb::create(kind, dir.path());
+    let store = db.open_store();
+    for round in 0..5 {
+        let barrier = Barrier::new(8);
+        let held: Vec<(Holder, bool)> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|i| {
+                    let (store, barrier) = (&store, &barrier);
+                    s.spawn(move || {
+                        let holder = if i % 4 == round % 4 {
+                            Holder::Copy
+                        } else {
+                            Holder::Node
+                        };
+                        barrier.wait();
+                        let hold = store.hold(holder).unwrap();
+                        // Keep what was taken until every thread has tried.
+                        barrier.wait();
+                        (holder, hold.is_some())
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let copies = held
+            .iter()
+            .filter(|(h, got)| *h == Holder::Copy && *got)
+            .count();
+        let nodes = held
+            .iter()
+            .filter(|(h, got)| *h == Holder::Node && *got)
+            .count();
+        assert!(
+            copies <= 1,
+            "round {round}: {copies} copies at once: {held:?}"
+        );
+        assert!(
+            copies == 0 || nodes == 0,
+            "round {round}: a copy beside {nodes} nodes: {held:?}"
+        );
+        assert!(copies + nodes > 0, "round {round}: nobody got it: {held:?}");
+    }
+}
+
+crate::stores::store_tests!(a_copy_and_nodes_starting_at_once_never_overlap);
