@@ -187,43 +187,45 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
     }
     if e["purged"] == true {
         // A tombstone: no body and no history any more, and the answer says so.
-        for key in [
-            "source",
-            "event_id",
-            "type",
-            "status",
-            "outcome",
-            "received_at",
-            "completed_at",
-            "purged_at",
-            "payload_sha256",
-        ] {
-            println!("{key:<19} {}", text(&e[key]));
-        }
+        print_fields(
+            &e,
+            &[
+                "source",
+                "event_id",
+                "type",
+                "status",
+                "outcome",
+                "received_at",
+                "completed_at",
+                "purged_at",
+                "payload_sha256",
+            ],
+        );
         println!(
             "\npurged by retention: its body and attempt history are gone; the tombstone keeps \
              its key (a redelivery is still a duplicate) and its body's SHA-256 above"
         );
         return Ok(());
     }
-    for key in [
-        "source",
-        "event_id",
-        "type",
-        "status",
-        "outcome",
-        "last_error",
-        "attempts",
-        "deliveries",
-        "payload_mismatches",
-        "received_at",
-        "last_delivered_at",
-        "next_attempt_at",
-        "completed_at",
-        "abandoned",
-    ] {
-        println!("{key:<19} {}", text(&e[key]));
-    }
+    print_fields(
+        &e,
+        &[
+            "source",
+            "event_id",
+            "type",
+            "status",
+            "outcome",
+            "last_error",
+            "attempts",
+            "deliveries",
+            "payload_mismatches",
+            "received_at",
+            "last_delivered_at",
+            "next_attempt_at",
+            "completed_at",
+            "abandoned",
+        ],
+    );
     println!(
         "\npayload:\n{}",
         serde_json::to_string_pretty(&e["payload"])?
@@ -293,5 +295,12 @@ impl<W: std::io::Write> std::io::Write for LineCounter<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// `key  value` lines, the keys aligned.
+fn print_fields(e: &Value, keys: &[&str]) {
+    for key in keys {
+        println!("{key:<19} {}", text(&e[*key]));
     }
 }

@@ -90,6 +90,20 @@ fn send(
     Ok(req.send()?.status().as_u16())
 }
 
+/// SIGHUP to the server, then wait (at most 10 s) until its log says `logged`.
+fn hang_up(server: &ServerProcess, logged: &str) {
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !server.logs().contains(logged) {
+        assert!(std::time::Instant::now() < deadline, "{}", server.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The DER of the certificate a new connection is served.
 fn served_certificate(client: &reqwest::blocking::Client, base: &str) -> Vec<u8> {
     let r = client.get(format!("{base}/healthz")).send().unwrap();
@@ -238,16 +252,7 @@ fn a_certificate_renewed_by_sighup_under_load_loses_nothing() {
     let (new_cert, new_key, new_der) = pki.issue(&renewed, "server");
     std::fs::copy(&new_cert, &cert).unwrap();
     std::fs::copy(&new_key, &key).unwrap();
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !server.logs().contains("TLS certificate reloaded") {
-        assert!(std::time::Instant::now() < deadline, "{}", server.logs());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    hang_up(&server, "TLS certificate reloaded");
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::SeqCst);
     let acked: Vec<String> = senders
@@ -272,16 +277,7 @@ fn a_certificate_renewed_by_sighup_under_load_loses_nothing() {
 
     // A renewal that does not load keeps the certificate in use.
     std::fs::write(&key, "not a key").unwrap();
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !server.logs().contains("did not reload") {
-        assert!(std::time::Instant::now() < deadline, "{}", server.logs());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    hang_up(&server, "did not reload");
     assert_eq!(served_certificate(&trusting(&pki), &base), new_der);
     assert_eq!(send(&fresh, &base, &settings, "after").unwrap(), 200);
 }
