@@ -34,5 +34,6 @@ pub mod routes;
 pub mod signature;
 pub mod startup;
 pub mod store;
+pub mod subscriptions;
 pub mod telemetry;
 pub mod tls;

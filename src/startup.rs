@@ -126,6 +126,10 @@ impl Application {
                 crate::domain::time::rfc3339(started)
             );
         }
+        let subscriptions = crate::subscriptions::from_settings(&settings)?;
+        store
+            .sync_subscriptions(&subscriptions, crate::domain::time::now_ms())
+            .context("applying the config's subscriptions")?;
         let metrics = Arc::new(Metrics::with_sources(
             settings.sources.iter().map(|s| s.name.as_str()),
         ));
@@ -155,6 +159,7 @@ impl Application {
                 Arc::clone(&metrics),
                 &settings.consumers,
             )
+            .with_subscriptions(&subscriptions)
             .paced_by(ingest.activity()),
         );
         let name = worker_name();

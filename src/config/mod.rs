@@ -88,6 +88,8 @@ pub struct Settings {
     /// the sender; anyone else's are ignored. Empty: the peer is the sender.
     pub trusted_proxies: Vec<Cidr>,
     pub sources: Vec<SourceSettings>,
+    /// The user's consumers (SPEC section 13); empty: the implicit three.
+    pub subscriptions: Vec<crate::subscriptions::SubscriptionSettings>,
 }
 
 /// How long terminal events keep their body and history before the background purge makes
@@ -184,6 +186,7 @@ impl Default for Settings {
             tls_key: None,
             trusted_proxies: Vec::new(),
             sources: Vec::new(),
+            subscriptions: Vec::new(),
         }
     }
 }
@@ -214,7 +217,7 @@ impl Default for DownstreamSettings {
 
 /// Bounds that keep the arithmetic on these settings far from overflow.
 const MAX_LEASE_SECONDS: u64 = 86_400;
-const MAX_BACKOFF_MS: u64 = 30 * 86_400_000;
+pub(crate) const MAX_BACKOFF_MS: u64 = 30 * 86_400_000;
 
 impl ConsumerSettings {
     /// The lease in milliseconds (`lease_seconds` is bounded by validation).
@@ -413,6 +416,7 @@ impl Settings {
                     .map_err(|m| invalid(key("secrets"), m))?;
             }
         }
+        crate::subscriptions::from_settings(self)?;
         Ok(())
     }
 }

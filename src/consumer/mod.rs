@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::store::{
     AttemptResult, Claimed, ExpiredClaim, Expiry, Finish, Finished, Lane, Next, Store, StoreResult,
 };
+use crate::subscriptions::Subscription;
 
 /// Bound on the batches one pass takes before it returns to its caller.
 const MAX_ROUNDS: usize = 10_000;
@@ -44,6 +45,15 @@ impl Pending {
     }
 }
 
+/// How the consumer treats the claims of one subscription: its handler, its mode, its budget
+/// and backoff.
+struct Rule {
+    handler: Arc<dyn crate::handlers::Handler>,
+    mode: DeliveryMode,
+    max_attempts: u32,
+    backoff: Backoff,
+}
+
 /// One claim-handle-finish pass over the store; shared by the pool's workers and by
 /// `POST /events/run`.
 pub struct Consumer {
@@ -53,6 +63,8 @@ pub struct Consumer {
     lease_ms: i64,
     max_attempts: u32,
     backoff: Backoff,
+    /// Each live subscription's rule, by the store's id.
+    rules: std::collections::HashMap<i64, Rule>,
     /// While deliveries are being stored, workers drain one round at a time, and after each
     /// round the pool rests as long as the round took: ingest comes first (a provider waits
     /// for its answer; the backlog can wait). One round at a time alone was not enough: one
@@ -69,6 +81,7 @@ impl Consumer {
         metrics: Arc<Metrics>,
         settings: &ConsumerSettings,
     ) -> Consumer {
+        let implicit = crate::subscriptions::implicit_with(settings, registry.downstream().mode());
         Consumer {
             store,
             registry,
@@ -76,8 +89,60 @@ impl Consumer {
             lease_ms: settings.lease_ms(),
             max_attempts: settings.max_attempts,
             backoff: Backoff::new(settings.backoff_base_ms, settings.backoff_max_ms),
+            rules: Default::default(),
             ingest_first: parking_lot::Mutex::new(()),
             ingest: Arc::default(),
+        }
+        .with_subscriptions(&implicit)
+    }
+
+    /// Serve these subscriptions (the config's), matched by name to the store's ids: their
+    /// handlers, modes, budgets and backoffs. A claim of a subscription not named here (one
+    /// removed while its claim ran) falls back to the handler the implicit routing picks.
+    pub fn with_subscriptions(mut self, subs: &[Subscription]) -> Consumer {
+        let ids = match self.store.subscription_ids() {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the subscriptions' ids");
+                Vec::new()
+            }
+        };
+        self.rules = ids
+            .into_iter()
+            .filter_map(|(id, name)| {
+                let sub = subs.iter().find(|s| s.name == name)?;
+                Some((
+                    id,
+                    Rule {
+                        handler: Arc::clone(self.registry.for_kind(sub.kind)),
+                        mode: sub.mode,
+                        max_attempts: sub.max_attempts,
+                        backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
+                    },
+                ))
+            })
+            .collect();
+        self
+    }
+
+    /// The handler of a claim, its mode, budget and backoff.
+    fn rule_of(
+        &self,
+        subscription: i64,
+        source: &str,
+        event_type: &str,
+    ) -> (
+        &Arc<dyn crate::handlers::Handler>,
+        DeliveryMode,
+        u32,
+        &Backoff,
+    ) {
+        match self.rules.get(&subscription) {
+            Some(r) => (&r.handler, r.mode, r.max_attempts, &r.backoff),
+            None => {
+                let handler = self.registry.route(source, event_type);
+                (handler, handler.mode(), self.max_attempts, &self.backoff)
+            }
         }
     }
 
@@ -209,7 +274,11 @@ impl Consumer {
                 tracing::info!(released, "released unstarted claims at shutdown");
                 break;
             }
-            let handler = self.registry.route(&event.claim.source, &event.event_type);
+            let (handler, ..) = self.rule_of(
+                event.claim.subscription,
+                &event.claim.source,
+                &event.event_type,
+            );
             let calls_out = handler.call_timeout().is_some();
             let started = Instant::now();
             // A handler that calls out runs in a span naming the event, for the lines its
@@ -245,6 +314,11 @@ impl Consumer {
     }
 
     fn next_state(&self, event: &Claimed, handled: Handled) -> Next {
+        let (_, _, max_attempts, backoff) = self.rule_of(
+            event.claim.subscription,
+            &event.claim.source,
+            &event.event_type,
+        );
         match handled {
             Handled::Complete { effect, outcome } => Next::Complete { effect, outcome },
             Handled::Permanent(error) => Next::Fail {
@@ -262,7 +336,7 @@ impl Consumer {
                 at: now_ms(),
                 error,
             },
-            Handled::Retryable(error) if event.budget_used >= i64::from(self.max_attempts) => {
+            Handled::Retryable(error) if event.budget_used >= i64::from(max_attempts) => {
                 Next::Fail {
                     error: format!("{error} (gave up after {} attempts)", event.budget_used),
                     result: AttemptResult::RetryableError,
@@ -270,7 +344,7 @@ impl Consumer {
                 }
             }
             Handled::Retryable(error) => Next::Retry {
-                at: now_ms() + self.backoff.delay_ms(event.budget_used),
+                at: now_ms() + backoff.delay_ms(event.budget_used),
                 error,
             },
         }
@@ -336,14 +410,16 @@ impl Consumer {
     /// at-least-once one gets the event again, unless its budget is spent.
     fn expiry(&self, expired: &ExpiredClaim) -> Expiry {
         let claim = &expired.claim;
-        match self.registry.mode(&claim.source, &expired.event_type) {
+        let (_, mode, max_attempts, _) =
+            self.rule_of(claim.subscription, &claim.source, &expired.event_type);
+        match mode {
             DeliveryMode::AtMostOnce => Expiry::Fail {
                 error: "abandoned: the lease expired during an at-most-once attempt; the \
                         downstream may have acted, so it is not retried without force"
                     .into(),
                 abandoned: true,
             },
-            DeliveryMode::AtLeastOnce if expired.budget_used >= i64::from(self.max_attempts) => {
+            DeliveryMode::AtLeastOnce if expired.budget_used >= i64::from(max_attempts) => {
                 Expiry::Fail {
                     error: "lease expired on the last attempt".into(),
                     abandoned: false,

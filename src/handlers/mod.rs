@@ -103,6 +103,17 @@ impl Registry {
         }
     }
 
+    /// The handler of a subscription kind. The kinds that reach the user's own code (`http`,
+    /// `pull`) have no handler here: the config refuses them until they are built.
+    pub fn for_kind(&self, kind: crate::subscriptions::Kind) -> &Arc<dyn Handler> {
+        use crate::subscriptions::Kind;
+        match kind {
+            Kind::LoyaltyCredit => &self.loyalty,
+            Kind::Downstream => &self.downstream,
+            Kind::Audit | Kind::Http | Kind::Pull => &self.audit,
+        }
+    }
+
     pub fn loyalty(&self) -> &Arc<dyn Handler> {
         &self.loyalty
     }

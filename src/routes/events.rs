@@ -23,6 +23,25 @@ pub struct FilterParams {
     event_type: Option<String>,
     received_after: Option<String>,
     received_before: Option<String>,
+    subscription: Option<String>,
+}
+
+/// A subscription named in a filter or a retry must be one of the config's (a misspelt name
+/// must not match nothing silently).
+pub(super) fn known_subscription(
+    settings: &crate::config::Settings,
+    name: &str,
+) -> Result<(), ApiError> {
+    let subs = crate::subscriptions::from_settings(settings)
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("{e}")))?;
+    if subs.iter().any(|s| s.name == name) {
+        return Ok(());
+    }
+    let names: Vec<_> = subs.iter().map(|s| s.name.as_str()).collect();
+    Err(ApiError::InvalidRequest(format!(
+        "subscription: `{name}` is not a subscription of this service ({})",
+        names.join(", ")
+    )))
 }
 
 pub(super) fn time_param(name: &str, value: &Option<String>) -> Result<Option<i64>, ApiError> {
@@ -37,7 +56,10 @@ pub(super) fn time_param(name: &str, value: &Option<String>) -> Result<Option<i6
 }
 
 impl FilterParams {
-    fn parse(&self) -> Result<EventFilter, ApiError> {
+    fn parse(&self, settings: &crate::config::Settings) -> Result<EventFilter, ApiError> {
+        if let Some(name) = &self.subscription {
+            known_subscription(settings, name)?;
+        }
         // `purged` is not a status of its own: a tombstone is a completed or failed event.
         let purged = self.status.as_deref() == Some("purged");
         let status = self
@@ -47,7 +69,8 @@ impl FilterParams {
             .map(|s| {
                 Status::parse(s).ok_or_else(|| {
                     ApiError::InvalidRequest(format!(
-                        "status: `{s}` is not one of pending, claimed, completed, failed, purged"
+                        "status: `{s}` is not one of pending, claimed, completed, failed, \
+                         stored, purged"
                     ))
                 })
             })
@@ -59,6 +82,7 @@ impl FilterParams {
             received_after: time_param("received_after", &self.received_after)?,
             received_before: time_param("received_before", &self.received_before)?,
             purged,
+            subscription: self.subscription.clone(),
         })
     }
 }
@@ -71,12 +95,13 @@ struct PageParams {
 }
 
 /// The filter keys of `GET /events`, `GET /events/export` and bulk retry (`status` aside).
-const FILTER_KEYS: [&str; 5] = [
+const FILTER_KEYS: [&str; 6] = [
     "status",
     "source",
     "type",
     "received_after",
     "received_before",
+    "subscription",
 ];
 
 /// A misspelt key must not be ignored: `?stauts=failed` would silently list every event.
@@ -112,6 +137,7 @@ pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result
         ("type" = Option<String>, Query, description = "Only events of this type"),
         ("received_after" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery after this time"),
         ("received_before" = Option<String>, Query, format = DateTime, description = "RFC 3339; first delivery before this time"),
+        ("subscription" = Option<String>, Query, description = "Only events this subscription takes; `status` is then its state of each"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
@@ -125,7 +151,7 @@ pub async fn list(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     refuse_unknown_keys(&req, &["limit", "cursor"])?;
-    let filter = query::<FilterParams>(&req)?.parse()?;
+    let filter = query::<FilterParams>(&req)?.parse(&state.settings)?;
     let params: PageParams = query(&req)?;
     let paging = Paging::parse(params.limit.as_deref(), params.cursor.as_deref())?;
     let page = paging.page();
@@ -157,7 +183,7 @@ pub async fn export(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     refuse_unknown_keys(&req, &[])?;
-    let filter = query::<FilterParams>(&req)?.parse()?;
+    let filter = query::<FilterParams>(&req)?.parse(&state.settings)?;
     // The first page is read before answering, so a store error is still a proper error.
     let first = export_page(&state, &filter, None).await?;
     let pages = futures_util::stream::unfold(
@@ -249,6 +275,7 @@ fn not_found(source: &str, event_id: &str) -> ApiError {
 #[derive(Debug, Deserialize)]
 pub struct RetryParams {
     force: Option<bool>,
+    subscription: Option<String>,
 }
 
 /// `failed -> pending`, due now, with a fresh budget. Pending or claimed: nothing changes.
@@ -256,7 +283,8 @@ pub struct RetryParams {
 #[utoipa::path(post, path = "/events/{source}/{event_id}/retry",
     operation_id = "retryEvent", tag = "ops", security(("bearer" = [])),
     params(("source" = String, Path), ("event_id" = String, Path),
-        ("force" = Option<bool>, Query, description = "Run a completed or abandoned event again")),
+        ("force" = Option<bool>, Query, description = "Run a completed or abandoned event again"),
+        ("subscription" = Option<String>, Query, description = "Retry its state in this subscription only (default: each failed one)")),
     responses(
         (status = 200, description = "The event after the retry", body = super::views::Event),
         (status = 404, description = "`not_found`", body = ErrorBody),
@@ -271,10 +299,14 @@ pub async fn retry(
 ) -> Result<HttpResponse, ApiError> {
     let (source, event_id) = path.into_inner();
     let force = query.force.unwrap_or(false);
+    let subscription = query.subscription.clone();
+    if let Some(name) = &subscription {
+        known_subscription(&state.settings, name)?;
+    }
     let outcome = {
         let (source, event_id) = (source.clone(), event_id.clone());
         blocking(&state, move |s| {
-            s.retry(&source, &event_id, force, now_ms())
+            s.retry(&source, &event_id, subscription.as_deref(), force, now_ms())
         })
         .await?
     };
@@ -326,7 +358,7 @@ pub async fn retry_bulk(
         )));
     }
     let params: FilterParams = parse_json(&body)?;
-    let filter = params.parse()?;
+    let filter = params.parse(&state.settings)?;
     let retried = blocking(&state, move |s| s.retry_failed(&filter, now_ms())).await?;
     if retried > 0 {
         state.queued.notify_waiters();

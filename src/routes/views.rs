@@ -18,6 +18,8 @@ pub enum EventStatus {
     Claimed,
     Completed,
     Failed,
+    /// No subscription's route matched it (an event's summary only).
+    Stored,
 }
 
 impl From<Status> for EventStatus {
@@ -27,6 +29,7 @@ impl From<Status> for EventStatus {
             Status::Claimed => EventStatus::Claimed,
             Status::Completed => EventStatus::Completed,
             Status::Failed => EventStatus::Failed,
+            Status::Stored => EventStatus::Stored,
         }
     }
 }
@@ -63,6 +66,26 @@ pub struct Event {
     /// A tombstone: its body and history were removed by retention (SPEC section 12); its key
     /// still answers redeliveries as duplicates.
     purged: bool,
+    /// Its state in each subscription that takes it (SPEC section 13); `status` above is their
+    /// summary, and the fields above are the state that decides it.
+    subscriptions: Vec<SubscriptionStatus>,
+}
+
+/// One subscription's state of an event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionStatus {
+    name: String,
+    status: EventStatus,
+    attempts: i64,
+    #[schema(required = true)]
+    outcome: Option<String>,
+    #[schema(required = true)]
+    last_error: Option<String>,
+    abandoned: bool,
+    #[schema(format = DateTime, required = true)]
+    next_attempt_at: Option<String>,
+    #[schema(format = DateTime, required = true)]
+    completed_at: Option<String>,
 }
 
 pub fn event(e: &EventRecord) -> Event {
@@ -82,12 +105,28 @@ pub fn event(e: &EventRecord) -> Event {
         last_error: e.last_error.clone(),
         abandoned: e.abandoned,
         purged: e.purged_at.is_some(),
+        subscriptions: e
+            .subscriptions
+            .iter()
+            .map(|s| SubscriptionStatus {
+                name: s.name.clone(),
+                status: s.status.into(),
+                attempts: s.attempts,
+                outcome: s.outcome.clone(),
+                last_error: s.last_error.clone(),
+                abandoned: s.abandoned,
+                next_attempt_at: s.next_attempt_at.map(rfc3339),
+                completed_at: s.completed_at.map(rfc3339),
+            })
+            .collect(),
     }
 }
 
 /// One attempt of an event's history.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Attempt {
+    /// The subscription the attempt was for.
+    subscription: String,
     attempt: i64,
     worker: String,
     #[schema(format = DateTime)]
@@ -154,6 +193,7 @@ pub fn event_detail(d: &EventDetail) -> EventWithHistory {
 
 fn attempt(a: &AttemptRecord) -> Attempt {
     Attempt {
+        subscription: a.subscription.clone(),
         attempt: a.attempt,
         worker: a.worker.clone(),
         started_at: rfc3339(a.started_at),

@@ -204,6 +204,19 @@ pub fn copy_all(
         )
     })?;
     to.migrate()?;
+    // The tables below hold one state per event: what the implicit subscriptions keep. A
+    // database whose events fan out to others would lose their states.
+    let implicit = ["loyalty", "downstream", "audit"];
+    if let Some(other) = from
+        .subscriptions(crate::domain::time::now_ms())?
+        .iter()
+        .find(|s| !implicit.contains(&s.name.as_str()))
+    {
+        anyhow::bail!(
+            "the source database has subscription `{}` beside the implicit ones: a copy keeps              one state per event in this version, so it copies only databases served by the              implicit subscriptions (loyalty, downstream, audit)",
+            other.name
+        );
+    }
     let found = non_empty_tables(to)?;
     let held = if found.is_empty() {
         HashMap::new()

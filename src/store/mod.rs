@@ -19,6 +19,7 @@ pub use rejection::*;
 pub use types::*;
 
 use crate::config::Database;
+use crate::subscriptions::Subscription;
 use copy::{Cell, Row, Table};
 use postgres::{PostgresOptions, PostgresStore};
 use sqlite::{SqliteOptions, SqliteStore};
@@ -59,6 +60,23 @@ pub trait Store: Send + Sync + 'static {
     /// start at once (PostgreSQL's LISTEN/NOTIFY). Polling stays the fallback; a store whose
     /// writers are all in this process (SQLite) has nothing to add.
     fn on_queued(&self, _wake: Arc<tokio::sync::Notify>) {}
+
+    // Subscriptions (SPEC section 13).
+    /// Make the store's subscriptions the config's, by name: a new one gets an id and takes
+    /// the events stored after now; one no longer named is marked removed (its work stops, its
+    /// history stays); one named again comes back. Returns the ids in `subs`' order.
+    fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>>;
+    /// The subscriptions not removed, as `(id, name)`.
+    fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>>;
+    /// Every subscription, removed ones last, with counts by status.
+    fn subscriptions(&self, now: i64) -> StoreResult<Vec<SubscriptionInfo>>;
+    /// Pause (nothing is claimed for it; its events wait) or resume. `false`: no live
+    /// subscription has that name.
+    fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool>;
+    /// Hand a subscription the events it matches that were stored at or after `since` (unix
+    /// ms) and that it has no state for (stored before it was added): pending, due now.
+    /// `None`: no live subscription has that name.
+    fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>>;
 
     // Ingest.
     /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items
@@ -107,10 +125,12 @@ pub trait Store: Send + Sync + 'static {
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize>;
 
     // Ops.
+    /// Retry one event: the state of `subscription`, or each failed state of the event.
     fn retry(
         &self,
         source: &str,
         event_id: &str,
+        subscription: Option<&str>,
         force: bool,
         now: i64,
     ) -> StoreResult<RetryOutcome>;

@@ -227,7 +227,8 @@ pub fn may_retry(
 ) -> Result<(), RetryRefusal> {
     match status {
         _ if purged => Err(RetryRefusal::Purged),
-        Status::Pending | Status::Claimed => Err(RetryRefusal::Unfinished),
+        // Stored: no subscription took it, so there is nothing to run again.
+        Status::Pending | Status::Claimed | Status::Stored => Err(RetryRefusal::Unfinished),
         Status::Failed if !abandoned || force => Ok(()),
         Status::Completed if force => Ok(()),
         Status::Failed | Status::Completed => Err(RetryRefusal::NeedsForce),

@@ -68,14 +68,18 @@ pub enum Status {
     Claimed,
     Completed,
     Failed,
+    /// An event that no subscription's route matched: stored, deduplicated and listed, with
+    /// no subscription state (an event's summary only; never a subscription's status).
+    Stored,
 }
 
 impl Status {
-    pub const ALL: [Status; 4] = [
+    pub const ALL: [Status; 5] = [
         Status::Pending,
         Status::Claimed,
         Status::Completed,
         Status::Failed,
+        Status::Stored,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +88,7 @@ impl Status {
             Status::Claimed => "claimed",
             Status::Completed => "completed",
             Status::Failed => "failed",
+            Status::Stored => "stored",
         }
     }
 
@@ -169,10 +174,44 @@ pub struct EventRecord {
     pub finished_at: Option<i64>,
     /// Set when the retention purge took the body and history: the row is a tombstone.
     pub purged_at: Option<i64>,
+    /// The event's state in each subscription that took it (SPEC section 13). `status` is
+    /// their summary; the other fields above are the state that decides it (the first failed,
+    /// else claimed, pending, completed one). Filled by `event` and `list_events`.
+    pub subscriptions: Vec<SubscriptionState>,
+}
+
+/// One subscription's state of one event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubscriptionState {
+    pub name: String,
+    pub status: Status,
+    pub attempts: i64,
+    pub outcome: Option<String>,
+    pub last_error: Option<String>,
+    pub abandoned: bool,
+    pub next_attempt_at: Option<i64>,
+    pub completed_at: Option<i64>,
+}
+
+/// A subscription as `GET /subscriptions` shows it.
+#[derive(Debug, Clone)]
+pub struct SubscriptionInfo {
+    pub name: String,
+    pub kind: String,
+    pub route: crate::subscriptions::Route,
+    pub paused: bool,
+    /// No longer in the config: its work stopped, its history is kept.
+    pub removed: bool,
+    /// Its state rows by status (`pending` counts what waits in its own rows).
+    pub counts: StatusCounts,
+    /// When it was added (unix ms); it takes the events stored after that.
+    pub created_at: i64,
 }
 
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
+    /// The subscription the attempt was made for.
+    pub subscription: String,
     pub attempt: i64,
     pub worker: String,
     pub started_at: i64,
@@ -210,6 +249,8 @@ pub struct EventFilter {
     pub received_before: Option<i64>,
     /// Tombstones only (`status=purged`); otherwise tombstones are left out.
     pub purged: bool,
+    /// Events this subscription took; `status` is then that subscription's status.
+    pub subscription: Option<String>,
 }
 
 /// Newest first: `before_seq` is the cursor (exclusive), `None` for the first page.
@@ -248,6 +289,8 @@ pub struct ClaimRef {
     /// The event's store sequence: later transitions find the row by it (recent events' rows
     /// are adjacent and cached, unlike lookups by the random event id).
     pub seq: i64,
+    /// The store's id of the subscription the claim is for (see `Store::subscription_ids`).
+    pub subscription: i64,
     pub claim_token: String,
     pub attempt: i64,
 }

@@ -389,12 +389,18 @@ fn a_forced_rerun_of_a_completed_credit_moves_nothing(kind: StoreKind) {
     let h = Harness::on(kind, 5, 30);
     h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
     h.drain();
-    let r = h.store.retry("shop", "evt-1", false, now_ms()).unwrap();
+    let r = h
+        .store
+        .retry("shop", "evt-1", None, false, now_ms())
+        .unwrap();
     assert!(matches!(
         r,
         webhook_inbox::store::RetryOutcome::NeedsForce(_)
     ));
-    let r = h.store.retry("shop", "evt-1", true, now_ms()).unwrap();
+    let r = h
+        .store
+        .retry("shop", "evt-1", None, true, now_ms())
+        .unwrap();
     assert!(matches!(r, webhook_inbox::store::RetryOutcome::Retried(_)));
     h.drain();
     assert_eq!(h.balance("c-1"), 10);

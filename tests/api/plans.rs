@@ -2,7 +2,7 @@
 //! the partial indexes, statements that must not be planned again, and the ingest writer's
 //! signal that ingest is active.
 
-use webhook_inbox::store::{Lane, Store};
+use webhook_inbox::store::Store;
 
 use crate::harness::Harness;
 use crate::helpers::*;
@@ -18,13 +18,20 @@ fn query_plan(h: &Harness, sql: &str, params: impl rusqlite::Params) -> Vec<Stri
         .unwrap()
 }
 
+/// The fan-out statement over the implicit subscriptions.
+fn fan_out(h: &Harness) -> String {
+    let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
+    webhook_inbox::store::sqlite::fan_out_statement(&conn).unwrap()
+}
+
 #[test]
 fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
     let h = Harness::new(5, 30);
-    for lane in [Lane::InProcess, Lane::CallOut] {
+    // The implicit subscriptions: loyalty and audit (in-process), downstream (call-out).
+    for sub in [1, 2, 3] {
         let plan = query_plan(
             &h,
-            &webhook_inbox::store::sqlite::claim_sql(lane, 5),
+            &webhook_inbox::store::sqlite::claim_sql(sub, 5),
             rusqlite::params!["w", 0, 0],
         );
         assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
@@ -35,25 +42,21 @@ fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
     }
 }
 
-/// First attempts are claimed in `seq` order after the cursor: a range of the log's rowid,
+/// First attempts are fanned out in `seq` order after the cursor: a range of the log's rowid,
 /// never a scan of the log or a sort, however long the log is.
 #[test]
-fn the_first_attempts_claim_reads_a_range_of_the_log_after_the_cursor() {
+fn the_fan_out_reads_a_range_of_the_log_after_the_cursor() {
     let h = Harness::new(5, 30);
-    let plan = query_plan(
-        &h,
-        &webhook_inbox::store::sqlite::first_attempts_sql(5),
-        rusqlite::params!["w", 0],
-    );
+    let plan = query_plan(&h, &fan_out(&h), rusqlite::params!["w", 0, 0, 5]);
     assert!(
         plan.iter()
-            .any(|p| p.contains("SEARCH event_log USING INTEGER PRIMARY KEY (rowid>?)")),
+            .any(|p| p.contains("SEARCH l USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)")),
         "{plan:?}"
     );
     assert!(
         !plan
             .iter()
-            .any(|p| p.contains("TEMP B-TREE") || p.trim_end() == "SCAN event_log"),
+            .any(|p| p.contains("TEMP B-TREE") || p.trim_end() == "SCAN l"),
         "{plan:?}"
     );
 }
@@ -96,18 +99,16 @@ fn the_claim_statement_is_not_prepared_again_at_each_claim() {
     let h = Harness::new(5, 30);
     let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
     let mut claim = conn
-        .prepare(&webhook_inbox::store::sqlite::claim_sql(Lane::InProcess, 5))
+        .prepare(&webhook_inbox::store::sqlite::claim_sql(1, 5))
         .unwrap();
     for now in 1..=3_i64 {
         let mut rows = claim.query(rusqlite::params!["w", now + 30, now]).unwrap();
         while rows.next().unwrap().is_some() {}
     }
     assert_eq!(claim.get_status(rusqlite::StatementStatus::RePrepare), 0);
-    let mut first = conn
-        .prepare(&webhook_inbox::store::sqlite::first_attempts_sql(5))
-        .unwrap();
+    let mut first = conn.prepare(&fan_out(&h)).unwrap();
     for now in 1..=3_i64 {
-        let mut rows = first.query(rusqlite::params!["w", now + 30]).unwrap();
+        let mut rows = first.query(rusqlite::params!["w", now + 30, 0, 5]).unwrap();
         while rows.next().unwrap().is_some() {}
     }
     assert_eq!(first.get_status(rusqlite::StatementStatus::RePrepare), 0);
@@ -157,19 +158,23 @@ async fn the_ingest_writer_reports_recent_commits_for_a_moment_only() {
 }
 
 /// `GET /events` pages newest first through the `events` view: the page must be read in
-/// `seq` order from each of its parts, not sorted from the whole history.
+/// `seq` order from the log, each event's state found by its key, not sorted from the whole
+/// history.
 #[test]
 fn listing_events_newest_first_sorts_nothing() {
     let h = Harness::new(5, 30);
     for sql in [
         "SELECT seq, status FROM events WHERE purged_at IS NULL ORDER BY seq DESC LIMIT 50",
-        "SELECT seq, status FROM events WHERE purged_at IS NULL AND status = 'failed'
-          ORDER BY seq DESC LIMIT 50",
         "SELECT seq, status, payload FROM events JOIN event_payloads USING (seq)
           WHERE purged_at IS NULL ORDER BY seq DESC LIMIT 50",
     ] {
         let plan = query_plan(&h, sql, []);
         assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:#?}");
-        assert!(plan.iter().any(|p| p.contains("MERGE")), "{plan:#?}");
+        assert!(plan.iter().any(|p| p.trim_end() == "SCAN l"), "{plan:#?}");
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("sqlite_autoindex_event_state_1 (seq=?)")),
+            "{plan:#?}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! token, so a worker that lost its claim changes nothing.
 
 use super::session::Db;
+use super::subscriptions::SUB_OF;
 use super::{NOW_MS, QUEUED_CHANNEL};
 use crate::store::{
     AttemptResult, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane, LoyaltyAccount,
@@ -17,12 +18,16 @@ use crate::store::{
 /// `picked` is materialised: a locking subquery that the planner could run again (as the inner
 /// side of a nested loop) would lock and claim more rows than the limit.
 fn claim_sql() -> String {
+    let sub_of_e = SUB_OF
+        .replace("lane", "e.lane")
+        .replace("event_type", "e.event_type");
     format!(
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
          picked AS MATERIALIZED (
             SELECT seq FROM events
              WHERE lane = $3 AND status = 'pending'
                AND next_attempt_at <= (SELECT ms FROM clock)
+               AND {SUB_OF} NOT IN (SELECT id FROM subscriptions WHERE paused)
              ORDER BY next_attempt_at, seq
              LIMIT $4
                FOR UPDATE SKIP LOCKED
@@ -33,13 +38,14 @@ fn claim_sql() -> String {
                    attempts = e.attempts + 1, claim_token = gen_random_uuid()::text
               FROM picked WHERE e.seq = picked.seq
             RETURNING e.seq, e.source, e.event_id, e.event_type, e.attempts,
-                      e.attempts - e.budget_floor AS budget_used, e.claim_token
+                      e.attempts - e.budget_floor AS budget_used, e.claim_token,
+                      {sub_of_e} AS sub
          ), history AS (
             INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
             SELECT seq, attempts, $1, $5 FROM claimed
          )
          SELECT c.seq, c.source, c.event_id, c.event_type, c.attempts, c.budget_used,
-                c.claim_token, p.payload, p.content_type
+                c.claim_token, p.payload, p.content_type, c.sub
            FROM claimed c JOIN event_payloads p USING (seq)
           ORDER BY c.seq"
     )
@@ -67,6 +73,7 @@ pub(super) fn claim(
                     event_id: r.try_get(2)?,
                     attempt: r.try_get(4)?,
                     claim_token: r.try_get(6)?,
+                    subscription: r.try_get(9)?,
                 },
                 event_type: r.try_get(3)?,
                 budget_used: r.try_get(5)?,
@@ -163,7 +170,7 @@ pub(super) fn sweep(db: &mut Db<'_>, now: i64, decide: DecideExpiry<'_>) -> Stor
     let rows = db.query(
         &format!(
             "SELECT seq, source, event_id, event_type, claim_token, attempts,
-                    attempts - budget_floor
+                    attempts - budget_floor, {SUB_OF}
                FROM events WHERE status = 'claimed' AND claimed_until <= {NOW_MS}
               ORDER BY seq LIMIT 1000
                 FOR UPDATE SKIP LOCKED"
@@ -188,6 +195,7 @@ pub(super) fn sweep(db: &mut Db<'_>, now: i64, decide: DecideExpiry<'_>) -> Stor
                 event_id: r.try_get(2)?,
                 claim_token: r.try_get(4)?,
                 attempt: r.try_get(5)?,
+                subscription: r.try_get(7)?,
             },
             event_type: r.try_get(3)?,
             budget_used: r.try_get(6)?,

@@ -53,6 +53,11 @@ pub(super) fn detail(
         .iter()
         .map(rows::attempt)
         .collect::<StoreResult<Vec<_>>>()?;
+    let mut history = history;
+    let name = super::subscriptions::name_of(&event.source, &event.event_type);
+    for attempt in &mut history {
+        attempt.subscription = name.into();
+    }
     Ok(Some(EventDetail {
         event,
         payload_sha256,
@@ -76,6 +81,13 @@ fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Values) -> St
     };
     if let Some(s) = filter.status {
         push("status = ?", Box::new(s.as_str()));
+    }
+    if let Some(name) = &filter.subscription {
+        let id = super::subscriptions::id_of(name).unwrap_or(0);
+        push(
+            &format!("{} = ?", super::subscriptions::SUB_OF),
+            Box::new(id),
+        );
     }
     if let Some(s) = &filter.source {
         push("source = ?", Box::new(s.clone()));
@@ -217,6 +229,7 @@ pub(super) fn retry(
     db: &mut Db<'_>,
     source: &str,
     event_id: &str,
+    subscription: Option<&str>,
     force: bool,
     _now: i64,
 ) -> StoreResult<RetryOutcome> {
@@ -230,6 +243,10 @@ pub(super) fn retry(
         return Ok(RetryOutcome::NotFound);
     };
     let event = rows::event(&row)?;
+    let handled_by = super::subscriptions::name_of(&event.source, &event.event_type);
+    if subscription.is_some_and(|name| name != handled_by) {
+        return Ok(RetryOutcome::NotFound);
+    }
     if let Err(refusal) = rules::may_retry_event(&event, force) {
         return Ok(refusal.answer(event));
     }

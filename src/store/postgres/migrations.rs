@@ -22,6 +22,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "rejections",
         include_str!("../../../migrations/postgres/0002_rejections.sql"),
     ),
+    (
+        3,
+        "subscriptions",
+        include_str!("../../../migrations/postgres/0003_subscriptions.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

@@ -26,6 +26,7 @@ mod rejections;
 mod requests;
 mod rows;
 mod session;
+mod subscriptions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,9 +42,10 @@ use super::{
     EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
     LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
     PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
-    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionInfo,
 };
 use crate::config::redact_credentials;
+use crate::subscriptions::Subscription;
 pub use migrations::MIGRATIONS;
 use session::{Db, Manager};
 
@@ -299,10 +301,35 @@ impl Store for PostgresStore {
         &self,
         source: &str,
         event_id: &str,
+        subscription: Option<&str>,
         force: bool,
         now: i64,
     ) -> StoreResult<RetryOutcome> {
-        self.tx(|db| events::retry(db, source, event_id, force, now))
+        self.tx(|db| events::retry(db, source, event_id, subscription, force, now))
+    }
+
+    fn sync_subscriptions(&self, subs: &[Subscription], _now: i64) -> StoreResult<Vec<i64>> {
+        subscriptions::check(subs)
+    }
+
+    fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
+        Ok(subscriptions::IDS
+            .iter()
+            .map(|(id, name)| (*id, name.to_string()))
+            .collect())
+    }
+
+    fn subscriptions(&self, _now: i64) -> StoreResult<Vec<SubscriptionInfo>> {
+        self.tx(subscriptions::list)
+    }
+
+    fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
+        self.tx(|db| subscriptions::set_paused(db, name, paused))
+    }
+
+    fn backfill(&self, name: &str, _since: i64, _now: i64) -> StoreResult<Option<usize>> {
+        // The implicit three take every event from the start: nothing is left to hand them.
+        Ok(subscriptions::id_of(name).map(|_| 0))
     }
 
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {

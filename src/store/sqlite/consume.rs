@@ -5,6 +5,8 @@
 //! rows to `claimed` and returns them. Every later transition is fenced by the claim token and
 //! the lease, so a worker that lost its claim changes nothing.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use rusqlite::types::Null;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transaction, params};
 
@@ -13,53 +15,80 @@ use crate::store::{
     StoreResult,
 };
 
+use super::subscriptions::Routes;
+
 /// The claim, as state transitions: due work moves to `claimed` and is returned, in the
 /// statements that change it.
 ///
-/// The queue is log-structured (migrations `0007`, `0009`): a first attempt of lane 0 has no
-/// state row, and is claimed by giving it one, `INSERT … SELECT` of the first events after the
-/// lane's cursor in `seq` order. Events that came back (a retry, a released or swept claim, an
-/// ops retry) and submitted requests (lane 1) have their state row, and are claimed by one
-/// `UPDATE` through the partial index of due work (named, so that the planner cannot pick a
-/// status scan plus a sort whose cost grows with the backlog). Work that came back goes first;
-/// first attempts fill the rest of the batch.
+/// The queue is log-structured (migrations `0007`, `0009`, `0011`): an event of lane 0 after
+/// the cursor has no state row, and is claimed by fanning it out: one `INSERT … SELECT` gives
+/// it a state row per live subscription whose route matches, claimed for the in-process ones
+/// that are not paused (pending for the others), and the cursor moves past it in the same
+/// transaction. Events that came back (a retry, a released or swept claim, an ops retry, a
+/// resumed subscription's waiting events) and submitted requests (lane 1) have their state
+/// rows, and are claimed by one `UPDATE` per subscription through the partial index of due
+/// work (named, so that the planner cannot pick a status scan plus a sort whose cost grows with
+/// the backlog). Work that came back goes first; fanned-out events fill the rest of the batch.
 ///
 /// The limit is part of the text, not a parameter: SQLite plans with a bound LIMIT's value
 /// and so re-prepares the statement at every new binding (measured: one full parse and plan
 /// per claim). A worker uses one or two limits, so the statement cache holds them all.
 ///
-/// The lane is part of the text too (two values), and leads `events_due`: each lane's claim is
-/// one range of the index. A claimed event keeps `next_attempt_at`, the time it became due,
-/// for the lag gauge; terminal transitions clear it.
-pub fn claim_sql(lane: Lane, limit: usize) -> String {
-    let lane = lane.as_i64();
+/// The subscription is part of the text too, and leads `events_due`: each subscription's
+/// claim is one range of the index, so a paused one's waiting events are never read. A
+/// claimed event keeps `next_attempt_at`, the time it became due, for the lag gauge; terminal
+/// transitions clear it.
+pub fn claim_sql(sub: i64, limit: usize) -> String {
     format!(
         "UPDATE event_state
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
         attempts = attempts + 1, claim_token = lower(hex(randomblob(16)))
   WHERE rowid IN (SELECT rowid FROM event_state INDEXED BY events_due
-                   WHERE status = 'pending' AND lane = {lane} AND next_attempt_at <= ?3
+                   WHERE status = 'pending' AND sub = {sub} AND next_attempt_at <= ?3
                    ORDER BY next_attempt_at LIMIT {limit})
 RETURNING {CLAIMED}"
     )
 }
 
-/// The first attempts' claim: the first `limit` events of lane 0 after the cursor get their
-/// state row, claimed; due since they were received.
-pub fn first_attempts_sql(limit: usize) -> String {
+/// Whether a subscription's fanned-out state row starts claimed (in-process, not paused).
+const CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0)";
+
+/// The fan-out of the lane-0 events in `(?3, ?4]`: a state row for each live subscription whose
+/// route (`routes`, an expression picked by `u.id`) matches and that took the event (added
+/// before it was stored). Due since the event was received.
+pub fn fan_out_sql(routes: &str) -> String {
     format!(
-        "INSERT INTO event_state (seq, lane, status, attempts, next_attempt_at, claimed_until,
-                         claimed_by, claim_token)
-SELECT seq, 0, 'claimed', 1, received_at, ?2, ?1, lower(hex(randomblob(16)))
-  FROM event_log
- WHERE seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0) AND lane = 0
- ORDER BY seq LIMIT {limit}
-RETURNING {CLAIMED}"
+        "INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
+                         claimed_until, claimed_by, claim_token)
+SELECT l.seq, u.id, u.lane,
+       CASE WHEN {CLAIMS_NOW} THEN 'claimed' ELSE 'pending' END,
+       CASE WHEN {CLAIMS_NOW} THEN 1 ELSE 0 END,
+       l.received_at,
+       CASE WHEN {CLAIMS_NOW} THEN ?2 END,
+       CASE WHEN {CLAIMS_NOW} THEN ?1 END,
+       CASE WHEN {CLAIMS_NOW} THEN lower(hex(randomblob(16))) END
+  FROM event_log l CROSS JOIN subscriptions u
+ WHERE l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0
+   AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
+ ORDER BY l.seq, u.id
+RETURNING {CLAIMED}, status"
     )
 }
 
-/// What both claims return, in the order [`claimed`] reads it.
-const CLAIMED: &str = "seq, attempts, attempts - budget_floor, claim_token, claimed_until";
+/// The state rows of one submitted request (lane 1), stored with it: pending, due now, for
+/// each live subscription whose route matches (the `downstream` ones).
+pub(super) fn fan_out_one_sql(routes: &str) -> String {
+    format!(
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+SELECT l.seq, u.id, u.lane, 'pending', l.received_at
+  FROM event_log l JOIN subscriptions u
+    ON u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
+ WHERE l.seq = ?1"
+    )
+}
+
+/// What the claims return, in the order [`claimed`] reads it.
+const CLAIMED: &str = "seq, attempts, attempts - budget_floor, claim_token, claimed_until, sub";
 
 fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
     Ok(Claimed {
@@ -68,40 +97,68 @@ fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
             source: String::new(),
             event_id: String::new(),
             seq: r.get(0)?,
+            subscription: r.get(5)?,
             attempt: r.get(1)?,
-            claim_token: r.get(3)?,
+            claim_token: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
         },
         event_type: String::new(),
         payload: Vec::new(),
         content_type: None,
         budget_used: r.get(2)?,
-        claimed_until: r.get(4)?,
+        claimed_until: r.get::<_, Option<i64>>(4)?.unwrap_or_default(),
     })
 }
 
-/// Move the cursor past the first attempts just claimed, `first` of `room`. If the claim took
-/// fewer than it had room for, none of lane 0's first attempts is left anywhere in the log,
-/// and the cursor moves to the last `seq`; else to the last one claimed (writes are
+/// Fan out the next `room` lane-0 events after the cursor and move the cursor past them, in
+/// one transaction: the claims of those events (the rows that started claimed).
+///
+/// The cursor moves to the last event fanned out; if there were fewer than `room`, none of
+/// lane 0's events is left anywhere in the log, and it moves to the last `seq` (writes are
 /// serialised, so no event can appear behind it). It only ever moves forward.
-fn advance_cursor(
+fn fan_out(
     tx: &Transaction<'_>,
-    first: usize,
+    routes: &Routes,
+    worker: &str,
+    claimed_until: i64,
     room: usize,
-    last_claimed: i64,
-) -> StoreResult<()> {
-    let to = if first < room {
+) -> StoreResult<Vec<Claimed>> {
+    let cursor: i64 = tx
+        .prepare_cached("SELECT after_seq FROM queue_cursors WHERE lane = 0")?
+        .query_row([], |r| r.get(0))?;
+    let (found, last): (i64, Option<i64>) = tx
+        .prepare_cached(&format!(
+            "SELECT count(*), max(seq) FROM (SELECT seq FROM event_log
+              WHERE seq > ?1 AND lane = 0 ORDER BY seq LIMIT {room})"
+        ))?
+        .query_row([cursor], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut claims = Vec::new();
+    if let Some(last) = last {
+        let mut fan = tx.prepare_cached(&fan_out_sql(&routes.by_id))?;
+        let mut rows = fan.query(params![worker, claimed_until, cursor, last])?;
+        while let Some(row) = rows.next()? {
+            if row.get::<_, String>(6)? == "claimed" {
+                claims.push(claimed(row)?);
+            }
+        }
+    }
+    let to = if (found as usize) < room {
         tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM event_log")?
             .query_row([], |r| r.get(0))?
     } else {
-        last_claimed
+        last.unwrap_or(cursor)
     };
     tx.prepare_cached("UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0 AND after_seq < ?1")?
         .execute(params![to])?;
-    Ok(())
+    Ok(claims)
 }
+
+/// Turns the subscriptions take at being claimed first, so that a full batch of one does not
+/// always leave the others the rest.
+static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
 pub(super) fn claim(
     tx: &Transaction<'_>,
+    routes: &Routes,
     worker: &str,
     lane: Lane,
     limit: usize,
@@ -109,19 +166,30 @@ pub(super) fn claim(
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
-    let mut claims = tx
-        .prepare_cached(&claim_sql(lane, limit))?
-        .query_map(params![worker, claimed_until, now], claimed)?
-        .collect::<Result<Vec<_>, _>>()?;
+    let subs: Vec<i64> = tx
+        .prepare_cached(
+            "SELECT id FROM subscriptions
+              WHERE lane = ?1 AND paused = 0 AND removed_at IS NULL ORDER BY id",
+        )?
+        .query_map([lane.as_i64()], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut claims = Vec::new();
+    let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
+    for i in 0..subs.len() {
+        let room = limit - claims.len();
+        if room == 0 {
+            break;
+        }
+        let sub = subs[(turn + i) % subs.len()];
+        let mut stmt = tx.prepare_cached(&claim_sql(sub, room))?;
+        let got = stmt.query_map(params![worker, claimed_until, now], claimed)?;
+        for c in got {
+            claims.push(c?);
+        }
+    }
     let room = limit - claims.len();
     if lane == Lane::InProcess && room > 0 {
-        let first = tx
-            .prepare_cached(&first_attempts_sql(room))?
-            .query_map(params![worker, claimed_until], claimed)?
-            .collect::<Result<Vec<_>, _>>()?;
-        let last = first.iter().map(|c| c.claim.seq).max().unwrap_or(0);
-        advance_cursor(tx, first.len(), room, last)?;
-        claims.extend(first);
+        claims.extend(fan_out(tx, routes, worker, claimed_until, room)?);
     }
     let mut event = tx.prepare_cached(
         "SELECT source, event_id, event_type, payload, content_type FROM event_log
@@ -139,11 +207,17 @@ pub(super) fn claim(
         })?;
     }
     let mut history = tx.prepare_cached(
-        "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
-         VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     for c in &claims {
-        history.execute(params![c.claim.seq, c.claim.attempt, worker, now])?;
+        history.execute(params![
+            c.claim.seq,
+            c.claim.subscription,
+            c.claim.attempt,
+            worker,
+            now
+        ])?;
     }
     Ok(claims)
 }
@@ -251,14 +325,15 @@ pub(super) fn close_attempt(
     prepared
         .get(
             "UPDATE event_attempts SET finished_at = ?3, result = ?4, error = ?5
-              WHERE event_seq = ?1 AND attempt = ?2",
+              WHERE event_seq = ?1 AND sub = ?6 AND attempt = ?2",
         )?
         .execute(params![
             claim.seq,
             claim.attempt,
             now,
             result.as_str(),
-            error
+            error,
+            claim.subscription
         ])?;
     Ok(())
 }
@@ -293,7 +368,7 @@ pub(super) fn sweep(
     let expired = tx
         .prepare_cached(
             "SELECT l.source, l.event_id, l.event_type, s.claim_token, s.attempts,
-                    s.attempts - s.budget_floor, s.seq
+                    s.attempts - s.budget_floor, s.seq, s.sub
                FROM event_state s INDEXED BY events_leases JOIN event_log l ON l.seq = s.seq
               WHERE s.status = 'claimed' AND s.claimed_until <= ?1",
         )?
@@ -303,6 +378,7 @@ pub(super) fn sweep(
                     source: r.get(0)?,
                     event_id: r.get(1)?,
                     seq: r.get(6)?,
+                    subscription: r.get(7)?,
                     claim_token: r.get(3)?,
                     attempt: r.get(4)?,
                 },

@@ -72,6 +72,7 @@ pub(super) fn insert(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> Store
     match table.name {
         "events" => insert_events(tx, table, rows),
         "event_payloads" => insert_bodies(tx, table, rows),
+        "event_attempts" => insert_attempts(tx, table, rows),
         _ => insert_rows(tx, table, rows),
     }
 }
@@ -101,19 +102,61 @@ fn projection(
     Ok((sql, at))
 }
 
+/// The implicit subscription that handled an event (migration 0011's numbering): a copied
+/// event's one state goes to it.
+fn implicit_sub(table: &Table, row: &Row) -> i64 {
+    let column = |name: &str| {
+        table
+            .columns
+            .iter()
+            .position(|c| *c == name)
+            .map(|i| &row[i])
+    };
+    match (column("lane"), column("event_type")) {
+        (Some(Cell::Int(1)), _) => 2,
+        (_, Some(Cell::Text(t))) if t == crate::handlers::ORDER_COMPLETED => 1,
+        _ => 3,
+    }
+}
+
 fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
     let (log_sql, log_at) = projection(tx, table, "event_log")?;
     let (state_sql, state_at) = projection(tx, table, "event_state")?;
+    // The state's subscription comes last, as the row has no column for it.
+    let state_sql = state_sql
+        .replacen(") VALUES (", ", sub) VALUES (", 1)
+        .replacen(") ON CONFLICT", ", ?) ON CONFLICT", 1);
     let mut log = tx.prepare_cached(&log_sql)?;
     let mut state = tx.prepare_cached(&state_sql)?;
     let mut written = 0;
     for row in rows {
         if log.execute(params_from_iter(log_at.iter().map(|&i| value(&row[i]))))? == 1 {
-            state.execute(params_from_iter(state_at.iter().map(|&i| value(&row[i]))))?;
+            let sub = rusqlite::types::Value::Integer(implicit_sub(table, row));
+            let values = state_at.iter().map(|&i| value(&row[i]));
+            state.execute(params_from_iter(values.chain(std::iter::once(sub))))?;
             written += 1;
         }
     }
     settle_cursor(tx)?;
+    Ok(written)
+}
+
+/// An attempt goes to its event's one state (see `insert_events`).
+fn insert_attempts(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
+    let sql = format!(
+        "INSERT INTO event_attempts (sub, {}) VALUES ((SELECT min(sub) FROM event_state
+          WHERE seq = ?1), {}) ON CONFLICT DO NOTHING",
+        table.columns.join(", "),
+        (1..=table.columns.len())
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let mut written = 0;
+    for row in rows {
+        written += stmt.execute(params_from_iter(row.iter().map(value)))? as u64;
+    }
     Ok(written)
 }
 
@@ -134,8 +177,9 @@ fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResu
 /// seq may sit anywhere, and afterwards the log after the cursor starts empty, with no gaps.
 fn settle_cursor(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
-        "INSERT INTO event_state (seq, lane, status, next_attempt_at)
-         SELECT l.seq, 0, 'pending', l.received_at FROM event_log l
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+         SELECT l.seq, CASE WHEN l.event_type = 'order.completed' THEN 1 ELSE 3 END, 0,
+                'pending', l.received_at FROM event_log l
           WHERE l.seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0) AND l.lane = 0
             AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.seq = l.seq);
          UPDATE queue_cursors SET after_seq = (SELECT ifnull(max(seq), 0) FROM event_log)
@@ -184,6 +228,7 @@ pub(super) fn unfinished(conn: &Connection) -> StoreResult<Option<i64>> {
 pub(super) const DERIVED: &[&str] = &[
     "copy_in_progress",
     "queue_cursors",
+    "subscriptions",
     "loyalty_customer_credits",
     "loyalty_unlisted_credits",
 ];
@@ -241,7 +286,11 @@ mod tests {
             .flat_map(|v| super::columns(&conn, v))
             .collect();
         for stored in ["event_log", "event_state"] {
-            for column in super::columns(&conn, stored) {
+            // A copied event's one state is its implicit subscription's.
+            for column in super::columns(&conn, stored)
+                .into_iter()
+                .filter(|c| c != "sub")
+            {
                 assert!(viewed.contains(&column), "{stored}.{column} is not copied");
             }
         }
@@ -253,12 +302,10 @@ mod tests {
         named.sort();
         assert_eq!(tables, named);
         for table in TABLES {
-            assert_eq!(
-                super::columns(&conn, table.name),
-                table.columns,
-                "{}",
-                table.name
-            );
+            // An attempt's subscription is its event's one state's (see `insert_attempts`).
+            let mut columns = super::columns(&conn, table.name);
+            columns.retain(|c| !(table.name == "event_attempts" && c == "sub"));
+            assert_eq!(columns, table.columns, "{}", table.name);
         }
     }
 }

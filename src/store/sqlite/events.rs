@@ -4,10 +4,11 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_iter};
 
 use super::rows::{self, EVENT_COLUMNS};
+use super::subscriptions::{Routes, route_sql};
 use crate::store::rules;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
-    StoreError, StoreResult,
+    StoreError, StoreResult, SubscriptionState,
 };
 
 fn get(conn: &Connection, source: &str, event_id: &str) -> StoreResult<Option<EventRecord>> {
@@ -21,12 +22,14 @@ fn get(conn: &Connection, source: &str, event_id: &str) -> StoreResult<Option<Ev
 
 pub(super) fn detail(
     conn: &Connection,
+    routes: &Routes,
     source: &str,
     event_id: &str,
 ) -> StoreResult<Option<EventDetail>> {
-    let Some(event) = get(conn, source, event_id)? else {
+    let Some(mut event) = get(conn, source, event_id)? else {
         return Ok(None);
     };
+    fill_subscriptions(conn, routes, std::slice::from_mut(&mut event))?;
     // A tombstone has no body left (and no history).
     let (payload_sha256, payload, content_type) = conn
         .prepare_cached(
@@ -41,8 +44,10 @@ pub(super) fn detail(
         })?;
     let history = conn
         .prepare_cached(
-            "SELECT attempt, worker, started_at, finished_at, result, error
-               FROM event_attempts WHERE event_seq = ?1 ORDER BY attempt",
+            "SELECT a.attempt, a.worker, a.started_at, a.finished_at, a.result, a.error,
+                    u.name
+               FROM event_attempts a JOIN subscriptions u ON u.id = a.sub
+              WHERE a.event_seq = ?1 ORDER BY a.started_at, a.sub, a.attempt",
         )?
         .query_map(params![event.seq], rows::attempt)?
         .collect::<Result<Vec<_>, _>>()?;
@@ -55,32 +60,164 @@ pub(super) fn detail(
     }))
 }
 
-/// `WHERE` clauses and their values for a filter; `extra` is ANDed in.
-fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Vec<Value>) -> String {
+/// Each event's state in each subscription, in subscription order; an event not fanned out
+/// yet (pending, no state row) shows as pending in each live subscription that will take it.
+fn fill_subscriptions(
+    conn: &Connection,
+    routes: &Routes,
+    events: &mut [EventRecord],
+) -> StoreResult<()> {
+    let mut states = conn.prepare_cached(
+        "SELECT u.name, s.status, s.attempts, s.outcome, s.last_error, s.abandoned,
+                s.next_attempt_at, s.completed_at
+           FROM event_state s JOIN subscriptions u ON u.id = s.sub
+          WHERE s.seq = ?1 ORDER BY s.sub",
+    )?;
+    for event in events {
+        event.subscriptions = states
+            .query_map([event.seq], |r| {
+                let status: String = r.get(1)?;
+                Ok(SubscriptionState {
+                    name: r.get(0)?,
+                    status: Status::parse(&status).unwrap_or(Status::Pending),
+                    attempts: r.get(2)?,
+                    outcome: r.get(3)?,
+                    last_error: r.get(4)?,
+                    abandoned: r.get(5)?,
+                    next_attempt_at: r.get(6)?,
+                    completed_at: r.get(7)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        if event.subscriptions.is_empty() && event.status == Status::Pending {
+            event.subscriptions = routes
+                .live
+                .iter()
+                .filter(|s| {
+                    event.seq > s.start_after_seq
+                        && s.route.matches(&event.source, &event.event_type)
+                })
+                .map(|s| SubscriptionState {
+                    name: s.name.clone(),
+                    status: Status::Pending,
+                    attempts: 0,
+                    outcome: None,
+                    last_error: None,
+                    abandoned: false,
+                    next_attempt_at: Some(event.received_at),
+                    completed_at: None,
+                })
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+/// The events waiting for the fan-out (lane 0, after the cursor): how many, and when the first
+/// was received. Counted from the log's numbering (no gaps: migration 0009) less the submitted
+/// requests after the cursor (their own partial index), without reading the log.
+pub(super) struct Unrouted {
+    pub count: i64,
+    pub oldest: Option<i64>,
+}
+
+pub(super) fn unrouted(conn: &Connection) -> StoreResult<Unrouted> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT (SELECT ifnull(max(seq), 0) FROM event_log) - q.after_seq
+                    - (SELECT count(*) FROM event_log INDEXED BY event_log_requests
+                        WHERE lane = 1 AND seq > q.after_seq),
+                    (SELECT received_at FROM event_log WHERE seq > q.after_seq AND lane = 0
+                      ORDER BY seq LIMIT 1)
+               FROM queue_cursors q WHERE q.lane = 0",
+        )?
+        .query_row([], |r| {
+            Ok(Unrouted {
+                count: r.get(0)?,
+                oldest: r.get(1)?,
+            })
+        })?)
+}
+
+/// The state rows an ops read narrows to for a status (the view computes each event's
+/// summary; this lets a page of failures read the failures, not the whole history).
+fn status_candidates(status: Status) -> Option<&'static str> {
+    match status {
+        Status::Failed => Some(
+            "seq IN (SELECT seq FROM event_state INDEXED BY events_failed WHERE status = 'failed')",
+        ),
+        Status::Claimed => Some(
+            "seq IN (SELECT seq FROM event_state INDEXED BY events_leases WHERE status = 'claimed')",
+        ),
+        Status::Pending => Some(
+            "(seq IN (SELECT seq FROM event_state INDEXED BY events_due WHERE status = 'pending')
+              OR seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0))",
+        ),
+        Status::Completed | Status::Stored => None,
+    }
+}
+
+/// `WHERE` clauses and their values for a filter; `extra` is ANDed in. With a subscription,
+/// `status` is that subscription's state of the event.
+fn where_clause(
+    routes: &Routes,
+    filter: &EventFilter,
+    extra: &[&str],
+    values: &mut Vec<Value>,
+) -> String {
     let mut clauses: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     clauses.push(if filter.purged {
         "purged_at IS NOT NULL".into()
     } else {
         "purged_at IS NULL".into()
     });
-    let mut push = |clause: &str, value: Value| {
+    let mut push = |clauses: &mut Vec<String>, clause: &str, value: Value| {
         values.push(value);
         clauses.push(clause.replace('?', &format!("?{}", values.len())));
     };
-    if let Some(s) = filter.status {
-        push("status = ?", Value::Text(s.as_str().into()));
+    match (&filter.subscription, filter.status) {
+        (Some(name), status) => {
+            let Some(sub) = routes.named(name) else {
+                clauses.push("0".into());
+                return clauses.join(" AND ");
+            };
+            let state = match status {
+                Some(s) => format!(" AND x.status = '{}'", s.as_str()),
+                None => String::new(),
+            };
+            let stored = format!(
+                "EXISTS (SELECT 1 FROM event_state x WHERE x.seq = events.seq AND x.sub = {}{state})",
+                sub.id
+            );
+            // Not fanned out yet: pending in it if its route takes the event.
+            let waiting = format!(
+                "(lane = 0 AND seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0)
+                  AND seq > {} AND {})",
+                sub.start_after_seq,
+                route_sql(&sub.route, "")
+            );
+            clauses.push(match status {
+                None | Some(Status::Pending) => format!("({stored} OR {waiting})"),
+                Some(_) => stored,
+            });
+        }
+        (None, Some(s)) => {
+            clauses.extend(status_candidates(s).map(str::to_string));
+            push(&mut clauses, "status = ?", Value::Text(s.as_str().into()));
+        }
+        (None, None) => {}
     }
     if let Some(s) = &filter.source {
-        push("source = ?", Value::Text(s.clone()));
+        push(&mut clauses, "source = ?", Value::Text(s.clone()));
     }
     if let Some(t) = &filter.event_type {
-        push("event_type = ?", Value::Text(t.clone()));
+        push(&mut clauses, "event_type = ?", Value::Text(t.clone()));
     }
     if let Some(t) = filter.received_after {
-        push("received_at > ?", Value::Integer(t));
+        push(&mut clauses, "received_at > ?", Value::Integer(t));
     }
     if let Some(t) = filter.received_before {
-        push("received_at < ?", Value::Integer(t));
+        push(&mut clauses, "received_at < ?", Value::Integer(t));
     }
     clauses.join(" AND ")
 }
@@ -89,21 +226,33 @@ fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Vec<Value>) -
 /// values, so walking downwards never repeats or skips an event that existed at the first page.
 pub(super) fn list(
     conn: &Connection,
+    routes: &Routes,
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<EventRecord>> {
-    page_query(conn, filter, page, EVENT_COLUMNS, "events", rows::event)
+    let mut events = page_query(
+        conn,
+        routes,
+        filter,
+        page,
+        EVENT_COLUMNS,
+        "events",
+        rows::event,
+    )?;
+    fill_subscriptions(conn, routes, &mut events)?;
+    Ok(events)
 }
 
 /// A page with the stored bodies; the payload columns follow the event's.
 pub(super) fn export(
     conn: &Connection,
+    routes: &Routes,
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<ExportedEvent>> {
     let columns = format!("{EVENT_COLUMNS}, payload, content_type");
     let from = "events JOIN event_payloads USING (seq)";
-    page_query(conn, filter, page, &columns, from, |r| {
+    page_query(conn, routes, filter, page, &columns, from, |r| {
         Ok(ExportedEvent {
             event: rows::event(r)?,
             payload: r.get(rows::EVENT_COLUMN_COUNT)?,
@@ -114,6 +263,7 @@ pub(super) fn export(
 
 fn page_query<T>(
     conn: &Connection,
+    routes: &Routes,
     filter: &EventFilter,
     page: Page,
     columns: &str,
@@ -121,7 +271,7 @@ fn page_query<T>(
     map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> StoreResult<Vec<T>> {
     let mut values = Vec::new();
-    let mut clause = where_clause(filter, &[], &mut values);
+    let mut clause = where_clause(routes, filter, &[], &mut values);
     if let Some(before) = page.before_seq {
         values.push(Value::Integer(before));
         clause = format!("{clause} AND seq < ?{}", values.len());
@@ -137,30 +287,30 @@ fn page_query<T>(
         .collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The counts `/metrics` reports, read in one statement (one snapshot). Each status but
-/// `completed` is counted where it lives, so a scrape costs what is claimed or failed, not the
-/// whole history: pending state rows in the partial index `events_due`; first attempts with no
-/// state row yet as the length of the log after the cursor (migration `0009`: the log's `seq`
-/// has no gaps there, and the only state rows after the cursor are submitted requests'),
-/// with no read of the log itself; claims and failures in their partial indexes; `completed`
-/// is the rest of a `count(*)`, which SQLite answers from the page headers of the log's key.
-/// The lag is when the longest-waiting unfinished work became due: the first due time of each
-/// lane's index range, of the first event after the cursor (its receipt), and of the few
-/// claimed events. A pending event waiting on its backoff has a due time in the future and so
-/// adds no lag.
+/// The counts `/metrics` reports, read in one statement (one snapshot), as subscription
+/// states (an event taken by two subscriptions counts in each). Each status but `completed` is
+/// counted where it lives, so a scrape costs what is claimed or failed, not the whole history:
+/// pending state rows in the partial index `events_due`; events not fanned out yet (pending in
+/// every subscription that will take them, counted once) as the length of the log after the
+/// cursor (migration `0009`: the log's `seq` has no gaps there) less the submitted requests
+/// there, with no read of the log itself; claims and failures in their partial indexes;
+/// `completed` is the rest of a `count(*)` of the state rows, which SQLite answers from the
+/// pages of their key. The lag is when the longest-waiting unfinished work became due: the
+/// first due time of each subscription's index range, of the first event after the cursor (its
+/// receipt), and of the few claimed events. A pending event waiting on its backoff has a due
+/// time in the future and so adds no lag.
 pub const STATUS_COUNTS: &str = "SELECT
-    (SELECT count(*) FROM event_log),
-    (SELECT count(*) FROM event_state INDEXED BY events_due WHERE status = 'pending')
-      + (SELECT ifnull(max(seq), 0) FROM event_log) - q.after_seq
-      - (SELECT count(*) FROM event_state WHERE seq > q.after_seq),
+    (SELECT count(*) FROM event_state),
+    (SELECT count(*) FROM event_state INDEXED BY events_due WHERE status = 'pending'),
+    (SELECT ifnull(max(seq), 0) FROM event_log) - q.after_seq
+      - (SELECT count(*) FROM event_log INDEXED BY event_log_requests
+          WHERE lane = 1 AND seq > q.after_seq),
     (SELECT count(*) FROM event_state INDEXED BY events_leases WHERE status = 'claimed'),
     (SELECT count(*) FROM event_state INDEXED BY events_failed WHERE status = 'failed'),
     (SELECT min(due) FROM (
-        SELECT min(next_attempt_at) AS due FROM event_state INDEXED BY events_due
-         WHERE status = 'pending' AND lane = 0
-        UNION ALL
-        SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
-         WHERE status = 'pending' AND lane = 1
+        SELECT (SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
+                 WHERE status = 'pending' AND sub = u.id) AS due
+          FROM subscriptions u
         UNION ALL
         SELECT received_at FROM (SELECT received_at FROM event_log
                                   WHERE seq > q.after_seq AND lane = 0 ORDER BY seq LIMIT 1)
@@ -170,14 +320,27 @@ pub const STATUS_COUNTS: &str = "SELECT
   FROM queue_cursors AS q WHERE q.lane = 0";
 
 pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
-    let (all, pending, claimed, failed, oldest): (i64, i64, i64, i64, Option<i64>) =
-        conn.prepare_cached(STATUS_COUNTS)?.query_row([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })?;
+    let (states, pending, waiting, claimed, failed, oldest): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+    ) = conn.prepare_cached(STATUS_COUNTS)?.query_row([], |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+        ))
+    })?;
     Ok(StatusCounts {
-        pending,
+        pending: pending + waiting,
         claimed,
-        completed: all - pending - claimed - failed,
+        completed: states - pending - claimed - failed,
         failed,
         oldest_due_at: oldest,
     })
@@ -187,73 +350,138 @@ pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
 const RETRY_SET: &str = "status = 'pending', next_attempt_at = ?, budget_floor = attempts, \
      completed_at = NULL, outcome = NULL, abandoned = 0";
 
-/// The retry of one event, decided by [`rules::may_retry_event`] on the row as it is inside
-/// this write transaction (`BEGIN IMMEDIATE`: no other writer can change it in between), and
-/// fenced on the status it was read with all the same.
+/// The retry of one event, decided by [`rules::may_retry_event`] on each state it retries, as
+/// it is inside this write transaction (`BEGIN IMMEDIATE`: no other writer can change it in
+/// between), and fenced on the status it was read with all the same. With a subscription, its
+/// state; without, each failed state of the event, or, when none failed, the event's summary
+/// decides (a completed one is run again in each subscription, with `force`).
 pub(super) fn retry(
     tx: &Transaction<'_>,
+    routes: &Routes,
     source: &str,
     event_id: &str,
+    sub: Option<i64>,
     force: bool,
     now: i64,
 ) -> StoreResult<RetryOutcome> {
     let Some(event) = get(tx, source, event_id)? else {
         return Ok(RetryOutcome::NotFound);
     };
-    if let Err(refusal) = rules::may_retry_event(&event, force) {
+    // (sub, status, abandoned, purged) of each state of a live subscription.
+    let states: Vec<(i64, String, bool, bool)> = tx
+        .prepare_cached(
+            "SELECT s.sub, s.status, s.abandoned, s.purged_at IS NOT NULL
+               FROM event_state s JOIN subscriptions u ON u.id = s.sub
+              WHERE s.seq = ?1 AND u.removed_at IS NULL ORDER BY s.sub",
+        )?
+        .query_map([event.seq], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let targets: Vec<&(i64, String, bool, bool)> = match sub {
+        Some(id) => match states.iter().find(|s| s.0 == id) {
+            Some(state) => vec![state],
+            // Not fanned out yet: pending in it already (or never its event).
+            None if event.status == Status::Pending => {
+                let mut event = event;
+                fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
+                return Ok(RetryOutcome::Unchanged(event));
+            }
+            None => return Ok(RetryOutcome::NotFound),
+        },
+        None => {
+            let failed: Vec<_> = states.iter().filter(|s| s.1 == "failed").collect();
+            if failed.is_empty() {
+                states.iter().filter(|s| s.1 == "completed").collect()
+            } else {
+                failed
+            }
+        }
+    };
+    let mut decided = Ok(());
+    for (_, status, abandoned, purged) in &targets {
+        let status = Status::parse(status).unwrap_or(Status::Pending);
+        decided = decided.and(rules::may_retry(status, *abandoned, *purged, force));
+    }
+    if targets.is_empty() {
+        decided = rules::may_retry_event(&event, force);
+    }
+    if let Err(refusal) = decided {
+        let mut event = event;
+        fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
         return Ok(refusal.answer(event));
     }
     let sql = format!(
-        "UPDATE event_state SET {} WHERE seq = ?2 AND status = ?3",
+        "UPDATE event_state SET {} WHERE seq = ?2 AND sub = ?3 AND status = ?4",
         RETRY_SET.replace('?', "?1")
     );
-    let changed =
-        tx.prepare_cached(&sql)?
-            .execute(params![now, event.seq, event.status.as_str()])?;
-    // The write lock is held since the read above: the fence cannot miss.
-    match (changed, get(tx, source, event_id)?) {
-        (1, Some(retried)) => Ok(RetryOutcome::Retried(retried)),
-        _ => Err(StoreError::Internal(anyhow::anyhow!(
-            "the retry of {source}/{event_id} changed no row inside its own transaction"
-        ))),
+    let mut update = tx.prepare_cached(&sql)?;
+    for (id, status, _, _) in &targets {
+        // The write lock is held since the read above: the fence cannot miss.
+        if update.execute(params![now, event.seq, id, status])? != 1 {
+            return Err(StoreError::Internal(anyhow::anyhow!(
+                "the retry of {source}/{event_id} changed no row inside its own transaction"
+            )));
+        }
     }
+    let Some(mut retried) = get(tx, source, event_id)? else {
+        return Err(StoreError::Internal(anyhow::anyhow!(
+            "{source}/{event_id} vanished inside its own retry"
+        )));
+    };
+    fill_subscriptions(tx, routes, std::slice::from_mut(&mut retried))?;
+    Ok(RetryOutcome::Retried(retried))
 }
 
-/// Bulk retry: failed events matching the filter that [`rules::may_retry`] lets go without
-/// `force` (abandoned at-most-once events each need a deliberate forced retry: the downstream
-/// may have acted). Tombstones are left out by the filter's `purged_at IS NULL` and by the rule.
+/// Bulk retry: failed states of events matching the filter (in its subscription, or in any)
+/// that [`rules::may_retry`] lets go without `force` (abandoned at-most-once events each need a
+/// deliberate forced retry: the downstream may have acted). Tombstones are left out by the
+/// filter's `purged_at IS NULL` and by the rule.
 pub(super) fn retry_failed(
     tx: &Transaction<'_>,
+    routes: &Routes,
     filter: &EventFilter,
     now: i64,
 ) -> StoreResult<usize> {
     let mut values = Vec::new();
+    let only = match &filter.subscription {
+        Some(name) => match routes.named(name) {
+            Some(sub) => format!("AND s.sub = {}", sub.id),
+            None => return Ok(0),
+        },
+        None => String::new(),
+    };
     let filter = EventFilter {
         status: None,
         purged: false,
+        subscription: None,
         ..filter.clone()
     };
-    let clause = where_clause(&filter, &["status = 'failed'"], &mut values);
+    let clause = where_clause(routes, &filter, &[], &mut values);
     let candidates = tx
         .prepare(&format!(
-            "SELECT seq, abandoned, purged_at IS NOT NULL FROM events WHERE {clause}"
+            "SELECT s.seq, s.sub, s.abandoned, s.purged_at IS NOT NULL
+               FROM event_state s INDEXED BY events_failed JOIN subscriptions u ON u.id = s.sub
+              WHERE s.status = 'failed' AND u.removed_at IS NULL {only}
+                AND EXISTS (SELECT 1 FROM events e WHERE e.seq = s.seq AND {clause})"
         ))?
         .query_map(params_from_iter(values), |r| {
             Ok((
                 r.get::<_, i64>(0)?,
-                r.get::<_, bool>(1)?,
+                r.get::<_, i64>(1)?,
                 r.get::<_, bool>(2)?,
+                r.get::<_, bool>(3)?,
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut update = tx.prepare_cached(&format!(
-        "UPDATE event_state SET {} WHERE seq = ?2 AND status = 'failed'",
+        "UPDATE event_state SET {} WHERE seq = ?2 AND sub = ?3 AND status = 'failed'",
         RETRY_SET.replace('?', "?1")
     ))?;
     let mut retried = 0;
-    for (seq, abandoned, purged) in candidates {
+    for (seq, sub, abandoned, purged) in candidates {
         if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
-            retried += update.execute(params![now, seq])?;
+            retried += update.execute(params![now, seq, sub])?;
         }
     }
     Ok(retried)

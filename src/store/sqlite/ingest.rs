@@ -3,13 +3,14 @@
 //! so no interleaving of concurrent deliveries can make two rows or two `queued` answers.
 //!
 //! A new event is one appended row of `event_log` (migration 0009) with its body, and nothing
-//! else: a first attempt of lane 0 is found by the consumers after their cursor. Only a
-//! submitted request (lane 1) gets its state row here.
+//! else: an event of lane 0 is fanned out to its subscriptions by the consumers' claim after
+//! their cursor. Only a submitted request (lane 1) gets its state rows here.
 
 use std::sync::LazyLock;
 
 use rusqlite::{Transaction, params};
 
+use super::subscriptions::Routes;
 use crate::store::{InsertOutcome, Lane, NewDelivery, StoreResult};
 
 /// Insert every delivery of a group commit in the caller's transaction. Items are applied in
@@ -22,6 +23,7 @@ use crate::store::{InsertOutcome, Lane, NewDelivery, StoreResult};
 pub(super) fn insert_all(
     tx: &Transaction<'_>,
     batch: &[NewDelivery],
+    routes: &Routes,
 ) -> StoreResult<Vec<InsertOutcome>> {
     // SQLite numbers each inserted row `max(seq) + 1` (writes are serialised: BEGIN
     // IMMEDIATE), so `seq` follows commit order and has no gaps: a duplicate takes no number.
@@ -91,11 +93,8 @@ pub(super) fn insert_all(
             Some(seq) => {
                 if d.lane == Lane::CallOut {
                     // Claimed through the index of due work, not the log's cursor.
-                    tx.prepare_cached(
-                        "INSERT INTO event_state (seq, lane, status, next_attempt_at)
-                         VALUES (?1, 1, 'pending', ?2)",
-                    )?
-                    .execute(params![seq, d.received_at])?;
+                    tx.prepare_cached(&super::consume::fan_out_one_sql(&routes.by_id))?
+                        .execute(params![seq])?;
                 }
                 InsertOutcome::Queued
             }

@@ -57,6 +57,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "rejections",
         include_str!("../../../migrations/sqlite/0010_rejections.sql"),
     ),
+    (
+        11,
+        "subscriptions",
+        include_str!("../../../migrations/sqlite/0011_subscriptions.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -258,7 +263,7 @@ mod tests {
             out
         };
         let before = dump(&conn);
-        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8, 9, 10, 11]);
         assert_eq!(dump(&conn), before, "every row and column survives");
         // 8 lists the credits by customer; one whose event is missing is not listed, as the
         // listing's join with `events` never showed it.
@@ -374,14 +379,14 @@ mod tests {
         assert_eq!(bodies, 3);
         // The references from the other tables follow the new tables.
         let orphan = conn.execute(
-            "INSERT INTO event_state (seq, lane, status, next_attempt_at)
-             VALUES (99, 0, 'pending', 1)",
+            "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+             VALUES (99, 1, 0, 'pending', 1)",
             [],
         );
         assert!(orphan.is_err(), "a state row still needs its event");
         let orphan = conn.execute(
-            "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
-             VALUES (99, 1, 'w', 1)",
+            "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+             VALUES (99, 1, 1, 'w', 1)",
             [],
         );
         assert!(orphan.is_err(), "an attempt still needs its state row");
@@ -410,12 +415,13 @@ mod tests {
             "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
                                     last_delivered_at, payload)
              VALUES ('s', 'e', 't', zeroblob(32), 1, 1, x'7b7d')",
-            "INSERT INTO event_state (seq, lane, status, next_attempt_at)
-             VALUES (1, 0, 'pending', 1)",
-            "UPDATE event_state SET status = 'completed' WHERE seq = 1",
-            "INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
-             VALUES (1, 1, 'w', 1)",
-            "UPDATE event_attempts SET result = 'ok' WHERE event_seq = 1 AND attempt = 1",
+            "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+             VALUES (1, 1, 0, 'pending', 1)",
+            "UPDATE event_state SET status = 'completed' WHERE seq = 1 AND sub = 1",
+            "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+             VALUES (1, 1, 1, 'w', 1)",
+            "UPDATE event_attempts SET result = 'ok' WHERE event_seq = 1 AND sub = 1
+                AND attempt = 1",
         ] {
             let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
             let ops: Vec<String> = stmt

@@ -27,6 +27,7 @@ mod rejections;
 mod requests;
 mod rows;
 mod stats;
+mod subscriptions;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,7 +42,14 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{StoreError, StoreResult};
 use checkpoint::Checkpointer;
 
-pub use consume::{claim_sql, first_attempts_sql};
+pub use consume::{claim_sql, fan_out_sql};
+
+/// The fan-out statement for the subscriptions a database holds now (for the query-plan
+/// tests): [`fan_out_sql`] over their routes.
+pub fn fan_out_statement(conn: &Connection) -> anyhow::Result<String> {
+    let routes = subscriptions::load(conn).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(fan_out_sql(&routes.by_id))
+}
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;
@@ -90,6 +98,8 @@ pub struct SqliteStore {
     last_consumer_write: AtomicU64,
     opened: Instant,
     wait: Duration,
+    /// The live subscriptions' routes, loaded at `migrate` and after each change.
+    routes: parking_lot::RwLock<Option<Arc<subscriptions::Routes>>>,
     /// Commits that wrote nothing, for the slow-disk test.
     #[cfg(test)]
     no_frame_commits: AtomicU64,
@@ -210,6 +220,7 @@ impl SqliteStore {
             last_consumer_write: AtomicU64::new(0),
             opened: Instant::now(),
             wait,
+            routes: parking_lot::RwLock::new(None),
             #[cfg(test)]
             no_frame_commits: AtomicU64::new(0),
         })
@@ -217,6 +228,21 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The live subscriptions' routes (read once from the table, then kept).
+    fn routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
+        if let Some(routes) = self.routes.read().clone() {
+            return Ok(routes);
+        }
+        let routes = Arc::new(self.read(subscriptions::load)?);
+        *self.routes.write() = Some(Arc::clone(&routes));
+        Ok(routes)
+    }
+
+    /// Forget the routes: the next use reads them again.
+    fn routes_changed(&self) {
+        *self.routes.write() = None;
     }
 
     fn conn(&self) -> StoreResult<PooledConnection<SqliteConnectionManager>> {

@@ -4,7 +4,7 @@
 
 use super::{
     SqliteStore, consume, copy, events, finish, ingest, migrations, purge, rejections, requests,
-    stats,
+    stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
@@ -12,13 +12,15 @@ use crate::store::{
     EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
     LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
     PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
-    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionInfo,
 };
+use crate::subscriptions::Subscription;
 
 impl Store for SqliteStore {
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         let mut conn = self.lock_writer()?;
         let applied = migrations::apply(&mut conn)?;
+        self.routes_changed();
         self.checkpoint_if_due(&conn, super::checkpoint::take_frames());
         let ticket = self.sync.committed();
         drop(conn);
@@ -45,15 +47,18 @@ impl Store for SqliteStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        self.write(|tx| ingest::insert_all(tx, batch))
+        let routes = self.routes()?;
+        self.write(|tx| ingest::insert_all(tx, batch, &routes))
     }
 
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
-        self.read(|c| events::detail(c, source, event_id))
+        let routes = self.routes()?;
+        self.read(|c| events::detail(c, &routes, source, event_id))
     }
 
     fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
-        self.read(|c| events::list(c, filter, page))
+        let routes = self.routes()?;
+        self.read(|c| events::list(c, &routes, filter, page))
     }
 
     fn status_counts(&self) -> StoreResult<StatusCounts> {
@@ -65,7 +70,8 @@ impl Store for SqliteStore {
     }
 
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
-        self.read(|c| events::export(c, filter, page))
+        let routes = self.routes()?;
+        self.read(|c| events::export(c, &routes, filter, page))
     }
 
     fn claim(
@@ -76,8 +82,10 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
+        let routes = self.routes()?;
         self.consumer_write(|tx| {
-            consume::claim(tx, worker, lane, self.claim_limit(limit), lease_ms, now)
+            let limit = self.claim_limit(limit);
+            consume::claim(tx, &routes, worker, lane, limit, lease_ms, now)
         })
     }
 
@@ -94,10 +102,11 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
+        let routes = self.routes()?;
         self.finishing(|tx, isolate| {
             let finished = finish::finish_all(tx, items, now, isolate)?;
             let limit = self.claim_limit(limit);
-            let claimed = consume::claim(tx, worker, lane, limit, lease_ms, now)?;
+            let claimed = consume::claim(tx, &routes, worker, lane, limit, lease_ms, now)?;
             Ok((finished, claimed))
         })
     }
@@ -114,14 +123,56 @@ impl Store for SqliteStore {
         &self,
         source: &str,
         event_id: &str,
+        subscription: Option<&str>,
         force: bool,
         now: i64,
     ) -> StoreResult<RetryOutcome> {
-        self.write(|tx| events::retry(tx, source, event_id, force, now))
+        let routes = self.routes()?;
+        let sub = match subscription {
+            Some(name) => match routes.named(name) {
+                Some(live) => Some(live.id),
+                None => return Ok(RetryOutcome::NotFound),
+            },
+            None => None,
+        };
+        self.write(|tx| events::retry(tx, &routes, source, event_id, sub, force, now))
+    }
+
+    fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
+        let ids = self.write(|tx| subscriptions::sync(tx, subs, now))?;
+        self.routes_changed();
+        Ok(ids)
+    }
+
+    fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
+        Ok(self
+            .routes()?
+            .live
+            .iter()
+            .map(|s| (s.id, s.name.clone()))
+            .collect())
+    }
+
+    fn subscriptions(&self, _now: i64) -> StoreResult<Vec<SubscriptionInfo>> {
+        self.read(subscriptions::list)
+    }
+
+    fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
+        self.write(|tx| subscriptions::set_paused(tx, name, paused))
+    }
+
+    fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>> {
+        let routes = self.routes()?;
+        let Some(sub) = routes.named(name) else {
+            return Ok(None);
+        };
+        self.write(|tx| subscriptions::backfill(tx, sub, since, now))
+            .map(Some)
     }
 
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
-        self.write(|tx| events::retry_failed(tx, filter, now))
+        let routes = self.routes()?;
+        self.write(|tx| events::retry_failed(tx, &routes, filter, now))
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
@@ -160,7 +211,8 @@ impl Store for SqliteStore {
     }
 
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
-        self.write(|tx| requests::submit(tx, id, now))
+        let routes = self.routes()?;
+        self.write(|tx| requests::submit(tx, &routes, id, now))
     }
 
     fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {

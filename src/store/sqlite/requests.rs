@@ -47,9 +47,8 @@ pub(super) fn get(conn: &Connection, id: &str) -> StoreResult<Option<RequestReco
         .map(|d| d.summary)
         .collect();
     let event = match status {
-        RequestStatus::Submitted => {
-            events::detail(conn, REQUEST_SOURCE, id)?.map(|detail| detail.event)
-        }
+        RequestStatus::Submitted => events::detail(conn, &Default::default(), REQUEST_SOURCE, id)?
+            .map(|detail| detail.event),
         RequestStatus::Draft => None,
     };
     Ok(Some(RequestRecord {
@@ -121,7 +120,12 @@ pub(super) fn add_document(
 
 /// `draft -> submitted` and the event insert, in the caller's one transaction. Which answer the
 /// caller gets is decided by the event's primary key, not by reading the status first.
-pub(super) fn submit(tx: &Transaction<'_>, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
+pub(super) fn submit(
+    tx: &Transaction<'_>,
+    routes: &super::subscriptions::Routes,
+    id: &str,
+    now: i64,
+) -> StoreResult<SubmitOutcome> {
     let found = tx.execute(
         "UPDATE requests SET status = 'submitted', submitted_at = coalesce(submitted_at, ?2)
           WHERE id = ?1",
@@ -146,7 +150,7 @@ pub(super) fn submit(tx: &Transaction<'_>, id: &str, now: i64) -> StoreResult<Su
         reject_mismatch: false,
         lane: Lane::CallOut,
     };
-    let outcome = ingest::insert_all(tx, std::slice::from_ref(&delivery))?;
+    let outcome = ingest::insert_all(tx, std::slice::from_ref(&delivery), routes)?;
     Ok(match outcome[0] {
         InsertOutcome::Queued => SubmitOutcome::Queued,
         _ => SubmitOutcome::Duplicate,

@@ -39,6 +39,7 @@ pub(super) fn event(row: &Row<'_>) -> rusqlite::Result<EventRecord> {
         abandoned: row.get(14)?,
         finished_at: row.get(15)?,
         purged_at: row.get(16)?,
+        subscriptions: Vec::new(),
     })
 }
 
@@ -50,5 +51,6 @@ pub(super) fn attempt(row: &Row<'_>) -> rusqlite::Result<AttemptRecord> {
         finished_at: row.get(3)?,
         result: row.get(4)?,
         error: row.get(5)?,
+        subscription: row.get(6)?,
     })
 }

@@ -99,14 +99,14 @@ fn a_write_that_changes_nothing_makes_nothing_durable_while_the_disk_is_slow() {
             }),
             s.spawn(|| {
                 matches!(
-                    store.retry("shop", "nope", false, now),
+                    store.retry("shop", "nope", None, false, now),
                     Ok(RetryOutcome::NotFound)
                 )
             }),
             s.spawn(|| matches!(store.retry_failed(&EventFilter::default(), now), Ok(0))),
             s.spawn(|| {
                 matches!(
-                    store.retry("shop", "second", false, now),
+                    store.retry("shop", "second", None, false, now),
                     Ok(RetryOutcome::Unchanged(_))
                 )
             }),

@@ -96,11 +96,11 @@ fn postgres_ops_reads_retries_purge_and_requests_follow_the_store_contract() {
         1
     );
     assert!(matches!(
-        store.retry("shop", "e-1", false, now_ms()).unwrap(),
+        store.retry("shop", "e-1", None, false, now_ms()).unwrap(),
         RetryOutcome::NeedsForce(_)
     ));
     assert!(matches!(
-        store.retry("shop", "nope", false, now_ms()).unwrap(),
+        store.retry("shop", "nope", None, false, now_ms()).unwrap(),
         RetryOutcome::NotFound
     ));
     assert_eq!(
@@ -110,10 +110,10 @@ fn postgres_ops_reads_retries_purge_and_requests_follow_the_store_contract() {
         1
     );
     assert!(matches!(
-        store.retry("shop", "e-0", false, now_ms()).unwrap(),
+        store.retry("shop", "e-0", None, false, now_ms()).unwrap(),
         RetryOutcome::Unchanged(_)
     ));
-    match store.retry("shop", "e-1", true, now_ms()).unwrap() {
+    match store.retry("shop", "e-1", None, true, now_ms()).unwrap() {
         RetryOutcome::Retried(e) => assert_eq!(e.status, Status::Pending),
         other => panic!("{other:?}"),
     }
@@ -131,7 +131,7 @@ fn postgres_ops_reads_retries_purge_and_requests_follow_the_store_contract() {
     assert!(tomb.event.purged_at.is_some() && tomb.payload.is_empty() && tomb.history.is_empty());
     assert_eq!(tomb.payload_sha256.len(), 32);
     assert!(matches!(
-        store.retry("shop", "e-2", true, now_ms()).unwrap(),
+        store.retry("shop", "e-2", None, true, now_ms()).unwrap(),
         RetryOutcome::Purged(_)
     ));
     assert_eq!(
