@@ -14,6 +14,7 @@ mod rejections;
 mod requests;
 mod sender;
 mod stats;
+mod subscriptions;
 mod ui;
 mod views;
 mod webhooks;
@@ -88,6 +89,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
     .service(resource("/rejections").route(web::get().to(rejections::list)))
+    .service(resource("/subscriptions").route(web::get().to(subscriptions::list)))
+    .service(resource("/subscriptions/{name}").route(web::get().to(subscriptions::show)))
+    .service(resource("/subscriptions/{name}/pause").route(web::post().to(subscriptions::pause)))
+    .service(resource("/subscriptions/{name}/resume").route(web::post().to(subscriptions::resume)))
+    .service(
+        resource("/subscriptions/{name}/backfill").route(web::post().to(subscriptions::backfill)),
+    )
     .service(resource("/requests").route(web::post().to(requests::create)))
     .service(resource("/requests/{id}").route(web::get().to(requests::get)))
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))

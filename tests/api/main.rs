@@ -51,3 +51,4 @@ mod requires;
 mod schemes;
 mod senders;
 mod stores;
+mod subscriptions;

@@ -80,6 +80,7 @@ pub enum StatusFilter {
     Claimed,
     Completed,
     Failed,
+    Stored,
     Purged,
 }
 
@@ -88,6 +89,8 @@ pub enum StatusFilter {
 #[serde(deny_unknown_fields)]
 pub struct BulkRetry {
     source: Option<String>,
+    /// Only failed states of this subscription.
+    subscription: Option<String>,
     #[serde(rename = "type")]
     event_type: Option<String>,
     #[schema(format = DateTime)]

@@ -95,7 +95,10 @@ pub(super) fn apply(conn: &mut Connection) -> StoreResult<Vec<u32>> {
     result
 }
 
-fn apply_all(conn: &mut Connection, migrations: &[(u32, &str, &str)]) -> StoreResult<Vec<u32>> {
+pub(super) fn apply_all(
+    conn: &mut Connection,
+    migrations: &[(u32, &str, &str)],
+) -> StoreResult<Vec<u32>> {
     conn.execute_batch(BOOKKEEPING)?;
     let mut applied = Vec::new();
     for &(version, name, sql) in migrations {

@@ -157,13 +157,19 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
         };
         ids.push(id);
     }
+    // One no longer named keeps its row while it has a history to read; one that never took
+    // an event (the implicit three of a database configured from the start) goes.
+    let mut forget = tx.prepare(
+        "DELETE FROM subscriptions WHERE id = ?1
+            AND NOT EXISTS (SELECT 1 FROM event_state WHERE sub = ?1)",
+    )?;
     let mut keep = tx.prepare("UPDATE subscriptions SET removed_at = ?2 WHERE id = ?1")?;
     let all: Vec<(i64, bool)> = tx
         .prepare("SELECT id, removed_at IS NOT NULL FROM subscriptions")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
     for (id, removed) in all {
-        if !removed && !ids.contains(&id) {
+        if !ids.contains(&id) && forget.execute([id])? == 0 && !removed {
             keep.execute(params![id, now])?;
         }
     }
@@ -249,4 +255,140 @@ pub(super) fn list(conn: &Connection) -> StoreResult<Vec<SubscriptionInfo>> {
             info
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::super::migrations::{MIGRATIONS, apply_all};
+
+    /// Migration 0011 on a database of migration 0010 with events in every state: each keeps
+    /// its state, under the implicit subscription that handled it, and its history follows.
+    #[test]
+    fn every_event_keeps_its_state_under_the_subscription_that_handled_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+        // Off while migrating, as `migrations::apply` has it (checked after each one).
+        conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        apply_all(&mut conn, &MIGRATIONS[..10]).unwrap();
+        conn.execute_batch(
+            "INSERT INTO event_log (seq, source, event_id, event_type, payload_sha256, received_at,
+                                    lane, last_delivered_at, payload)
+             VALUES (1, 'shop', 'done', 'order.completed', zeroblob(32), 1, 0, 1, x'7b7d'),
+                    (2, 'shop', 'retrying', 'order.completed', zeroblob(32), 2, 0, 2, x'7b7d'),
+                    (3, 'shop', 'claimed', 'customer.created', zeroblob(32), 3, 0, 3, x'7b7d'),
+                    (4, 'shop', 'failed', 'customer.created', zeroblob(32), 4, 0, 4, x'7b7d'),
+                    (5, 'requests', 'abandoned', 'request.submitted', zeroblob(32), 5, 1, 5,
+                     x'7b7d'),
+                    (6, 'shop', 'purged', 'thing.done', zeroblob(32), 6, 0, 6, NULL),
+                    (7, 'requests', 'queued', 'request.submitted', zeroblob(32), 7, 1, 7,
+                     x'7b7d'),
+                    (8, 'shop', 'waiting', 'order.completed', zeroblob(32), 8, 0, 8, x'7b7d');
+             UPDATE queue_cursors SET after_seq = 7;
+             INSERT INTO event_state (seq, lane, status, attempts, next_attempt_at, claimed_until,
+                                      claimed_by, claim_token, completed_at, outcome, last_error,
+                                      abandoned, finished_at, purged_at)
+             VALUES (1, 0, 'completed', 1, NULL, NULL, NULL, NULL, 10, 'credited', NULL, 0,
+                     NULL, NULL),
+                    (2, 0, 'pending', 2, 50, NULL, NULL, NULL, NULL, NULL, 'boom', 0, NULL,
+                     NULL),
+                    (3, 0, 'claimed', 1, 3, 99, 'w', 'tok', NULL, NULL, NULL, 0, NULL, NULL),
+                    (4, 0, 'failed', 3, NULL, NULL, NULL, NULL, NULL, NULL, 'bad', 0, NULL,
+                     NULL),
+                    (5, 1, 'failed', 1, NULL, NULL, NULL, NULL, NULL, NULL, 'unknown', 1, NULL,
+                     NULL),
+                    (6, 0, 'completed', 1, NULL, NULL, NULL, NULL, 11, 'logged', NULL, 0, 12, 13),
+                    (7, 1, 'pending', 0, 7, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL);
+             INSERT INTO event_attempts (event_seq, attempt, worker, started_at, finished_at,
+                                         result, error)
+             VALUES (1, 1, 'w', 1, 2, 'ok', NULL),
+                    (2, 1, 'w', 2, 3, 'retryable_error', 'boom'),
+                    (2, 2, 'w', 4, 5, 'retryable_error', 'boom'),
+                    (3, 1, 'w', 3, NULL, NULL, NULL),
+                    (5, 1, 'w', 5, 6, 'lease_expired', 'lease expired');",
+        )
+        .unwrap();
+        let columns = "seq, lane, status, attempts, next_attempt_at, claimed_until, claimed_by, \
+                       claim_token, completed_at, outcome, last_error, abandoned, finished_at, \
+                       purged_at";
+        let dump = |conn: &Connection, sql: &str| -> Vec<String> {
+            let mut stmt = conn.prepare(sql).unwrap();
+            let n = stmt.column_count();
+            stmt.query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| format!("{:?}", r.get::<_, rusqlite::types::Value>(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        let states = format!("SELECT {columns} FROM event_state ORDER BY seq");
+        let history = "SELECT event_seq, attempt, worker, started_at, finished_at, result, error \
+                       FROM event_attempts ORDER BY event_seq, attempt";
+        let events = "SELECT seq, status, attempts, outcome, abandoned, purged_at FROM events \
+                      ORDER BY seq";
+        let (states_before, history_before, events_before) = (
+            dump(&conn, &states),
+            dump(&conn, history),
+            dump(&conn, events),
+        );
+        apply_all(&mut conn, &MIGRATIONS[..11]).unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        assert_eq!(
+            dump(&conn, &states),
+            states_before,
+            "every state, column by column"
+        );
+        assert_eq!(dump(&conn, history), history_before, "every attempt");
+        assert_eq!(
+            dump(&conn, events),
+            events_before,
+            "the events view reads the same"
+        );
+        let subs: Vec<(i64, String)> = conn
+            .prepare(
+                "SELECT s.seq, u.name FROM event_state s JOIN subscriptions u ON u.id = s.sub
+                  ORDER BY s.seq",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let expected = [
+            (1, "loyalty"),
+            (2, "loyalty"),
+            (3, "audit"),
+            (4, "audit"),
+            (5, "downstream"),
+            (6, "audit"),
+            (7, "downstream"),
+        ];
+        let expected: Vec<(i64, String)> =
+            expected.iter().map(|(s, n)| (*s, n.to_string())).collect();
+        assert_eq!(subs, expected);
+        let attempts_follow: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM event_attempts a JOIN event_state s
+                    ON s.seq = a.event_seq AND s.sub = a.sub",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(attempts_follow, 5);
+        // The event after the cursor has no state yet and waits for its fan-out.
+        let waiting: String = conn
+            .query_row("SELECT status FROM events WHERE seq = 8", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(waiting, "pending");
+        let fk: Vec<String> = dump(&conn, "PRAGMA foreign_key_check");
+        assert!(fk.is_empty(), "{fk:?}");
+        let integrity: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(integrity, "ok");
+    }
 }

@@ -1,0 +1,229 @@
+//! Ops routes over subscriptions (SPEC section 13): list them with their state, counts and
+//! lag; pause and resume; hand one the older events it was added after (backfill).
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::auth::Admin;
+use super::events::time_param;
+use super::openapi::ErrorBody;
+use super::{ApiError, AppState, blocking};
+use crate::domain::time::{now_ms, rfc3339};
+use crate::store::SubscriptionInfo;
+
+/// A subscription as ops see it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionView {
+    name: String,
+    /// `loyalty-credit`, `audit`, `downstream` (`http` and `pull` in later versions).
+    kind: String,
+    route: RouteView,
+    /// `active`, `paused` (claims nothing; its events wait), or `removed` (no longer in the
+    /// config: its work stopped, its history is kept).
+    state: String,
+    counts: Counts,
+    /// Events waiting for it (pending or claimed).
+    lag: i64,
+    /// Age of its longest-waiting due event; null when nothing is due.
+    #[schema(required = true)]
+    oldest_pending_seconds: Option<f64>,
+    /// When it was added: it takes the events stored after that (older ones by a backfill).
+    #[schema(format = DateTime)]
+    created_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RouteView {
+    /// Null: every source but `requests`.
+    #[schema(required = true)]
+    sources: Option<Vec<String>>,
+    /// Globs on the event type (`*`, `?`); null: every type.
+    #[schema(required = true)]
+    types: Option<Vec<String>>,
+    /// Types left out (the implicit `audit`: every type but `order.completed`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    except_types: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Counts {
+    pending: i64,
+    claimed: i64,
+    completed: i64,
+    failed: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionList {
+    subscriptions: Vec<SubscriptionView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Backfilled {
+    /// Events handed to the subscription, pending and due now.
+    backfilled: usize,
+}
+
+fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
+    let state = if s.removed {
+        "removed"
+    } else if s.paused {
+        "paused"
+    } else {
+        "active"
+    };
+    SubscriptionView {
+        name: s.name.clone(),
+        kind: s.kind.clone(),
+        route: RouteView {
+            sources: s.route.sources.clone(),
+            types: s.route.types.clone(),
+            except_types: s.route.except_types.clone(),
+        },
+        state: state.into(),
+        counts: Counts {
+            pending: s.counts.pending,
+            claimed: s.counts.claimed,
+            completed: s.counts.completed,
+            failed: s.counts.failed,
+        },
+        lag: s.counts.pending + s.counts.claimed,
+        oldest_pending_seconds: s.counts.lag_seconds(now),
+        created_at: rfc3339(s.created_at),
+    }
+}
+
+/// Every subscription: live ones in the config's order, removed ones after.
+#[utoipa::path(get, path = "/subscriptions",
+    operation_id = "listSubscriptions", tag = "ops", security(("bearer" = [])),
+    responses((status = 200, description = "The subscriptions", body = SubscriptionList)))]
+pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let now = now_ms();
+    let subs = blocking(&state, move |s| s.subscriptions(now)).await?;
+    let subscriptions: Vec<_> = subs.iter().map(|s| view(s, now)).collect();
+    Ok(HttpResponse::Ok().json(SubscriptionList { subscriptions }))
+}
+
+async fn one(state: &AppState, name: String) -> Result<HttpResponse, ApiError> {
+    let now = now_ms();
+    let subs = blocking(state, move |s| s.subscriptions(now)).await?;
+    match subs.iter().find(|s| s.name == name && !s.removed) {
+        Some(s) => Ok(HttpResponse::Ok().json(view(s, now))),
+        None => Err(not_found(&name)),
+    }
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::NotFound(format!("no subscription `{name}`"))
+}
+
+/// One subscription.
+#[utoipa::path(get, path = "/subscriptions/{name}",
+    operation_id = "getSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "The subscription", body = SubscriptionView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
+pub async fn show(
+    _: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    one(&state, path.into_inner()).await
+}
+
+async fn set_paused(
+    state: &AppState,
+    name: String,
+    paused: bool,
+) -> Result<HttpResponse, ApiError> {
+    let changed = {
+        let name = name.clone();
+        blocking(state, move |s| s.set_paused(&name, paused)).await?
+    };
+    if !changed {
+        return Err(not_found(&name));
+    }
+    tracing::info!(subscription = %name, paused, "subscription paused or resumed by ops");
+    if !paused {
+        state.queued.notify_waiters();
+    }
+    one(state, name).await
+}
+
+/// Claim nothing for it until it is resumed: its events wait (its lag grows); no other
+/// subscription is held back.
+#[utoipa::path(post, path = "/subscriptions/{name}/pause",
+    operation_id = "pauseSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "The subscription, paused", body = SubscriptionView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
+pub async fn pause(
+    _: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(&state, path.into_inner(), true).await
+}
+
+/// Claim its events again, the ones that waited first.
+#[utoipa::path(post, path = "/subscriptions/{name}/resume",
+    operation_id = "resumeSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "The subscription, active", body = SubscriptionView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
+pub async fn resume(
+    _: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(&state, path.into_inner(), false).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillParams {
+    since: Option<String>,
+}
+
+/// Hand the subscription the events it matches that were stored at or after `since` and that
+/// it never took (stored before it was added): pending, due now. Events it has a state for
+/// are left as they are, so a backfill run twice hands nothing twice.
+#[utoipa::path(post, path = "/subscriptions/{name}/backfill",
+    operation_id = "backfillSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path),
+        ("since" = String, Query, format = DateTime, description = "RFC 3339: events first received at or after this time")),
+    responses(
+        (status = 200, description = "How many events it was handed", body = Backfilled),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: `since` missing or not an RFC 3339 time", body = ErrorBody),
+    ))]
+pub async fn backfill(
+    _: Admin,
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let params: BackfillParams = super::events::query(&req)?;
+    let since = time_param("since", &params.since)?
+        .ok_or_else(|| ApiError::InvalidRequest("since: required (an RFC 3339 time)".into()))?;
+    let name = path.into_inner();
+    let handed = {
+        let name = name.clone();
+        blocking(&state, move |s| s.backfill(&name, since, now_ms())).await?
+    };
+    let Some(backfilled) = handed else {
+        return Err(not_found(&name));
+    };
+    tracing::info!(subscription = %name, backfilled, "backfill by ops");
+    if backfilled > 0 {
+        state.queued.notify_waiters();
+    }
+    Ok(HttpResponse::Ok().json(Backfilled { backfilled }))
+}
