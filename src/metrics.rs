@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::store::{LifecycleCounts, StatusCounts};
+use crate::store::{LifecycleCounts, StatusCounts, SubscriptionInfo};
 
 type Labels = Vec<(&'static str, String)>;
 /// Labels whose values are all fixed names (handlers, outcomes, results): no allocation per
@@ -36,6 +36,10 @@ pub struct Metrics {
     attempts: Family<StaticLabels, Counter>,
     events: Family<Labels, Gauge>,
     oldest_pending: Gauge<f64, std::sync::atomic::AtomicU64>,
+    subscription_events: Family<Labels, Gauge>,
+    subscription_lag: Family<Labels, Gauge>,
+    subscription_oldest: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    subscription_paused: Family<Labels, Gauge>,
     purged: Counter,
     rejections_dropped: Counter,
     tombstones: Gauge,
@@ -86,6 +90,10 @@ impl Metrics {
             attempts: Family::default(),
             events: Family::default(),
             oldest_pending: Gauge::default(),
+            subscription_events: Family::default(),
+            subscription_lag: Family::default(),
+            subscription_oldest: Family::default(),
+            subscription_paused: Family::default(),
             purged: Counter::default(),
             rejections_dropped: Counter::default(),
             tombstones: Gauge::default(),
@@ -119,6 +127,26 @@ impl Metrics {
             "webhook_inbox_oldest_pending_seconds",
             "Age of the oldest pending event (0 when none)",
             m.oldest_pending.clone(),
+        );
+        registry.register(
+            "webhook_inbox_subscription_events",
+            "Each subscription's events by status (pending, claimed, failed)",
+            m.subscription_events.clone(),
+        );
+        registry.register(
+            "webhook_inbox_subscription_lag",
+            "Events waiting for each subscription (pending or claimed)",
+            m.subscription_lag.clone(),
+        );
+        registry.register(
+            "webhook_inbox_subscription_oldest_pending_seconds",
+            "Age of each subscription's longest-waiting due event (0 when none)",
+            m.subscription_oldest.clone(),
+        );
+        registry.register(
+            "webhook_inbox_subscription_paused",
+            "1 while a subscription is paused by ops",
+            m.subscription_paused.clone(),
         );
         registry.register(
             "webhook_inbox_purged",
@@ -206,6 +234,30 @@ impl Metrics {
             self.database_bytes
                 .get_or_create(&vec![("pages", state.into())])
                 .set(bytes);
+        }
+    }
+
+    /// The per-subscription gauges, set before a render (live subscriptions only).
+    pub fn set_subscriptions(&self, subs: &[SubscriptionInfo], now_ms: i64) {
+        for s in subs.iter().filter(|s| !s.removed) {
+            let name = || vec![("subscription", s.name.clone())];
+            for (status, n) in [
+                ("pending", s.counts.pending),
+                ("claimed", s.counts.claimed),
+                ("failed", s.counts.failed),
+            ] {
+                let labels = vec![("subscription", s.name.clone()), ("status", status.into())];
+                self.subscription_events.get_or_create(&labels).set(n);
+            }
+            self.subscription_lag
+                .get_or_create(&name())
+                .set(s.counts.pending + s.counts.claimed);
+            self.subscription_oldest
+                .get_or_create(&name())
+                .set(s.counts.lag_seconds(now_ms).unwrap_or(0.0));
+            self.subscription_paused
+                .get_or_create(&name())
+                .set(i64::from(s.paused));
         }
     }
 

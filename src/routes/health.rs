@@ -49,7 +49,9 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let counts = blocking(&state, |s| s.status_counts()).await?;
     let lifecycle = blocking(&state, |s| s.lifecycle_counts()).await?;
+    let subscriptions = blocking(&state, |s| s.subscriptions(false)).await?;
     state.metrics.set_lifecycle(&lifecycle);
+    state.metrics.set_subscriptions(&subscriptions, now_ms());
     let text = state.metrics.render(&counts, now_ms());
     Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")

@@ -100,14 +100,14 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
     responses((status = 200, description = "The subscriptions", body = SubscriptionList)))]
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
-    let subs = blocking(&state, move |s| s.subscriptions(now)).await?;
+    let subs = blocking(&state, |s| s.subscriptions(true)).await?;
     let subscriptions: Vec<_> = subs.iter().map(|s| view(s, now)).collect();
     Ok(HttpResponse::Ok().json(SubscriptionList { subscriptions }))
 }
 
 async fn one(state: &AppState, name: String) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
-    let subs = blocking(state, move |s| s.subscriptions(now)).await?;
+    let subs = blocking(state, |s| s.subscriptions(true)).await?;
     match subs.iter().find(|s| s.name == name && !s.removed) {
         Some(s) => Ok(HttpResponse::Ok().json(view(s, now))),
         None => Err(not_found(&name)),

@@ -208,7 +208,7 @@ pub fn copy_all(
     // database whose events fan out to others would lose their states.
     let implicit = ["loyalty", "downstream", "audit"];
     if let Some(other) = from
-        .subscriptions(crate::domain::time::now_ms())?
+        .subscriptions(false)?
         .iter()
         .find(|s| !implicit.contains(&s.name.as_str()))
     {

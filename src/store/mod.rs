@@ -68,8 +68,9 @@ pub trait Store: Send + Sync + 'static {
     fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>>;
     /// The subscriptions not removed, as `(id, name)`.
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>>;
-    /// Every subscription, removed ones last, with counts by status.
-    fn subscriptions(&self, now: i64) -> StoreResult<Vec<SubscriptionInfo>>;
+    /// Every subscription, removed ones last, with counts by status. `completed` counts are
+    /// read from the whole history (a scan on SQLite): `false` leaves them 0, for `/metrics`.
+    fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>>;
     /// Pause (nothing is claimed for it; its events wait) or resume. `false`: no live
     /// subscription has that name.
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool>;

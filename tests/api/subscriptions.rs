@@ -229,6 +229,15 @@ async fn a_paused_subscription_claims_nothing_and_holds_back_no_other() {
     assert_eq!(archive.body["state"], "paused");
     let ledger = app.get("/subscriptions/ledger").await;
     assert_eq!(ledger.body["lag"], 0, "{}", ledger.body);
+    let metrics = app.metrics_text().await;
+    for line in [
+        "webhook_inbox_subscription_lag{subscription=\"archive\"} 5",
+        "webhook_inbox_subscription_paused{subscription=\"archive\"} 1",
+        "webhook_inbox_subscription_lag{subscription=\"ledger\"} 0",
+        "webhook_inbox_subscription_events{subscription=\"archive\",status=\"pending\"} 5",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
     // Resumed: the waiting events go.
     let r = app.admin_post("/subscriptions/archive/resume", None).await;
     assert_eq!(r.body["state"], "active", "{}", r.body);

@@ -319,8 +319,8 @@ impl Store for PostgresStore {
             .collect())
     }
 
-    fn subscriptions(&self, _now: i64) -> StoreResult<Vec<SubscriptionInfo>> {
-        self.tx(subscriptions::list)
+    fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
+        self.tx(|db| subscriptions::list(db, completed))
     }
 
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {

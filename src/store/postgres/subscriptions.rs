@@ -60,11 +60,18 @@ pub(super) fn set_paused(db: &mut Db<'_>, name: &str, paused: bool) -> StoreResu
     )? == 1)
 }
 
-pub(super) fn list(db: &mut Db<'_>) -> StoreResult<Vec<SubscriptionInfo>> {
+/// With `completed` false, only the unfinished and failed rows are counted (their partial
+/// indexes), not the whole history.
+pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
+    let which = if completed {
+        ""
+    } else {
+        "WHERE status IN ('pending', 'claimed', 'failed')"
+    };
     let counts = db.query(
         &format!(
             "SELECT {SUB_OF} AS sub, status, count(*), min(next_attempt_at)
-               FROM events GROUP BY 1, 2"
+               FROM events {which} GROUP BY 1, 2"
         ),
         &[],
     )?;

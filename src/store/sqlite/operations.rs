@@ -153,8 +153,8 @@ impl Store for SqliteStore {
             .collect())
     }
 
-    fn subscriptions(&self, _now: i64) -> StoreResult<Vec<SubscriptionInfo>> {
-        self.read(subscriptions::list)
+    fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
+        self.read(|c| subscriptions::list(c, completed))
     }
 
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {

@@ -204,21 +204,28 @@ pub(super) fn backfill(
 }
 
 /// Every subscription with its counts by status (removed ones last).
-pub(super) fn list(conn: &Connection) -> StoreResult<Vec<SubscriptionInfo>> {
+pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
     let waiting = super::events::unrouted(conn)?;
+    let completed = if completed {
+        "(SELECT count(*) FROM event_state WHERE status = 'completed' AND sub = u.id)"
+    } else {
+        "0"
+    };
     let mut infos = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "SELECT u.name, u.kind, u.sources, u.types, u.except_types, u.paused,
                     u.removed_at IS NOT NULL, u.created_at, u.lane,
                     (SELECT count(*) FROM event_state INDEXED BY events_due
                       WHERE status = 'pending' AND sub = u.id),
-                    (SELECT count(*) FROM event_state WHERE status = 'claimed' AND sub = u.id),
-                    (SELECT count(*) FROM event_state WHERE status = 'completed' AND sub = u.id),
-                    (SELECT count(*) FROM event_state WHERE status = 'failed' AND sub = u.id),
+                    (SELECT count(*) FROM event_state INDEXED BY events_leases
+                      WHERE status = 'claimed' AND sub = u.id),
+                    {completed},
+                    (SELECT count(*) FROM event_state INDEXED BY events_failed
+                      WHERE status = 'failed' AND sub = u.id),
                     (SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
                       WHERE status = 'pending' AND sub = u.id)
-               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id",
-        )?
+               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id"
+        ))?
         .query_map([], |r| {
             Ok((
                 SubscriptionInfo {
