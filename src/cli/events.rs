@@ -35,8 +35,11 @@ pub enum EventsCommand {
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
     /// `purged`: tombstones only (otherwise they are left out).
-    #[arg(long, value_parser = ["pending", "claimed", "completed", "failed", "purged"])]
+    #[arg(long, value_parser = ["pending", "claimed", "completed", "failed", "stored", "purged"])]
     status: Option<String>,
+    /// Only events this subscription takes; `--status` is then its state of each.
+    #[arg(long)]
+    subscription: Option<String>,
     #[arg(long)]
     source: Option<String>,
     #[arg(long = "type")]
@@ -56,6 +59,7 @@ impl FilterArgs {
             ("type", &self.event_type),
             ("received_after", &self.received_after),
             ("received_before", &self.received_before),
+            ("subscription", &self.subscription),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
@@ -226,6 +230,32 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
             "abandoned",
         ],
     );
+    let subscriptions: Vec<Vec<String>> = e["subscriptions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|s| {
+            let said = if s["status"] == "failed" {
+                &s["last_error"]
+            } else {
+                &s["outcome"]
+            };
+            vec![
+                text(&s["name"]),
+                text(&s["status"]),
+                text(&s["attempts"]),
+                clip(&text(said), 60),
+            ]
+        })
+        .collect();
+    println!(
+        "\nsubscriptions:\n{}",
+        render(
+            &["SUBSCRIPTION", "STATUS", "ATTEMPTS", "OUTCOME/ERROR"],
+            &subscriptions
+        )
+    );
     println!(
         "\npayload:\n{}",
         serde_json::to_string_pretty(&e["payload"])?
@@ -237,6 +267,7 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
         .iter()
         .map(|a| {
             [
+                "subscription",
                 "attempt",
                 "worker",
                 "started_at",
@@ -252,7 +283,15 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
     println!(
         "\nhistory:\n{}",
         render(
-            &["#", "WORKER", "STARTED", "FINISHED", "RESULT", "ERROR"],
+            &[
+                "SUBSCRIPTION",
+                "#",
+                "WORKER",
+                "STARTED",
+                "FINISHED",
+                "RESULT",
+                "ERROR"
+            ],
             &history
         )
     );

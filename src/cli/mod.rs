@@ -14,6 +14,7 @@ mod rejections;
 mod replay;
 mod retry;
 mod sign;
+mod subscriptions;
 mod table;
 mod when;
 
@@ -55,6 +56,9 @@ enum Command {
     /// Deliveries refused at the edge (bad signature, unknown source, …), through the HTTP API.
     #[command(subcommand)]
     Rejections(rejections::RejectionsCommand),
+    /// The user's consumers: list, pause, resume, backfill, through the HTTP API.
+    #[command(subcommand)]
+    Subscriptions(subscriptions::SubscriptionsCommand),
     /// Redeliver a replay file (from `events export`), re-signed with fresh timestamps.
     Replay(replay::ReplayArgs),
     /// Send unique signed deliveries at a fixed concurrency; report throughput and latency.
@@ -124,6 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
         Command::Events(command) => events::run(cli.config.as_deref(), command),
         Command::Rejections(command) => rejections::run(cli.config.as_deref(), command),
+        Command::Subscriptions(command) => subscriptions::run(cli.config.as_deref(), command),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Backup(args) => backup::run(cli.config.as_deref(), args),

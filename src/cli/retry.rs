@@ -22,6 +22,10 @@ pub struct RetryArgs {
     /// Run a completed (or abandoned at-most-once) event again.
     #[arg(long, requires = "event_id")]
     force: bool,
+    /// Only this subscription's state of the event (default: each failed one); with
+    /// --failed, only failures of this subscription.
+    #[arg(long)]
+    subscription: Option<String>,
     /// Retry every failed event matching --source/--type/--received-* (abandoned ones excluded).
     #[arg(long, conflicts_with_all = ["source", "event_id", "force"])]
     failed: bool,
@@ -58,6 +62,7 @@ fn count_retryable(
             "source" => "source",
             "type" => "type",
             "received_after" => "received_after",
+            "subscription" => "subscription",
             _ => "received_before",
         };
         query.push((key, text(v)));
@@ -104,6 +109,7 @@ pub fn run(config: Option<&Path>, args: RetryArgs) -> anyhow::Result<()> {
             ("type", &args.event_type),
             ("received_after", &args.received_after),
             ("received_before", &args.received_before),
+            ("subscription", &args.subscription),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), Value::String(v))))
@@ -147,11 +153,14 @@ pub fn run(config: Option<&Path>, args: RetryArgs) -> anyhow::Result<()> {
         args.event_id
             .ok_or_else(|| anyhow::anyhow!("give SOURCE EVENT_ID, or --failed for a bulk retry"))?,
     );
-    let query = if args.force {
+    let mut query = if args.force {
         vec![("force", "true".to_string())]
     } else {
         vec![]
     };
+    if let Some(name) = &args.subscription {
+        query.push(("subscription", name.clone()));
+    }
     let e = client
         .post(
             &format!("/events/{}/{}/retry", segment(&source), segment(&event_id)),

@@ -619,3 +619,83 @@ fn six_workers_released_together_handle_each_event_once_per_subscription() {
         3 * events as i64
     );
 }
+
+/// The CLI over the same routes: list, pause, resume, backfill, and `--subscription` on
+/// `events list`, `show` and `retry`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_pauses_resumes_and_backfills_subscriptions() {
+    use crate::cli::{cli, stderr, stdout};
+    let app = app_with(FAN_OUT).await;
+    let o = cli(&app, &["subscriptions", "list"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for expected in [
+        "points",
+        "loyalty-credit",
+        "archive",
+        "shop, stripe: *",
+        "invoice.*",
+    ] {
+        assert!(out.contains(expected), "{expected} in:\n{out}");
+    }
+    let o = cli(&app, &["subscriptions", "pause", "archive"]).await;
+    assert!(
+        stdout(&o).contains("paused"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    app.deliver("shop", "e-1", &order_body("o-1", "c-1", 2))
+        .await;
+    app.drain().await;
+    let o = cli(
+        &app,
+        &[
+            "events",
+            "list",
+            "--subscription",
+            "archive",
+            "--status",
+            "pending",
+            "--json",
+        ],
+    )
+    .await;
+    let page: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(page["events"].as_array().unwrap().len(), 1, "{page}");
+    let o = cli(&app, &["events", "show", "shop", "e-1"]).await;
+    let out = stdout(&o);
+    assert!(
+        out.contains("SUBSCRIPTION") && out.contains("archive") && out.contains("credited"),
+        "{out}"
+    );
+    let o = cli(&app, &["subscriptions", "resume", "archive", "--json"]).await;
+    let resumed: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(resumed["state"], "active");
+    let o = cli(&app, &["subscriptions", "pause", "nope"]).await;
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nope"), "{}", stderr(&o));
+    let o = cli(
+        &app,
+        &[
+            "subscriptions",
+            "backfill",
+            "ledger",
+            "--since",
+            "1h",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let handed: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(handed["backfilled"], 0, "ledger took every event already");
+    let o = cli(
+        &app,
+        &["events", "retry", "shop", "e-1", "--subscription", "ledger"],
+    )
+    .await;
+    assert!(!o.status.success(), "a completed state needs --force");
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    app.stop().await;
+}

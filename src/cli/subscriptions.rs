@@ -1,0 +1,156 @@
+//! `webhook-inbox subscriptions list|pause|resume|backfill`: the user's consumers (SPEC section
+//! 13), through the HTTP API.
+
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::client::{ApiClient, RESOLUTION_HELP, Remote, segment};
+use super::table::{render, text};
+use super::when::parse_when;
+
+#[derive(Debug, Subcommand)]
+pub enum SubscriptionsCommand {
+    /// Each subscription: kind, route, state, counts by status and lag.
+    #[command(after_help = RESOLUTION_HELP)]
+    List(ListArgs),
+    /// Claim nothing for a subscription until it is resumed (its events wait).
+    #[command(after_help = RESOLUTION_HELP)]
+    Pause(NameArgs),
+    /// Claim a paused subscription's events again.
+    #[command(after_help = RESOLUTION_HELP)]
+    Resume(NameArgs),
+    /// Hand a subscription the events stored before it was added (since a time).
+    #[command(after_help = RESOLUTION_HELP)]
+    Backfill(BackfillArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    name: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    name: String,
+    /// An RFC 3339 time or an age back from now (`7d`): events first received since then.
+    #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
+    since: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Result<()> {
+    match command {
+        SubscriptionsCommand::List(args) => {
+            let client = ApiClient::new(&args.remote, config)?;
+            let answer = client.get("/subscriptions", &[])?;
+            if args.json {
+                println!("{answer}");
+            } else {
+                let subs = answer["subscriptions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                print_table(&subs);
+            }
+            Ok(())
+        }
+        SubscriptionsCommand::Pause(args) => change(config, args, "pause"),
+        SubscriptionsCommand::Resume(args) => change(config, args, "resume"),
+        SubscriptionsCommand::Backfill(args) => {
+            let client = ApiClient::new(&args.remote, config)?;
+            let path = format!("/subscriptions/{}/backfill", segment(&args.name));
+            let answer = client.post(&path, &[("since", args.since.clone())], None)?;
+            if args.json {
+                println!("{answer}");
+            } else {
+                println!(
+                    "{}: handed {} event(s) received since {}",
+                    args.name,
+                    text(&answer["backfilled"]),
+                    args.since
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn change(config: Option<&Path>, args: NameArgs, action: &str) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote, config)?;
+    let path = format!("/subscriptions/{}/{action}", segment(&args.name));
+    let answer = client.post(&path, &[], None)?;
+    if args.json {
+        println!("{answer}");
+    } else {
+        print_table(std::slice::from_ref(&answer));
+    }
+    Ok(())
+}
+
+/// A route as one short text: `stripe: invoice.*, charge.refunded`.
+fn route(r: &Value) -> String {
+    let list = |v: &Value, all: &str| match v.as_array() {
+        Some(items) => items.iter().map(text).collect::<Vec<_>>().join(", "),
+        None => all.to_string(),
+    };
+    let mut out = format!("{}: {}", list(&r["sources"], "*"), list(&r["types"], "*"));
+    if let Some(except) = r["except_types"].as_array() {
+        let except: Vec<String> = except.iter().map(text).collect();
+        out.push_str(&format!(" except {}", except.join(", ")));
+    }
+    out
+}
+
+fn print_table(subs: &[Value]) {
+    let rows: Vec<Vec<String>> = subs
+        .iter()
+        .map(|s| {
+            let c = &s["counts"];
+            vec![
+                text(&s["name"]),
+                text(&s["kind"]),
+                text(&s["state"]),
+                text(&c["pending"]),
+                text(&c["claimed"]),
+                text(&c["completed"]),
+                text(&c["failed"]),
+                text(&s["lag"]),
+                route(&s["route"]),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        render(
+            &[
+                "NAME",
+                "KIND",
+                "STATE",
+                "PENDING",
+                "CLAIMED",
+                "COMPLETED",
+                "FAILED",
+                "LAG",
+                "ROUTE"
+            ],
+            &rows
+        )
+    );
+}
