@@ -38,6 +38,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ),
     ("js/detail.js", JS, include_bytes!("../../ui/js/detail.js")),
     (
+        "js/subscriptions.js",
+        JS,
+        include_bytes!("../../ui/js/subscriptions.js"),
+    ),
+    (
         "js/lookups.js",
         JS,
         include_bytes!("../../ui/js/lookups.js"),

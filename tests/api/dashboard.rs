@@ -79,7 +79,7 @@ async fn deliver(seeded: &Seeded, event_id: &str, body: &str) {
     assert_eq!(req.send().await.unwrap().status(), 200);
 }
 
-async fn sign_in(c: &Client, token: &str) {
+pub async fn sign_in(c: &Client, token: &str) {
     type_into(c, "input[name=token]", token).await;
     click(c, "#login-form button[type=submit]").await;
 }
@@ -126,7 +126,7 @@ async fn listed_ids(c: &Client) -> Value {
 /// text cut with an ellipsis has more than one rectangle, on one line).
 const LINES: &str = "const lines = (el) => { const r = document.createRange(); r.selectNodeContents(el); return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; };";
 
-fn browser_found() -> bool {
+pub fn browser_found() -> bool {
     requires::available("chromium and chromedriver", crate::browser::found())
 }
 

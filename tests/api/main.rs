@@ -19,6 +19,7 @@ mod copy;
 mod crash;
 mod dashboard;
 mod dashboard_api;
+mod dashboard_subscriptions;
 mod downstream;
 mod faults;
 mod group_commit;

@@ -33,15 +33,23 @@ function needsForce(event) {
  * the server answered it; `onError(text)` gets a failure to show; `onConflict(error)`, when
  * forced retries are not offered here, gets the server's 409.
  */
-export function retryButtons(event, { onChange, onError, onConflict, force: offerForce = false }) {
-  const name = `${event.source}/${event.event_id}`;
+export function retryButtons(event, {
+  onChange, onError, onConflict, force: offerForce = false, subscription,
+}) {
+  // With a subscription, `event` is that subscription's state of the event (its status,
+  // abandoned and outcome), and the retry is of that state alone.
+  const name = `${event.source}/${event.event_id}` + (subscription ? ` in ${subscription}` : '');
   const confirmForce = async (text) => confirmDialog({
     title: `Force retry ${name}?`, text, confirmLabel: 'Force retry',
   });
   const run = async (force, button) => {
     button.disabled = true;
     try {
-      const path = eventPath(event.source, event.event_id) + '/retry' + (force ? '?force=true' : '');
+      const params = new URLSearchParams();
+      if (subscription) params.set('subscription', subscription);
+      if (force) params.set('force', 'true');
+      const path = eventPath(event.source, event.event_id) + '/retry' +
+        (params.size ? `?${params}` : '');
       onChange(await api(path, { method: 'POST' }));
     } catch (e) {
       button.disabled = false;

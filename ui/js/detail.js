@@ -20,7 +20,7 @@ function timeline(history) {
   return h('ol', { class: 'timeline', 'aria-label': 'Attempt history, first attempt first' },
     history.map((a) => h('li', { class: `result-${a.result ?? 'running'}` },
       h('p', { class: 'attempt-head' },
-        h('strong', { text: `Attempt ${a.attempt}` }), ' · ',
+        h('strong', { text: `${a.subscription} · attempt ${a.attempt}` }), ' · ',
         h('span', { class: 'badge', text: a.result ?? 'in progress' })),
       h('dl', { class: 'fields compact' },
         field('Worker', h('span', { class: 'mono', text: a.worker })),
@@ -28,6 +28,28 @@ function timeline(history) {
         field('Finished', time(a.finished_at)),
         a.error ? field('Error', h('span', { class: 'error-text', text: a.error })) : []),
     )));
+}
+
+/** Each subscription's state of the event, with a Retry of that state alone. */
+function subscriptionTable(event, onChange, onError) {
+  if (!event.subscriptions?.length) {
+    return h('p', { class: 'muted', text: 'No subscription takes this event: it is stored only.' });
+  }
+  return h('table', { id: 'event-subscriptions', class: 'cards-on-phone' },
+    h('caption', { class: 'sr-only', text: 'Each subscription’s state of this event' }),
+    h('thead', {}, h('tr', {},
+      ...['Subscription', 'Status', 'Attempts', 'Outcome / error', 'Actions']
+        .map((t) => h('th', { scope: 'col', text: t })))),
+    h('tbody', {}, ...event.subscriptions.map((s) => h('tr', { 'data-subscription': s.name },
+      h('td', { 'data-label': 'Subscription' }, h('span', { class: 'mono', text: s.name })),
+      h('td', { 'data-label': 'Status' }, statusBadge(s)),
+      h('td', { 'data-label': 'Attempts', text: String(s.attempts) }),
+      h('td', { 'data-label': 'Outcome / error' }, s.status === 'failed' && s.last_error
+        ? h('span', { class: 'error-text', text: s.last_error }) : (s.outcome ?? '—')),
+      h('td', { 'data-label': 'Actions' }, ...retryButtons(
+        { ...s, source: event.source, event_id: event.event_id },
+        { force: true, subscription: s.name, onChange, onError })),
+    ))));
 }
 
 function render(event, message) {
@@ -63,6 +85,11 @@ function render(event, message) {
     ),
     actions.length ? h('div', { class: 'row' }, ...actions) : [],
     status,
+    h('h2', { text: 'Subscriptions' }),
+    subscriptionTable(event,
+      (updated) => load(updated.source, updated.event_id,
+        `${updated.source}/${updated.event_id} is now ${updated.status}.`),
+      (text) => say(status, text, true)),
     h('h2', { text: 'Body' }),
     h('pre', { class: 'body', id: 'event-body', tabindex: '0', 'aria-label': 'Delivery body' },
       bodyText(event.payload)),

@@ -1,5 +1,6 @@
 // Sign-in, sign-out and the views behind the URL's fragment: #overview, #events (with its
-// filters: #events?status=failed&source=shop), #event/<source>/<id>, #rejected (with its
+// filters: #events?status=failed&source=shop), #event/<source>/<id>, #subscriptions,
+// #rejected (with its
 // filters: #rejected?reason=invalid_signature), #loyalty, #requests, #request/<id>. The
 // fragment never holds the token.
 
@@ -9,8 +10,10 @@ import * as overview from './overview.js';
 import * as events from './events.js';
 import * as detail from './detail.js';
 import * as lookups from './lookups.js';
+import * as subscriptions from './subscriptions.js';
 
-const VIEWS = ['login', 'overview', 'events', 'event', 'rejected', 'loyalty', 'requests'];
+const VIEWS = ['login', 'overview', 'events', 'event', 'subscriptions', 'rejected', 'loyalty',
+  'requests'];
 
 function showView(name) {
   // Focus moves to the heading only when the view changes: applying filters keeps it.
@@ -53,6 +56,9 @@ async function route() {
         return detail.load(parts[1], parts.slice(2).join('/'));
       }
       break;
+    case 'subscriptions':
+      showView('subscriptions');
+      return subscriptions.show();
     case 'rejected':
       showView('rejected');
       return lookups.showRejected(search);
@@ -102,4 +108,5 @@ window.addEventListener('hashchange', route);
 overview.setup();
 events.setup();
 lookups.setup();
+subscriptions.setup();
 route();
