@@ -1,5 +1,6 @@
 //! Crash safety with the real binary: SIGKILL under load, restart on the same database, the
-//! provider's redelivery of everything, then every promise checked.
+//! provider's redelivery of everything, then every promise checked. Three subscriptions take
+//! every event (a loyalty credit and two audits), so each promise holds per subscription.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,6 +74,19 @@ timeout_ms = 500
 name = "shop"
 scheme = "standard-webhooks"
 secrets = ["{SW_SECRET}"]
+
+[[subscriptions]]
+name = "points"
+kind = "loyalty-credit"
+types = ["order.completed"]
+
+[[subscriptions]]
+name = "ledger"
+kind = "audit"
+
+[[subscriptions]]
+name = "archive"
+kind = "audit"
 "#
         ),
     )
@@ -244,15 +258,36 @@ fn sigkill_under_load_loses_no_acknowledged_delivery_and_credits_each_order_once
         "every event ends completed: {unfinished:?}\n{}",
         server.logs()
     );
+    // Each event once in each subscription, every one of them completed.
+    let states: Vec<(String, String, String, i64)> = conn
+        .prepare(
+            "SELECT u.name, s.status, ifnull(s.outcome, ''), count(*)
+               FROM event_state s JOIN subscriptions u ON u.id = s.sub
+              GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let state = |name: &str, outcome: &str, n: usize| {
+        (
+            name.to_string(),
+            "completed".to_string(),
+            outcome.to_string(),
+            n as i64,
+        )
+    };
+    assert_eq!(
+        states,
+        [
+            state("archive", "logged", ORDERS + REPEATS),
+            state("ledger", "logged", ORDERS + REPEATS),
+            state("points", "credited", ORDERS),
+            state("points", "duplicate_order", REPEATS),
+        ]
+    );
     assert_eq!(count("SELECT count(*) FROM loyalty_credits"), ORDERS as i64);
-    assert_eq!(
-        count("SELECT count(*) FROM events WHERE outcome = 'credited'"),
-        ORDERS as i64
-    );
-    assert_eq!(
-        count("SELECT count(*) FROM events WHERE outcome = 'duplicate_order'"),
-        REPEATS as i64
-    );
     // Balances equal the sum over distinct orders.
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut seen = std::collections::HashSet::new();
