@@ -146,6 +146,11 @@ impl Consumer {
         }
     }
 
+    /// The store it consumes.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// Pace the workers by this ingest writer's commits (see `ingest_first`).
     pub fn paced_by(mut self, ingest: Arc<Activity>) -> Consumer {
         self.ingest = ingest;

@@ -270,6 +270,10 @@ pub struct StatusCounts {
     /// event waiting on its backoff is not due yet), for the `oldest_pending_seconds` gauge.
     /// May lie in the future: then nothing is due.
     pub oldest_due_at: Option<i64>,
+    /// Of `pending`: events stored but not yet fanned out to their subscriptions (counted
+    /// once each). On PostgreSQL they wait, besides, until every older write transaction of
+    /// the cluster has ended.
+    pub fan_out_waiting: i64,
 }
 
 impl StatusCounts {

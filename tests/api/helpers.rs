@@ -260,13 +260,27 @@ impl TestApp {
     }
 }
 
-/// Claim passes until one claims nothing; at most 1000 passes.
+/// Claim passes until one claims nothing and no stored event waits for its fan-out; at most
+/// 1000 passes. (On PostgreSQL an event is fanned out once every write transaction older than
+/// it has ended, in any database of the cluster: other tests' too.)
 pub fn drain_blocking(consumer: &Consumer, worker: &str) -> usize {
     let mut total = 0;
     for _ in 0..1000 {
         let n = consumer
             .run_once(worker, 100, &|| false)
             .expect("claim pass");
+        let waiting = || {
+            consumer
+                .store()
+                .status_counts()
+                .expect("status counts")
+                .fan_out_waiting
+                > 0
+        };
+        if n == 0 && waiting() {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
         if n == 0 {
             // Retries with millisecond backoff may be due a moment later.
             std::thread::sleep(Duration::from_millis(20));

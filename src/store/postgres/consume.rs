@@ -7,78 +7,234 @@
 //! Due-ness and leases are the database's clock. Every later transition is fenced by the claim
 //! token, so a worker that lost its claim changes nothing.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::session::Db;
-use super::subscriptions::SUB_OF;
+use super::subscriptions::Routes;
 use super::{NOW_MS, QUEUED_CHANNEL};
 use crate::store::{
     AttemptResult, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane, LoyaltyAccount,
     LoyaltyCredit, Page, StoreResult,
 };
 
-/// `picked` is materialised: a locking subquery that the planner could run again (as the inner
-/// side of a nested loop) would lock and claim more rows than the limit.
-fn claim_sql() -> String {
-    let sub_of_e = SUB_OF
-        .replace("lane", "e.lane")
-        .replace("event_type", "e.event_type");
+/// The due work of one subscription: `picked` is materialised, since a locking subquery that
+/// the planner could run again (as the inner side of a nested loop) would lock and claim more
+/// rows than the limit. $1 worker, $2 lease, $3 subscription, $4 limit.
+fn claim_due_sql() -> String {
     format!(
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
-         picked AS MATERIALIZED (
-            SELECT seq FROM events
-             WHERE lane = $3 AND status = 'pending'
-               AND next_attempt_at <= (SELECT ms FROM clock)
-               AND {SUB_OF} NOT IN (SELECT id FROM subscriptions WHERE paused)
-             ORDER BY next_attempt_at, seq
-             LIMIT $4
-               FOR UPDATE SKIP LOCKED
-         ), claimed AS (
-            UPDATE events e
-               SET status = 'claimed', claimed_by = $1,
-                   claimed_until = (SELECT ms FROM clock) + $2,
-                   attempts = e.attempts + 1, claim_token = gen_random_uuid()::text
-              FROM picked WHERE e.seq = picked.seq
-            RETURNING e.seq, e.source, e.event_id, e.event_type, e.attempts,
-                      e.attempts - e.budget_floor AS budget_used, e.claim_token,
-                      {sub_of_e} AS sub
-         ), history AS (
-            INSERT INTO event_attempts (event_seq, attempt, worker, started_at)
-            SELECT seq, attempts, $1, $5 FROM claimed
-         )
-         SELECT c.seq, c.source, c.event_id, c.event_type, c.attempts, c.budget_used,
-                c.claim_token, p.payload, p.content_type, c.sub
-           FROM claimed c JOIN event_payloads p USING (seq)
-          ORDER BY c.seq"
+     picked AS MATERIALIZED (
+        SELECT seq, sub FROM event_state
+         WHERE sub = $3 AND status = 'pending' AND next_attempt_at <= (SELECT ms FROM clock)
+         ORDER BY next_attempt_at, seq
+         LIMIT $4
+           FOR UPDATE SKIP LOCKED
+     )
+     UPDATE event_state s
+        SET status = 'claimed', claimed_by = $1,
+            claimed_until = (SELECT ms FROM clock) + $2,
+            attempts = s.attempts + 1, claim_token = gen_random_uuid()::text
+       FROM picked WHERE s.seq = picked.seq AND s.sub = picked.sub
+     RETURNING s.seq, s.sub, s.attempts, s.attempts - s.budget_floor, s.claim_token"
     )
 }
 
+/// The advisory lock (of a transaction) that orders webhooks' inserts and the fan-out: an
+/// insert of a lane-0 event holds it shared from before its `seq` is taken to its commit (see
+/// `ingest`), and [`fan_out_limit`] takes it exclusively for a moment. Locks of this kind are
+/// per database.
+pub(super) const INGEST_LOCK: i64 = 0x7765_6268_6f6f_6b6c;
+
+/// The lock a node takes, for its transaction, to fan events out: one fan-out at a time, so
+/// that two nodes never read the same cursor (another node's claim skips the fan-out instead of
+/// waiting). Taken with `pg_try_advisory_xact_lock`: no row is written to take it.
+const FAN_OUT_LOCK: i64 = 0x7765_6268_6f6f_6b66;
+
+/// How far the fan-out may go, read in its own short transaction before the claim's: `None`
+/// when nothing was stored after the cursor. Else the highest `seq` handed out so far, read
+/// once no webhook insert is in flight (the exclusive [`INGEST_LOCK`]): every lane-0 event up to
+/// it is committed or rolled back, and a later one gets a higher `seq`. Inserts wait for this
+/// moment; it is taken only when there is something new.
+pub(super) fn fan_out_limit(db: &mut Db<'_>) -> StoreResult<Option<i64>> {
+    let behind: bool = db
+        .query_one(
+            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)
+                    > (SELECT after_seq FROM queue_cursor)",
+            &[],
+        )?
+        .try_get(0)?;
+    if !behind {
+        return Ok(None);
+    }
+    db.execute(&format!("SELECT pg_advisory_xact_lock({INGEST_LOCK})"), &[])?;
+    // Read after the lock: the sequence is not versioned, so this is what was handed out.
+    let limit: i64 = db
+        .query_one(
+            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)",
+            &[],
+        )?
+        .try_get(0)?;
+    Ok(Some(limit))
+}
+
+/// The fan-out of the next lane-0 events after the cursor, up to `$4` (see
+/// [`fan_out_limit`]): a state row per live subscription whose route matches (claimed for the
+/// in-process ones that are not paused, pending for the others), and the cursor moved past
+/// them, in one statement. $1 worker, $2 lease, $3 limit, $4 the highest `seq` it may take.
+fn fan_out_sql(routes: &Routes) -> String {
+    let claims_now = "(u.lane = 0 AND NOT u.paused)";
+    format!(
+        "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
+         cur AS MATERIALIZED (
+            SELECT after_seq FROM queue_cursor
+             WHERE id = 0 AND pg_try_advisory_xact_lock({FAN_OUT_LOCK})
+         ), scanned AS MATERIALIZED (
+            SELECT l.seq, l.lane, l.source, l.event_type, l.received_at FROM event_log l, cur
+             WHERE l.seq > cur.after_seq AND l.seq <= $4
+             ORDER BY l.seq LIMIT $3
+         ), batch AS MATERIALIZED (
+            SELECT * FROM scanned WHERE lane = 0
+         ), moved AS (
+            -- Past the last event scanned; when fewer than the limit were, past `$4`: numbers
+            -- taken by duplicates and rolled-back inserts leave gaps the cursor must pass too.
+            UPDATE queue_cursor q
+               SET after_seq = greatest(q.after_seq,
+                   CASE WHEN (SELECT count(*) FROM scanned) < $3 THEN $4
+                        ELSE (SELECT max(seq) FROM scanned) END)
+             WHERE q.id = 0 AND EXISTS (SELECT 1 FROM cur)
+         ), fanned AS (
+            INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
+                                     claimed_until, claimed_by, claim_token)
+            SELECT b.seq, u.id, u.lane,
+                   CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
+                   CASE WHEN {claims_now} THEN 1 ELSE 0 END,
+                   b.received_at,
+                   CASE WHEN {claims_now} THEN (SELECT ms FROM clock) + $2 END,
+                   CASE WHEN {claims_now} THEN $1 END,
+                   CASE WHEN {claims_now} THEN gen_random_uuid()::text END
+              FROM batch b CROSS JOIN subscriptions u
+             WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq AND {}
+            RETURNING seq, sub, status, attempts, attempts - budget_floor AS used, claim_token
+         )
+         SELECT seq, sub, attempts, used, claim_token FROM fanned
+          WHERE status = 'claimed'",
+        routes.by_id("b.")
+    )
+}
+
+/// The state rows of one submitted request (lane 1), written when it is stored: pending, due
+/// now, for each live subscription whose route takes it. $1 seq.
+pub(super) fn fan_out_one_sql(routes: &Routes) -> String {
+    format!(
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+         SELECT l.seq, u.id, u.lane, 'pending', l.received_at
+           FROM event_log l CROSS JOIN subscriptions u
+          WHERE l.seq = $1 AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {}",
+        routes.by_id("l.")
+    )
+}
+
+/// Turns the subscriptions take at being claimed first.
+static ROTATION: AtomicUsize = AtomicUsize::new(0);
+
+/// (seq, sub, attempts, budget used, claim token) of a claimed state row.
+type Picked = (i64, i64, i64, i64, String);
+
+fn picked(r: &postgres::Row) -> StoreResult<Picked> {
+    Ok((
+        r.try_get(0)?,
+        r.try_get(1)?,
+        r.try_get(2)?,
+        r.try_get(3)?,
+        r.try_get(4)?,
+    ))
+}
+
+/// `fan_out_to`: see [`fan_out_limit`] (`None`: nothing to fan out).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn claim(
     db: &mut Db<'_>,
+    routes: &Routes,
+    fan_out_to: Option<i64>,
     worker: &str,
     lane: Lane,
     limit: usize,
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = db.query(
-        &claim_sql(),
-        &[&worker, &lease_ms, &lane.as_i64(), &limit, &now],
+    let subs: Vec<i64> = db
+        .query(
+            "SELECT id FROM subscriptions
+              WHERE lane = $1 AND NOT paused AND removed_at IS NULL ORDER BY id",
+            &[&lane.as_i64()],
+        )?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let mut claims: Vec<Picked> = Vec::new();
+    let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
+    for i in 0..subs.len() {
+        let room = limit - claims.len();
+        if room == 0 {
+            break;
+        }
+        let sub = subs[(turn + i) % subs.len()];
+        let room = i64::try_from(room).unwrap_or(i64::MAX);
+        for r in db.query(&claim_due_sql(), &[&worker, &lease_ms, &sub, &room])? {
+            claims.push(picked(&r)?);
+        }
+    }
+    let room = limit - claims.len();
+    if let (Lane::InProcess, Some(to), true) = (lane, fan_out_to, room > 0) {
+        let room = i64::try_from(room).unwrap_or(i64::MAX);
+        for r in db.query(&fan_out_sql(routes), &[&worker, &lease_ms, &room, &to])? {
+            claims.push(picked(&r)?);
+        }
+    }
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seqs: Vec<i64> = claims.iter().map(|c| c.0).collect();
+    let subs: Vec<i64> = claims.iter().map(|c| c.1).collect();
+    let attempts: Vec<i64> = claims.iter().map(|c| c.2).collect();
+    db.execute(
+        "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+         SELECT seq, sub, attempt, $4, $5 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+             AS t (seq, sub, attempt)",
+        &[&seqs, &subs, &attempts, &worker, &now],
     )?;
-    rows.iter()
-        .map(|r| {
+    let events = db.query(
+        "SELECT l.seq, l.source, l.event_id, l.event_type, p.payload, p.content_type
+           FROM event_log l JOIN event_payloads p ON p.seq = l.seq
+          WHERE l.seq = ANY($1)",
+        &[&seqs],
+    )?;
+    let mut by_seq = std::collections::HashMap::with_capacity(events.len());
+    for r in &events {
+        let seq: i64 = r.try_get(0)?;
+        by_seq.insert(seq, r);
+    }
+    claims
+        .into_iter()
+        .map(|(seq, sub, attempt, budget_used, claim_token)| {
+            let r = by_seq.get(&seq).ok_or_else(|| {
+                crate::store::StoreError::Internal(anyhow::anyhow!(
+                    "claimed event {seq} has no body"
+                ))
+            })?;
             Ok(Claimed {
                 claim: ClaimRef {
-                    seq: r.try_get(0)?,
+                    seq,
                     source: r.try_get(1)?,
                     event_id: r.try_get(2)?,
-                    attempt: r.try_get(4)?,
-                    claim_token: r.try_get(6)?,
-                    subscription: r.try_get(9)?,
+                    subscription: sub,
+                    attempt,
+                    claim_token,
                 },
                 event_type: r.try_get(3)?,
-                budget_used: r.try_get(5)?,
-                payload: r.try_get(7)?,
-                content_type: r.try_get(8)?,
+                budget_used,
+                payload: r.try_get(4)?,
+                content_type: r.try_get(5)?,
                 // In the caller's clock, for the handler's "does the lease cover the call"
                 // check: the database's lease began after `now`, so it ends no earlier.
                 claimed_until: now + lease_ms,
@@ -96,10 +252,10 @@ pub(super) enum Fence {
     Expired,
 }
 
-/// A fenced transition and the close of its attempt, in one statement: `UPDATE events SET
-/// <set>` while `claim` still holds the event, clearing the claim; then the attempt's result,
-/// only if the fence held. Parameters: $1 seq, $2 claim token, $3 attempt, $4 now, $5 result,
-/// $6 error, then the set's own from $7. Returns whether the fence held.
+/// A fenced transition and the close of its attempt, in one statement: `UPDATE event_state
+/// SET <set>` while `claim` still holds the event, clearing the claim; then the attempt's
+/// result, only if the fence held. Parameters: $1 seq, $2 claim token, $3 attempt, $4 now, $5
+/// result, $6 error, then the set's own from $7. Returns whether the fence held.
 pub(super) fn fenced_sql(set: &str, fence: Fence) -> String {
     let lease = match fence {
         Fence::Live => format!("AND claimed_until > {NOW_MS}"),
@@ -107,12 +263,13 @@ pub(super) fn fenced_sql(set: &str, fence: Fence) -> String {
     };
     format!(
         "WITH moved AS (
-            UPDATE events SET {set}, claim_token = NULL, claimed_until = NULL, claimed_by = NULL
+            UPDATE event_state SET {set}, claim_token = NULL, claimed_until = NULL,
+                   claimed_by = NULL
              WHERE seq = $1 AND claim_token = $2 AND status = 'claimed' {lease}
-            RETURNING seq
+            RETURNING seq, sub
          ), closed AS (
-            UPDATE event_attempts SET finished_at = $4, result = $5, error = $6
-             WHERE event_seq IN (SELECT seq FROM moved) AND attempt = $3
+            UPDATE event_attempts a SET finished_at = $4, result = $5, error = $6
+              FROM moved WHERE a.event_seq = moved.seq AND a.sub = moved.sub AND a.attempt = $3
          )
          SELECT count(*) FROM moved"
     )
@@ -169,11 +326,12 @@ pub(super) fn release(db: &mut Db<'_>, claims: &[ClaimRef], now: i64) -> StoreRe
 pub(super) fn sweep(db: &mut Db<'_>, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
     let rows = db.query(
         &format!(
-            "SELECT seq, source, event_id, event_type, claim_token, attempts,
-                    attempts - budget_floor, {SUB_OF}
-               FROM events WHERE status = 'claimed' AND claimed_until <= {NOW_MS}
-              ORDER BY seq LIMIT 1000
-                FOR UPDATE SKIP LOCKED"
+            "SELECT s.seq, l.source, l.event_id, l.event_type, s.claim_token, s.attempts,
+                    s.attempts - s.budget_floor, s.sub
+               FROM event_state s JOIN event_log l ON l.seq = s.seq
+              WHERE s.status = 'claimed' AND s.claimed_until <= {NOW_MS}
+              ORDER BY s.seq, s.sub LIMIT 1000
+                FOR UPDATE OF s SKIP LOCKED"
         ),
         &[],
     )?;
@@ -244,7 +402,7 @@ pub(super) fn loyalty(
     let rows = db.query(
         "SELECT c.order_id, c.points, c.source, c.event_id, c.credited_at, e.seq
            FROM loyalty_credits c
-           JOIN events e ON e.source = c.source AND e.event_id = c.event_id
+           JOIN event_log e ON e.source = c.source AND e.event_id = c.event_id
           WHERE c.customer_id = $1 AND ($2::bigint IS NULL OR e.seq < $2)
           ORDER BY e.seq DESC LIMIT $3",
         &[&customer_id, &page.before_seq, &limit],

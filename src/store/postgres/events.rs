@@ -4,11 +4,12 @@ use postgres::types::ToSql;
 
 use super::rows::{self, EVENT_COLUMNS};
 use super::session::Db;
+use super::subscriptions::Routes;
 use super::{NOW_MS, QUEUED_CHANNEL};
 use crate::store::rules;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
-    StoreResult,
+    StoreError, StoreResult, SubscriptionState,
 };
 
 type Values = Vec<Box<dyn ToSql + Sync>>;
@@ -24,15 +25,17 @@ fn get(db: &mut Db<'_>, source: &str, event_id: &str) -> StoreResult<Option<Even
 
 pub(super) fn detail(
     db: &mut Db<'_>,
+    routes: &Routes,
     source: &str,
     event_id: &str,
 ) -> StoreResult<Option<EventDetail>> {
-    let Some(event) = get(db, source, event_id)? else {
+    let Some(mut event) = get(db, source, event_id)? else {
         return Ok(None);
     };
+    fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
     let payload_sha256: Vec<u8> = db
         .query_one(
-            "SELECT payload_sha256 FROM events WHERE seq = $1",
+            "SELECT payload_sha256 FROM event_log WHERE seq = $1",
             &[&event.seq],
         )?
         .try_get(0)?;
@@ -46,18 +49,14 @@ pub(super) fn detail(
     };
     let history = db
         .query(
-            "SELECT attempt, worker, started_at, finished_at, result, error
-               FROM event_attempts WHERE event_seq = $1 ORDER BY attempt",
+            "SELECT a.attempt, a.worker, a.started_at, a.finished_at, a.result, a.error, u.name
+               FROM event_attempts a JOIN subscriptions u ON u.id = a.sub
+              WHERE a.event_seq = $1 ORDER BY a.started_at, a.sub, a.attempt",
             &[&event.seq],
         )?
         .iter()
         .map(rows::attempt)
         .collect::<StoreResult<Vec<_>>>()?;
-    let mut history = history;
-    let name = super::subscriptions::name_of(&event.source, &event.event_type);
-    for attempt in &mut history {
-        attempt.subscription = name.into();
-    }
     Ok(Some(EventDetail {
         event,
         payload_sha256,
@@ -67,39 +66,133 @@ pub(super) fn detail(
     }))
 }
 
-/// `WHERE` clauses and their values for a filter; `extra` is ANDed in.
-fn where_clause(filter: &EventFilter, extra: &[&str], values: &mut Values) -> String {
+/// Each event's state in each subscription; an event not fanned out yet shows as pending in
+/// each live subscription that will take it.
+fn fill_subscriptions(
+    db: &mut Db<'_>,
+    routes: &Routes,
+    events: &mut [EventRecord],
+) -> StoreResult<()> {
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let rows = db.query(
+        "SELECT s.seq, u.name, s.status, s.attempts, s.outcome, s.last_error, s.abandoned,
+                s.next_attempt_at, s.completed_at
+           FROM event_state s JOIN subscriptions u ON u.id = s.sub
+          WHERE s.seq = ANY($1) ORDER BY s.seq, s.sub",
+        &[&seqs],
+    )?;
+    for event in events.iter_mut() {
+        event.subscriptions.clear();
+    }
+    for r in &rows {
+        let seq: i64 = r.try_get(0)?;
+        let status: String = r.try_get(2)?;
+        if let Some(event) = events.iter_mut().find(|e| e.seq == seq) {
+            event.subscriptions.push(SubscriptionState {
+                name: r.try_get(1)?,
+                status: Status::parse(&status).unwrap_or(Status::Pending),
+                attempts: r.try_get(3)?,
+                outcome: r.try_get(4)?,
+                last_error: r.try_get(5)?,
+                abandoned: r.try_get(6)?,
+                next_attempt_at: r.try_get(7)?,
+                completed_at: r.try_get(8)?,
+            });
+        }
+    }
+    for event in events.iter_mut() {
+        if event.subscriptions.is_empty() && event.status == Status::Pending {
+            event.subscriptions = routes
+                .live
+                .iter()
+                .filter(|s| {
+                    event.seq > s.start_after_seq
+                        && s.route.matches(&event.source, &event.event_type)
+                })
+                .map(|s| SubscriptionState {
+                    name: s.name.clone(),
+                    status: Status::Pending,
+                    attempts: 0,
+                    outcome: None,
+                    last_error: None,
+                    abandoned: false,
+                    next_attempt_at: Some(event.received_at),
+                    completed_at: None,
+                })
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+/// Whether an event (the `events` view's columns) waits for its fan-out.
+const WAITS: &str = "(lane = 0 AND EXISTS (SELECT 1 FROM event_log w, queue_cursor q
+     WHERE w.seq = events.seq AND w.seq > q.after_seq))";
+
+/// `WHERE` clauses and their values for a filter; `extra` is ANDed in. With a subscription,
+/// `status` is that subscription's state of the event.
+fn where_clause(
+    routes: &Routes,
+    filter: &EventFilter,
+    extra: &[&str],
+    values: &mut Values,
+) -> String {
     let mut clauses: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     clauses.push(if filter.purged {
         "purged_at IS NOT NULL".into()
     } else {
         "purged_at IS NULL".into()
     });
-    let mut push = |clause: &str, value: Box<dyn ToSql + Sync>| {
+    let mut push = |clauses: &mut Vec<String>, clause: &str, value: Box<dyn ToSql + Sync>| {
         values.push(value);
         clauses.push(clause.replace('?', &format!("${}", values.len())));
     };
-    if let Some(s) = filter.status {
-        push("status = ?", Box::new(s.as_str()));
-    }
-    if let Some(name) = &filter.subscription {
-        let id = super::subscriptions::id_of(name).unwrap_or(0);
-        push(
-            &format!("{} = ?", super::subscriptions::SUB_OF),
-            Box::new(id),
-        );
+    match (&filter.subscription, filter.status) {
+        (Some(name), status) => {
+            let Some(sub) = routes.named(name) else {
+                clauses.push("false".into());
+                return clauses.join(" AND ");
+            };
+            let state = match status {
+                Some(s) => format!(" AND x.status = '{}'", s.as_str()),
+                None => String::new(),
+            };
+            let stored = format!(
+                "EXISTS (SELECT 1 FROM event_state x WHERE x.seq = events.seq AND x.sub = {}{state})",
+                sub.id
+            );
+            let waiting = format!(
+                "({WAITS} AND seq > {} AND {})",
+                sub.start_after_seq,
+                super::subscriptions::route_sql(&sub.route, "")
+            );
+            clauses.push(match status {
+                None | Some(Status::Pending) => format!("({stored} OR {waiting})"),
+                Some(_) => stored,
+            });
+        }
+        (None, Some(s)) => {
+            if let Status::Failed | Status::Claimed = s {
+                clauses.push(format!(
+                    "seq IN (SELECT seq FROM event_state WHERE status = '{}')",
+                    s.as_str()
+                ));
+            }
+            push(&mut clauses, "status = ?", Box::new(s.as_str()));
+        }
+        (None, None) => {}
     }
     if let Some(s) = &filter.source {
-        push("source = ?", Box::new(s.clone()));
+        push(&mut clauses, "source = ?", Box::new(s.clone()));
     }
     if let Some(t) = &filter.event_type {
-        push("event_type = ?", Box::new(t.clone()));
+        push(&mut clauses, "event_type = ?", Box::new(t.clone()));
     }
     if let Some(t) = filter.received_after {
-        push("received_at > ?", Box::new(t));
+        push(&mut clauses, "received_at > ?", Box::new(t));
     }
     if let Some(t) = filter.received_before {
-        push("received_at < ?", Box::new(t));
+        push(&mut clauses, "received_at < ?", Box::new(t));
     }
     clauses.join(" AND ")
 }
@@ -112,22 +205,27 @@ fn refs(values: &Values) -> Vec<&(dyn ToSql + Sync)> {
 /// first page keeps its `seq`, so walking downwards never repeats or skips it.
 pub(super) fn list(
     db: &mut Db<'_>,
+    routes: &Routes,
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<EventRecord>> {
-    let rows = page_query(db, filter, page, EVENT_COLUMNS, "events")?;
-    rows::events(&rows)
+    let rows = page_query(db, routes, filter, page, EVENT_COLUMNS, "events")?;
+    let mut events = rows::events(&rows)?;
+    fill_subscriptions(db, routes, &mut events)?;
+    Ok(events)
 }
 
 /// A page with the stored bodies; the payload columns follow the event's.
 pub(super) fn export(
     db: &mut Db<'_>,
+    routes: &Routes,
     filter: &EventFilter,
     page: Page,
 ) -> StoreResult<Vec<ExportedEvent>> {
     let columns = format!("{EVENT_COLUMNS}, payload, content_type");
     let rows = page_query(
         db,
+        routes,
         filter,
         page,
         &columns,
@@ -146,13 +244,14 @@ pub(super) fn export(
 
 fn page_query(
     db: &mut Db<'_>,
+    routes: &Routes,
     filter: &EventFilter,
     page: Page,
     columns: &str,
     from: &str,
 ) -> StoreResult<Vec<postgres::Row>> {
     let mut values = Values::new();
-    let mut clause = where_clause(filter, &[], &mut values);
+    let mut clause = where_clause(routes, filter, &[], &mut values);
     if let Some(before) = page.before_seq {
         values.push(Box::new(before));
         clause = format!("{clause} AND seq < ${}", values.len());
@@ -165,25 +264,41 @@ fn page_query(
     db.query(&sql, &refs(&values))
 }
 
-/// The counts `/metrics` reports, in one statement (one snapshot). Pending, claimed and failed
-/// are read from their partial indexes; `completed` is the rest of a count of every row.
+/// The events waiting for their fan-out (lane 0, after the cursor): how many, and when the
+/// first was received (a range of `event_log_fan_out`).
+pub(super) const WAITING: &str = "SELECT count(*), min(l.received_at)
+    FROM event_log l, queue_cursor q
+   WHERE l.lane = 0 AND l.seq > q.after_seq";
+
+/// The counts `/metrics` reports, as subscription states, in one statement (one snapshot):
+/// pending, claimed and failed from their partial indexes, the events not fanned out yet once
+/// each, `completed` the rest of a count of every state row.
 const STATUS_COUNTS: &str = "SELECT
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE status = 'pending'),
-    (SELECT count(*) FROM events WHERE status = 'claimed'),
-    (SELECT count(*) FROM events WHERE status = 'failed'),
-    (SELECT min(next_attempt_at) FROM events WHERE status IN ('pending', 'claimed'))";
+    (SELECT count(*) FROM event_state),
+    (SELECT count(*) FROM event_state WHERE status = 'pending'),
+    (SELECT count(*) FROM event_state WHERE status = 'claimed'),
+    (SELECT count(*) FROM event_state WHERE status = 'failed'),
+    (SELECT min(next_attempt_at) FROM event_state WHERE status IN ('pending', 'claimed')),
+    w.count, w.min
+  FROM (SELECT count(*), min(l.received_at) FROM event_log l, queue_cursor q
+         WHERE l.lane = 0 AND l.seq > q.after_seq) w";
 
 pub(super) fn status_counts(db: &mut Db<'_>) -> StoreResult<StatusCounts> {
     let r = db.query_one(STATUS_COUNTS, &[])?;
     let (all, pending, claimed, failed): (i64, i64, i64, i64) =
         (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+    let (oldest, waiting, first): (Option<i64>, i64, Option<i64>) =
+        (r.try_get(4)?, r.try_get(5)?, r.try_get(6)?);
     Ok(StatusCounts {
-        pending,
+        pending: pending + waiting,
         claimed,
         completed: all - pending - claimed - failed,
         failed,
-        oldest_due_at: r.try_get(4)?,
+        oldest_due_at: match (oldest, first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
+        fan_out_waiting: waiting,
     })
 }
 
@@ -194,7 +309,7 @@ const MINUTE_MS: i64 = 60_000;
 pub(super) fn received_per_minute(db: &mut Db<'_>, since: i64) -> StoreResult<Vec<(i64, i64)>> {
     let mut minutes: Vec<(i64, i64)> = Vec::new();
     db.walk(
-        "SELECT received_at FROM events ORDER BY seq DESC",
+        "SELECT received_at FROM event_log ORDER BY seq DESC",
         &[],
         512,
         |row| {
@@ -222,71 +337,129 @@ fn retry_set() -> String {
     )
 }
 
-/// The retry of one event, decided by [`rules::may_retry_event`] on the row as it is inside
-/// this transaction: read `FOR UPDATE`, so that no other node changes it in between, and
-/// fenced on the status it was read with all the same.
+/// The retry of one event (see the SQLite store's, which this follows): with a subscription,
+/// its state; without, each failed state, or when none failed, the summary decides. The state
+/// rows are read `FOR UPDATE`, so that no other node changes them in between, and the update
+/// is fenced on the status they were read with all the same.
 pub(super) fn retry(
     db: &mut Db<'_>,
+    routes: &Routes,
     source: &str,
     event_id: &str,
-    subscription: Option<&str>,
+    sub: Option<i64>,
     force: bool,
     _now: i64,
 ) -> StoreResult<RetryOutcome> {
-    let Some(row) = db.query_opt(
-        &format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND event_id = $2 FOR UPDATE"
-        ),
-        &[&source, &event_id],
-    )?
-    else {
+    let Some(event) = get(db, source, event_id)? else {
         return Ok(RetryOutcome::NotFound);
     };
-    let event = rows::event(&row)?;
-    let handled_by = super::subscriptions::name_of(&event.source, &event.event_type);
-    if subscription.is_some_and(|name| name != handled_by) {
-        return Ok(RetryOutcome::NotFound);
+    let states: Vec<(i64, String, bool, bool)> = db
+        .query(
+            "SELECT s.sub, s.status, s.abandoned, s.purged_at IS NOT NULL
+               FROM event_state s JOIN subscriptions u ON u.id = s.sub
+              WHERE s.seq = $1 AND u.removed_at IS NULL ORDER BY s.sub FOR UPDATE OF s",
+            &[&event.seq],
+        )?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+        .collect::<StoreResult<_>>()?;
+    let targets: Vec<&(i64, String, bool, bool)> = match sub {
+        Some(id) => match states.iter().find(|s| s.0 == id) {
+            Some(state) => vec![state],
+            None if event.status == Status::Pending => {
+                let mut event = event;
+                fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
+                return Ok(RetryOutcome::Unchanged(event));
+            }
+            None => return Ok(RetryOutcome::NotFound),
+        },
+        None => {
+            let failed: Vec<_> = states.iter().filter(|s| s.1 == "failed").collect();
+            if failed.is_empty() {
+                states.iter().filter(|s| s.1 == "completed").collect()
+            } else {
+                failed
+            }
+        }
+    };
+    let mut decided = Ok(());
+    for (_, status, abandoned, purged) in &targets {
+        let status = Status::parse(status).unwrap_or(Status::Pending);
+        decided = decided.and(rules::may_retry(status, *abandoned, *purged, force));
     }
-    if let Err(refusal) = rules::may_retry_event(&event, force) {
+    if targets.is_empty() {
+        decided = rules::may_retry_event(&event, force);
+    }
+    if let Err(refusal) = decided {
+        let mut event = event;
+        fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
         return Ok(refusal.answer(event));
     }
     let sql = format!(
-        "UPDATE events SET {} WHERE seq = $1 AND status = $2 RETURNING {EVENT_COLUMNS}",
+        "UPDATE event_state SET {} WHERE seq = $1 AND sub = $2 AND status = $3",
         retry_set()
     );
-    let row = db.query_one(&sql, &[&event.seq, &event.status.as_str()])?;
+    for (id, status, _, _) in &targets {
+        if db.execute(&sql, &[&event.seq, id, status])? != 1 {
+            return Err(StoreError::Internal(anyhow::anyhow!(
+                "the retry of {source}/{event_id} changed no row inside its own transaction"
+            )));
+        }
+    }
     db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
-    Ok(RetryOutcome::Retried(rows::event(&row)?))
+    let Some(mut retried) = get(db, source, event_id)? else {
+        return Err(StoreError::Internal(anyhow::anyhow!(
+            "{source}/{event_id} vanished inside its own retry"
+        )));
+    };
+    fill_subscriptions(db, routes, std::slice::from_mut(&mut retried))?;
+    Ok(RetryOutcome::Retried(retried))
 }
 
-/// Bulk retry: failed events matching the filter that [`rules::may_retry`] lets go without
-/// `force` (abandoned ones each need a deliberate forced retry). Candidates are locked as they
-/// are read.
-pub(super) fn retry_failed(db: &mut Db<'_>, filter: &EventFilter, _now: i64) -> StoreResult<usize> {
+/// Bulk retry: failed states of events matching the filter (in its subscription, or in any)
+/// that [`rules::may_retry`] lets go without `force` (abandoned ones each need a deliberate
+/// forced retry). Candidates are locked as they are read.
+pub(super) fn retry_failed(
+    db: &mut Db<'_>,
+    routes: &Routes,
+    filter: &EventFilter,
+    _now: i64,
+) -> StoreResult<usize> {
     let mut values = Values::new();
+    let only = match &filter.subscription {
+        Some(name) => match routes.named(name) {
+            Some(sub) => format!("AND s.sub = {}", sub.id),
+            None => return Ok(0),
+        },
+        None => String::new(),
+    };
     let filter = EventFilter {
         status: None,
         purged: false,
+        subscription: None,
         ..filter.clone()
     };
-    let clause = where_clause(&filter, &["status = 'failed'"], &mut values);
+    let clause = where_clause(routes, &filter, &[], &mut values);
     let candidates = db.query(
         &format!(
-            "SELECT seq, abandoned, purged_at IS NOT NULL FROM events WHERE {clause}
-              ORDER BY seq FOR UPDATE"
+            "SELECT s.seq, s.sub, s.abandoned, s.purged_at IS NOT NULL
+               FROM event_state s JOIN subscriptions u ON u.id = s.sub
+              WHERE s.status = 'failed' AND u.removed_at IS NULL {only}
+                AND s.seq IN (SELECT seq FROM events WHERE {clause})
+              ORDER BY s.seq, s.sub FOR UPDATE OF s"
         ),
         &refs(&values),
     )?;
     let update = format!(
-        "UPDATE events SET {} WHERE seq = $1 AND status = 'failed'",
+        "UPDATE event_state SET {} WHERE seq = $1 AND sub = $2 AND status = 'failed'",
         retry_set()
     );
     let mut retried = 0;
     for row in &candidates {
-        let (seq, abandoned, purged): (i64, bool, bool) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let (seq, sub, abandoned, purged): (i64, i64, bool, bool) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
         if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
-            retried += db.execute(&update, &[&seq])? as usize;
+            retried += db.execute(&update, &[&seq, &sub])? as usize;
         }
     }
     if retried > 0 {

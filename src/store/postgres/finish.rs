@@ -28,7 +28,7 @@ use crate::store::{
 /// the database's clock. $1 seq, $2 claim token, then the set's own values.
 fn live_fence(set: &str) -> String {
     format!(
-        "UPDATE events SET {set}, claim_token = NULL, claimed_until = NULL, claimed_by = NULL
+        "UPDATE event_state SET {set}, claim_token = NULL, claimed_until = NULL, claimed_by = NULL
           WHERE seq = $1 AND claim_token = $2 AND status = 'claimed'
             AND claimed_until > {NOW_MS}"
     )
@@ -97,8 +97,8 @@ impl FinishStatements for Statements<'_, '_> {
 
     fn set_outcome(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<()> {
         self.db.execute(
-            "UPDATE events SET outcome = $2 WHERE seq = $1",
-            &[&claim.seq, &outcome.as_str()],
+            "UPDATE event_state SET outcome = $2 WHERE seq = $1 AND sub = $3",
+            &[&claim.seq, &outcome.as_str(), &claim.subscription],
         )?;
         Ok(())
     }
@@ -111,13 +111,14 @@ impl FinishStatements for Statements<'_, '_> {
     ) -> StoreResult<()> {
         self.db.execute(
             "UPDATE event_attempts SET finished_at = $3, result = $4, error = $5
-              WHERE event_seq = $1 AND attempt = $2",
+              WHERE event_seq = $1 AND sub = $6 AND attempt = $2",
             &[
                 &claim.seq,
                 &claim.attempt,
                 &self.now,
                 &result.as_str(),
                 &error,
+                &claim.subscription,
             ],
         )?;
         Ok(())

@@ -5,9 +5,11 @@
 
 use std::collections::HashSet;
 
+use super::QUEUED_CHANNEL;
+use super::consume::INGEST_LOCK;
 use super::session::Db;
-use super::{NOW_MS, QUEUED_CHANNEL};
-use crate::store::{InsertOutcome, NewDelivery, StoreError, StoreResult};
+use super::subscriptions::Routes;
+use crate::store::{InsertOutcome, Lane, NewDelivery, StoreError, StoreResult};
 
 /// Only the first copy of each key in a batch is offered to the INSERT; the rows are inserted
 /// in key order, so that two nodes whose batches share keys take their locks in one order and
@@ -19,11 +21,15 @@ fn insert_sql() -> String {
                                  $6::bigint[], $7::bytea[], $8::text[], $9::bigint[])
                 AS t (source, event_id, event_type, sha, received_at, lane, payload,
                       content_type, ord)
+         ), ordered AS MATERIALIZED (
+            -- Held from before the first `seq` is taken to the commit (see
+            -- `consume::fan_out_limit`): every inserted row waits for it.
+            SELECT pg_advisory_xact_lock_shared({INGEST_LOCK})
          ), inserted AS (
-            INSERT INTO events (source, event_id, event_type, payload_sha256, received_at,
-                                last_delivered_at, next_attempt_at, lane)
-            SELECT source, event_id, event_type, sha, received_at, received_at, {NOW_MS}, lane
-              FROM input ORDER BY source, event_id
+            INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
+                                   last_delivered_at, lane)
+            SELECT source, event_id, event_type, sha, received_at, received_at, lane
+              FROM input CROSS JOIN ordered ORDER BY source, event_id
             ON CONFLICT (source, event_id) DO NOTHING
             RETURNING seq, source, event_id
          ), bodies AS (
@@ -31,12 +37,12 @@ fn insert_sql() -> String {
             SELECT inserted.seq, input.payload, input.content_type
               FROM inserted JOIN input USING (source, event_id)
          )
-         SELECT input.ord FROM inserted JOIN input USING (source, event_id)"
+         SELECT input.ord, inserted.seq FROM inserted JOIN input USING (source, event_id)"
     )
 }
 
 /// A redelivery: counted on the row, and compared with the first body's SHA-256.
-const REDELIVERED: &str = "UPDATE events
+const REDELIVERED: &str = "UPDATE event_log
     SET deliveries = deliveries + 1,
         last_delivered_at = $3,
         payload_mismatches = payload_mismatches + (payload_sha256 IS DISTINCT FROM $4)::int
@@ -48,6 +54,7 @@ RETURNING payload_sha256 = $4";
 pub(super) fn insert_all(
     db: &mut Db<'_>,
     batch: &[NewDelivery],
+    routes: &Routes,
 ) -> StoreResult<Vec<InsertOutcome>> {
     let mut seen = HashSet::with_capacity(batch.len());
     let first: Vec<usize> = (0..batch.len())
@@ -86,6 +93,12 @@ pub(super) fn insert_all(
     for row in &rows {
         let ord: i64 = row.try_get(0)?;
         outcomes[ord as usize] = Some(InsertOutcome::Queued);
+        // A submitted request is claimed through its state rows, written with it; a webhook's
+        // are written by the claim that fans it out.
+        if batch[ord as usize].lane == Lane::CallOut {
+            let seq: i64 = row.try_get(1)?;
+            db.execute(&super::consume::fan_out_one_sql(routes), &[&seq])?;
+        }
     }
     let queued = !rows.is_empty();
     // The redeliveries, in key order (the lock order of the INSERT above).

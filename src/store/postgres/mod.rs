@@ -84,6 +84,8 @@ pub struct PostgresStore {
     config: postgres::Config,
     /// Stops the LISTEN thread (if any) when the store goes.
     stopping: Arc<AtomicBool>,
+    /// The live subscriptions' routes, read once from the table and after each change.
+    routes: parking_lot::RwLock<Option<Arc<subscriptions::Routes>>>,
 }
 
 impl PostgresStore {
@@ -109,7 +111,25 @@ impl PostgresStore {
             pool: Some(pool),
             config,
             stopping: Arc::new(AtomicBool::new(false)),
+            routes: parking_lot::RwLock::new(None),
         })
+    }
+
+    /// How far an in-process claim may fan events out (see `consume::fan_out_limit`).
+    fn fan_out_limit(&self, lane: Lane) -> StoreResult<Option<i64>> {
+        match lane {
+            Lane::InProcess => self.tx(consume::fan_out_limit),
+            Lane::CallOut => Ok(None),
+        }
+    }
+
+    fn routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
+        if let Some(routes) = self.routes.read().clone() {
+            return Ok(routes);
+        }
+        let routes = Arc::new(self.tx(subscriptions::load)?);
+        *self.routes.write() = Some(Arc::clone(&routes));
+        Ok(routes)
     }
 
     /// Run `f` in one transaction on a pooled connection and commit.
@@ -209,6 +229,7 @@ impl Store for PostgresStore {
                 .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
             migrations::apply(&mut conn)
         })
+        .inspect(|_| *self.routes.write() = None)
     }
 
     fn ready(&self) -> StoreResult<Readiness> {
@@ -235,15 +256,18 @@ impl Store for PostgresStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        self.tx(|db| ingest::insert_all(db, batch))
+        let routes = self.routes()?;
+        self.tx(|db| ingest::insert_all(db, batch, &routes))
     }
 
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
-        self.tx(|db| events::detail(db, source, event_id))
+        let routes = self.routes()?;
+        self.tx(|db| events::detail(db, &routes, source, event_id))
     }
 
     fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
-        self.tx(|db| events::list(db, filter, page))
+        let routes = self.routes()?;
+        self.tx(|db| events::list(db, &routes, filter, page))
     }
 
     fn status_counts(&self) -> StoreResult<StatusCounts> {
@@ -255,7 +279,8 @@ impl Store for PostgresStore {
     }
 
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
-        self.tx(|db| events::export(db, filter, page))
+        let routes = self.routes()?;
+        self.tx(|db| events::export(db, &routes, filter, page))
     }
 
     fn claim(
@@ -266,7 +291,9 @@ impl Store for PostgresStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
-        self.tx(|db| consume::claim(db, worker, lane, limit, lease_ms, now))
+        let routes = self.routes()?;
+        let to = self.fan_out_limit(lane)?;
+        self.tx(|db| consume::claim(db, &routes, to, worker, lane, limit, lease_ms, now))
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
@@ -282,9 +309,11 @@ impl Store for PostgresStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
+        let routes = self.routes()?;
+        let to = self.fan_out_limit(lane)?;
         self.finishing(|db, isolate| {
             let finished = finish::finish_all(db, items, now, isolate)?;
-            let claimed = consume::claim(db, worker, lane, limit, lease_ms, now)?;
+            let claimed = consume::claim(db, &routes, to, worker, lane, limit, lease_ms, now)?;
             Ok((finished, claimed))
         })
     }
@@ -305,17 +334,29 @@ impl Store for PostgresStore {
         force: bool,
         now: i64,
     ) -> StoreResult<RetryOutcome> {
-        self.tx(|db| events::retry(db, source, event_id, subscription, force, now))
+        let routes = self.routes()?;
+        let sub = match subscription {
+            Some(name) => match routes.named(name) {
+                Some(live) => Some(live.id),
+                None => return Ok(RetryOutcome::NotFound),
+            },
+            None => None,
+        };
+        self.tx(|db| events::retry(db, &routes, source, event_id, sub, force, now))
     }
 
-    fn sync_subscriptions(&self, subs: &[Subscription], _now: i64) -> StoreResult<Vec<i64>> {
-        subscriptions::check(subs)
+    fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
+        let ids = self.tx(|db| subscriptions::sync(db, subs, now))?;
+        *self.routes.write() = None;
+        Ok(ids)
     }
 
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
-        Ok(subscriptions::IDS
+        Ok(self
+            .routes()?
+            .live
             .iter()
-            .map(|(id, name)| (*id, name.to_string()))
+            .map(|s| (s.id, s.name.clone()))
             .collect())
     }
 
@@ -327,13 +368,18 @@ impl Store for PostgresStore {
         self.tx(|db| subscriptions::set_paused(db, name, paused))
     }
 
-    fn backfill(&self, name: &str, _since: i64, _now: i64) -> StoreResult<Option<usize>> {
-        // The implicit three take every event from the start: nothing is left to hand them.
-        Ok(subscriptions::id_of(name).map(|_| 0))
+    fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>> {
+        let routes = self.routes()?;
+        let Some(sub) = routes.named(name) else {
+            return Ok(None);
+        };
+        self.tx(|db| subscriptions::backfill(db, sub, since, now))
+            .map(Some)
     }
 
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
-        self.tx(|db| events::retry_failed(db, filter, now))
+        let routes = self.routes()?;
+        self.tx(|db| events::retry_failed(db, &routes, filter, now))
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
@@ -378,7 +424,8 @@ impl Store for PostgresStore {
     }
 
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
-        self.tx(|db| requests::submit(db, id, now))
+        let routes = self.routes()?;
+        self.tx(|db| requests::submit(db, &routes, id, now))
     }
 
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {

@@ -39,7 +39,7 @@ pub(super) fn candidates(
     limit: usize,
 ) -> StoreResult<(Vec<i64>, Option<i64>)> {
     let window = db.query_one(
-        "SELECT max(seq), count(*) FROM (SELECT seq FROM events WHERE seq > $1
+        "SELECT max(seq), count(*) FROM (SELECT seq FROM event_log WHERE seq > $1
           ORDER BY seq LIMIT $2) w",
         &[&after, &WINDOW],
     )?;
@@ -82,22 +82,32 @@ pub(super) fn purge(
     seqs: &[i64],
     now: i64,
 ) -> StoreResult<usize> {
+    // Every state of these events locked first: a retry of one subscription's state cannot
+    // commit between the check below and the purge (a read in this transaction's next
+    // statement sees every commit before the locks).
+    db.execute(
+        "SELECT 1 FROM event_state WHERE seq = ANY($1) FOR UPDATE",
+        &[&seqs],
+    )?;
     let sql = format!(
-        "WITH marked AS (
-            UPDATE events AS e SET purged_at = $4, finished_at = {FINISHED_AT}
+        "WITH due AS (
+            SELECT e.seq, e.source, e.event_id, {FINISHED_AT} AS finished FROM events e
              WHERE e.seq = ANY($1) AND {}
-            RETURNING e.seq, e.source, e.event_id
+         ), marked AS (
+            UPDATE event_state AS s SET purged_at = $4, finished_at = due.finished
+              FROM due WHERE s.seq = due.seq AND s.status IN ('completed', 'failed')
+            RETURNING s.seq
          ), bodies AS (
-            DELETE FROM event_payloads WHERE seq IN (SELECT seq FROM marked)
+            DELETE FROM event_payloads WHERE seq IN (SELECT seq FROM due)
          ), history AS (
-            DELETE FROM event_attempts WHERE event_seq IN (SELECT seq FROM marked)
+            DELETE FROM event_attempts WHERE event_seq IN (SELECT seq FROM due)
          ), documents AS (
             -- A submission's body is its request's documents: they go with it (the request
             -- row stays, as its event stays as a tombstone).
             DELETE FROM request_documents WHERE request_id IN
-                (SELECT event_id FROM marked WHERE source = '{RESERVED_SOURCE}')
+                (SELECT event_id FROM due WHERE source = '{RESERVED_SOURCE}')
          )
-         SELECT count(*) FROM marked",
+         SELECT count(*) FROM due",
         due_condition("$2", "$3")
     );
     let purged: i64 = db
@@ -118,7 +128,7 @@ pub(super) fn purge(
 /// cheaply (that takes `pgstattuple`), so `free_bytes` is 0.
 pub(super) fn counts(db: &mut Db<'_>) -> StoreResult<LifecycleCounts> {
     let r = db.query_one(
-        "SELECT (SELECT count(*) FROM events WHERE purged_at IS NOT NULL),
+        "SELECT (SELECT count(DISTINCT seq) FROM event_state WHERE purged_at IS NOT NULL),
                 pg_database_size(current_database())",
         &[],
     )?;

@@ -41,7 +41,7 @@ pub(super) fn get(db: &mut Db<'_>, id: &str) -> StoreResult<Option<RequestRecord
     let documents = documents(db, id)?.into_iter().map(|d| d.summary).collect();
     let event = match status {
         RequestStatus::Submitted => {
-            events::detail(db, REQUEST_SOURCE, id)?.map(|detail| detail.event)
+            events::detail(db, &Default::default(), REQUEST_SOURCE, id)?.map(|detail| detail.event)
         }
         RequestStatus::Draft => None,
     };
@@ -114,7 +114,12 @@ pub(super) fn add_document(
 
 /// `draft -> submitted` and the event insert, in one transaction. Which answer the caller gets
 /// is decided by the event's unique key, not by reading the status first.
-pub(super) fn submit(db: &mut Db<'_>, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
+pub(super) fn submit(
+    db: &mut Db<'_>,
+    routes: &super::subscriptions::Routes,
+    id: &str,
+    now: i64,
+) -> StoreResult<SubmitOutcome> {
     let found = db.execute(
         "UPDATE requests SET status = 'submitted', submitted_at = coalesce(submitted_at, $2)
           WHERE id = $1",
@@ -139,7 +144,7 @@ pub(super) fn submit(db: &mut Db<'_>, id: &str, now: i64) -> StoreResult<SubmitO
         reject_mismatch: false,
         lane: Lane::CallOut,
     };
-    let outcome = ingest::insert_all(db, std::slice::from_ref(&delivery))?;
+    let outcome = ingest::insert_all(db, std::slice::from_ref(&delivery), routes)?;
     Ok(match outcome[0] {
         InsertOutcome::Queued => SubmitOutcome::Queued,
         _ => SubmitOutcome::Duplicate,

@@ -2,9 +2,7 @@
 
 use postgres::Row;
 
-use crate::store::{
-    AttemptRecord, EventRecord, Status, StoreError, StoreResult, SubscriptionState,
-};
+use crate::store::{AttemptRecord, EventRecord, Status, StoreError, StoreResult};
 
 /// Columns in the order [`event`] reads them; prefix-free so it can follow `SELECT` or
 /// `RETURNING`.
@@ -16,7 +14,7 @@ pub(super) const EVENT_COLUMN_COUNT: usize = 17;
 
 pub(super) fn event(row: &Row) -> StoreResult<EventRecord> {
     let status: String = row.try_get(4)?;
-    let mut event = EventRecord {
+    Ok(EventRecord {
         seq: row.try_get(0)?,
         source: row.try_get(1)?,
         event_id: row.try_get(2)?,
@@ -38,19 +36,7 @@ pub(super) fn event(row: &Row) -> StoreResult<EventRecord> {
         finished_at: row.try_get(15)?,
         purged_at: row.try_get(16)?,
         subscriptions: Vec::new(),
-    };
-    // The row is the state of the one implicit subscription that handles the event.
-    event.subscriptions = vec![SubscriptionState {
-        name: super::subscriptions::name_of(&event.source, &event.event_type).into(),
-        status: event.status,
-        attempts: event.attempts,
-        outcome: event.outcome.clone(),
-        last_error: event.last_error.clone(),
-        abandoned: event.abandoned,
-        next_attempt_at: event.next_attempt_at,
-        completed_at: event.completed_at,
-    }];
-    Ok(event)
+    })
 }
 
 pub(super) fn events(rows: &[Row]) -> StoreResult<Vec<EventRecord>> {
@@ -59,8 +45,7 @@ pub(super) fn events(rows: &[Row]) -> StoreResult<Vec<EventRecord>> {
 
 pub(super) fn attempt(row: &Row) -> StoreResult<AttemptRecord> {
     Ok(AttemptRecord {
-        // Named by the caller, who knows the event.
-        subscription: String::new(),
+        subscription: row.try_get(6)?,
         attempt: row.try_get(0)?,
         worker: row.try_get(1)?,
         started_at: row.try_get(2)?,

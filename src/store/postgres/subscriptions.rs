@@ -1,115 +1,260 @@
-//! Subscriptions on PostgreSQL: the implicit three only (migration 0003). Each event is
-//! handled by the one whose route takes it, and its row holds that subscription's state.
+//! Subscriptions on PostgreSQL: the `subscriptions` table (migration 0003), kept in step with
+//! the config, and each live one's route compiled to SQL for the fan-out, filters and backfill
+//! (as on SQLite; globs become `LIKE` patterns).
 
 use super::session::Db;
-use crate::store::{StatusCounts, StoreError, StoreResult, SubscriptionInfo};
-use crate::subscriptions::{Route, Subscription, implicit};
+use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
+use crate::subscriptions::{Route, Subscription};
 
-/// The id of the implicit subscription that handles an event, as SQL over its row.
-pub(super) const SUB_OF: &str =
-    "(CASE WHEN lane = 1 THEN 2::bigint WHEN event_type = 'order.completed' THEN 1 ELSE 3 END)";
+/// A live subscription as the SQL needs it.
+#[derive(Debug, Clone)]
+pub(super) struct Live {
+    pub id: i64,
+    pub name: String,
+    pub lane: i64,
+    pub route: Route,
+    pub start_after_seq: i64,
+}
 
-/// `(id, name)` of the implicit three, as migration 0003 numbers them.
-pub(super) const IDS: [(i64, &str); 3] = [(1, "loyalty"), (2, "downstream"), (3, "audit")];
+#[derive(Debug, Clone, Default)]
+pub(super) struct Routes {
+    pub live: Vec<Live>,
+}
 
-/// The name of the subscription that handles an event (as [`SUB_OF`]).
-pub(super) fn name_of(source: &str, event_type: &str) -> &'static str {
-    if source == crate::domain::RESERVED_SOURCE {
-        "downstream"
-    } else if event_type == crate::handlers::ORDER_COMPLETED {
-        "loyalty"
-    } else {
-        "audit"
+impl Routes {
+    pub fn named(&self, name: &str) -> Option<&Live> {
+        self.live.iter().find(|s| s.name == name)
+    }
+
+    /// Each live route as one SQL expression over `{alias}source` and `{alias}event_type`,
+    /// picked by `u.id` (for a join with `subscriptions u`).
+    pub fn by_id(&self, alias: &str) -> String {
+        if self.live.is_empty() {
+            return "false".into();
+        }
+        let arms: String = self
+            .live
+            .iter()
+            .map(|s| format!(" WHEN {} THEN {}", s.id, route_sql(&s.route, alias)))
+            .collect();
+        format!("(CASE u.id{arms} ELSE false END)")
     }
 }
 
-pub(super) fn id_of(name: &str) -> Option<i64> {
-    IDS.iter().find(|(_, n)| *n == name).map(|(id, _)| *id)
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
-fn implicit_routes() -> Vec<(String, Route)> {
-    implicit(&crate::config::Settings::default())
-        .into_iter()
-        .map(|s| (s.name, s.route))
-        .collect()
-}
-
-/// Only the implicit three, under their names, kinds and routes.
-pub(super) fn check(subs: &[Subscription]) -> StoreResult<Vec<i64>> {
-    let routes = implicit_routes();
-    let implicit = subs.len() == routes.len()
-        && subs.iter().all(|s| {
-            routes
-                .iter()
-                .any(|(name, route)| *name == s.name && *route == s.route && id_of(name).is_some())
-        });
-    if !implicit {
-        return Err(StoreError::Internal(anyhow::anyhow!(
-            "[[subscriptions]]: the PostgreSQL store runs only the implicit subscriptions \
-             (loyalty, downstream, audit) in this version; fanning events out to others needs \
-             the SQLite store for now"
-        )));
+/// A glob (`*`, `?`) as a `LIKE` pattern with `\` as its escape.
+fn like(glob: &str) -> String {
+    let mut out = String::with_capacity(glob.len() + 4);
+    for c in glob.chars() {
+        match c {
+            '*' => out.push('%'),
+            '?' => out.push('_'),
+            '%' | '_' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
     }
-    Ok(subs.iter().filter_map(|s| id_of(&s.name)).collect())
+    out
+}
+
+pub(super) fn route_sql(route: &Route, alias: &str) -> String {
+    let mut parts = Vec::new();
+    match &route.sources {
+        None => parts.push(format!("{alias}source <> 'requests'")),
+        Some(list) => {
+            let list: Vec<String> = list.iter().map(|s| quote(s)).collect();
+            parts.push(format!("{alias}source IN ({})", list.join(", ")));
+        }
+    }
+    if let Some(globs) = &route.types {
+        let any: Vec<String> = globs
+            .iter()
+            .map(|g| format!("{alias}event_type LIKE {} ESCAPE '\\'", quote(&like(g))))
+            .collect();
+        parts.push(format!("({})", any.join(" OR ")));
+    }
+    for t in &route.except_types {
+        parts.push(format!("{alias}event_type <> {}", quote(t)));
+    }
+    format!("({})", parts.join(" AND "))
+}
+
+fn json_list(list: &Option<Vec<String>>) -> Option<String> {
+    list.as_ref()
+        .map(|l| serde_json::to_string(l).unwrap_or_else(|_| "[]".into()))
+}
+
+fn parse_list(text: Option<String>) -> Option<Vec<String>> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+}
+
+fn route_of(r: &postgres::Row, at: usize) -> StoreResult<Route> {
+    Ok(Route {
+        sources: parse_list(r.try_get(at)?),
+        types: parse_list(r.try_get(at + 1)?),
+        except_types: parse_list(r.try_get(at + 2)?).unwrap_or_default(),
+    })
+}
+
+pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
+    let rows = db.query(
+        "SELECT id, name, lane, sources, types, except_types, start_after_seq
+           FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
+        &[],
+    )?;
+    let live = rows
+        .iter()
+        .map(|r| {
+            Ok(Live {
+                id: r.try_get(0)?,
+                name: r.try_get(1)?,
+                lane: r.try_get(2)?,
+                route: route_of(r, 3)?,
+                start_after_seq: r.try_get(6)?,
+            })
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(Routes { live })
+}
+
+/// Make the table the config's list (see `Store::sync_subscriptions`). Several nodes starting
+/// at once with one config write the same rows.
+pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
+    let mut ids = Vec::with_capacity(subs.len());
+    for s in subs {
+        let except = serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into());
+        let id: i64 = db
+            .query_one(
+                "INSERT INTO subscriptions (name, kind, lane, sources, types, except_types,
+                                            start_after_seq, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6,
+                         (SELECT coalesce(max(seq), 0) FROM event_log), $7)
+                 ON CONFLICT (name) DO UPDATE
+                    SET kind = excluded.kind, lane = excluded.lane, sources = excluded.sources,
+                        types = excluded.types, except_types = excluded.except_types,
+                        removed_at = NULL
+                 RETURNING id",
+                &[
+                    &s.name,
+                    &s.kind.as_str(),
+                    &s.kind.lane(),
+                    &json_list(&s.route.sources),
+                    &json_list(&s.route.types),
+                    &except,
+                    &now,
+                ],
+            )?
+            .try_get(0)?;
+        ids.push(id);
+    }
+    // One no longer named keeps its row while it has a history; one that never took an event
+    // goes.
+    db.execute(
+        "DELETE FROM subscriptions u WHERE NOT (u.id = ANY($1))
+            AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id)",
+        &[&ids],
+    )?;
+    db.execute(
+        "UPDATE subscriptions SET removed_at = $2
+          WHERE NOT (id = ANY($1)) AND removed_at IS NULL",
+        &[&ids, &now],
+    )?;
+    Ok(ids)
 }
 
 pub(super) fn set_paused(db: &mut Db<'_>, name: &str, paused: bool) -> StoreResult<bool> {
     Ok(db.execute(
-        "UPDATE subscriptions SET paused = $2 WHERE name = $1",
+        "UPDATE subscriptions SET paused = $2 WHERE name = $1 AND removed_at IS NULL",
         &[&name, &paused],
     )? == 1)
 }
 
-/// With `completed` false, only the unfinished and failed rows are counted (their partial
-/// indexes), not the whole history.
+/// Events stored at or after `since`, behind the cursor (or submitted requests), that the
+/// route matches and that have no state in the subscription.
+pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> StoreResult<usize> {
+    let sql = format!(
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+         SELECT l.seq, $1, $2, 'pending', $3 FROM event_log l
+          WHERE l.received_at >= $4
+            AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
+            AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursor))
+            AND {}
+         ON CONFLICT (seq, sub) DO NOTHING",
+        route_sql(&sub.route, "l.")
+    );
+    Ok(db.execute(&sql, &[&sub.id, &sub.lane, &now, &since])? as usize)
+}
+
+/// Every subscription with its counts; `completed` false leaves completed at 0 (a scrape reads
+/// only the partial indexes).
 pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
-    let which = if completed {
-        ""
-    } else {
-        "WHERE status IN ('pending', 'claimed', 'failed')"
+    let (waiting, oldest): (i64, Option<i64>) = {
+        let r = db.query_one(super::events::WAITING, &[])?;
+        (r.try_get(0)?, r.try_get(1)?)
     };
-    let counts = db.query(
+    let completed = if completed {
+        "(SELECT count(*) FROM event_state WHERE status = 'completed' AND sub = u.id)"
+    } else {
+        "0::bigint"
+    };
+    let rows = db.query(
         &format!(
-            "SELECT {SUB_OF} AS sub, status, count(*), min(next_attempt_at)
-               FROM events {which} GROUP BY 1, 2"
+            "SELECT u.name, u.kind, u.sources, u.types, u.except_types, u.paused,
+                    u.removed_at IS NOT NULL, u.created_at, u.lane,
+                    (SELECT count(*) FROM event_state WHERE status = 'pending' AND sub = u.id),
+                    (SELECT count(*) FROM event_state WHERE status = 'claimed' AND sub = u.id),
+                    {completed},
+                    (SELECT count(*) FROM event_state WHERE status = 'failed' AND sub = u.id),
+                    (SELECT min(next_attempt_at) FROM event_state
+                      WHERE status = 'pending' AND sub = u.id)
+               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id"
         ),
         &[],
     )?;
-    let rows = db.query(
-        "SELECT id, name, kind, paused, created_at FROM subscriptions ORDER BY id",
-        &[],
-    )?;
-    let routes = implicit_routes();
-    let mut infos = Vec::new();
-    for r in &rows {
-        let id: i64 = r.try_get(0)?;
-        let name: String = r.try_get(1)?;
-        let mut c = StatusCounts::default();
-        for row in counts.iter().filter(|row| row.get::<_, i64>(0) == id) {
-            let n: i64 = row.try_get(2)?;
-            match row.try_get::<_, String>(1)?.as_str() {
-                "pending" => {
-                    c.pending = n;
-                    c.oldest_due_at = row.try_get(3)?;
-                }
-                "claimed" => c.claimed = n,
-                "completed" => c.completed = n,
-                _ => c.failed = n,
+    rows.iter()
+        .map(|r| {
+            let removed: bool = r.try_get(6)?;
+            let lane: i64 = r.try_get(8)?;
+            let mut counts = StatusCounts {
+                pending: r.try_get(9)?,
+                claimed: r.try_get(10)?,
+                completed: r.try_get(11)?,
+                failed: r.try_get(12)?,
+                oldest_due_at: r.try_get(13)?,
+                fan_out_waiting: 0,
+            };
+            // Events not fanned out yet wait for every live in-process subscription.
+            if lane == 0 && !removed {
+                counts.pending += waiting;
+                counts.oldest_due_at = match (counts.oldest_due_at, oldest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
-        }
-        infos.push(SubscriptionInfo {
-            route: routes
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, r)| r.clone())
-                .unwrap_or_default(),
-            name,
-            kind: r.try_get(2)?,
-            paused: r.try_get(3)?,
-            removed: false,
-            counts: c,
-            created_at: r.try_get(4)?,
-        });
+            Ok(SubscriptionInfo {
+                name: r.try_get(0)?,
+                kind: r.try_get(1)?,
+                route: route_of(r, 2)?,
+                paused: r.try_get(5)?,
+                removed,
+                created_at: r.try_get(7)?,
+                counts,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn globs_become_like_patterns_that_mean_the_same() {
+        assert_eq!(super::like("invoice.*"), "invoice.%");
+        assert_eq!(super::like("a?c"), "a_c");
+        assert_eq!(super::like("100%_off\\"), "100\\%\\_off\\\\");
     }
-    Ok(infos)
 }

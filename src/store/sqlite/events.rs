@@ -343,6 +343,7 @@ pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
         completed: states - pending - claimed - failed,
         failed,
         oldest_due_at: oldest,
+        fan_out_waiting: waiting,
     })
 }
 

@@ -62,7 +62,7 @@ fn candidates(
 ) -> StoreResult<(Vec<i64>, Option<i64>)> {
     let window_end: Option<i64> = conn
         .prepare_cached(
-            "SELECT max(seq), count(*) FROM (SELECT seq FROM event_state WHERE seq > ?1
+            "SELECT max(seq), count(*) FROM (SELECT seq FROM event_log WHERE seq > ?1
               ORDER BY seq LIMIT ?2)",
         )?
         .query_row(params![after, WINDOW], |r| {
@@ -70,7 +70,7 @@ fn candidates(
             Ok(r.get::<_, Option<i64>>(0)?.filter(|_| count == WINDOW))
         })?;
     let sql = format!(
-        "SELECT e.seq FROM event_state e WHERE e.seq > ?1 AND e.seq <= ifnull(?2, 9223372036854775807)
+        "SELECT e.seq FROM events e WHERE e.seq > ?1 AND e.seq <= ifnull(?2, 9223372036854775807)
             AND {} ORDER BY e.seq LIMIT ?5",
         due_condition("?3", "?4")
     );
@@ -96,7 +96,9 @@ fn candidates(
     Ok((seqs, next))
 }
 
-/// Make tombstones of `seqs`, each checked again in this transaction; returns how many.
+/// Make tombstones of `seqs`, each checked again in this transaction; returns how many. An
+/// event is due when its summary is (every state of a live subscription terminal, past its
+/// age): then each of its terminal states is marked.
 fn purge(
     tx: &Transaction<'_>,
     cutoffs: &PurgeCutoffs,
@@ -104,8 +106,10 @@ fn purge(
     now: i64,
 ) -> StoreResult<usize> {
     let sql = format!(
-        "UPDATE event_state AS e SET purged_at = ?4, finished_at = {FINISHED_AT}
-          WHERE e.seq = ?1 AND {}",
+        "UPDATE event_state SET purged_at = ?4,
+                finished_at = (SELECT {FINISHED_AT} FROM events e WHERE e.seq = ?1)
+          WHERE seq = ?1 AND (status = 'completed' OR status = 'failed')
+            AND EXISTS (SELECT 1 FROM events e WHERE e.seq = ?1 AND {})",
         due_condition("?2", "?3")
     );
     let mut mark = tx.prepare_cached(&sql)?;
@@ -127,7 +131,7 @@ fn purge(
             cutoffs.failed_before,
             now
         ])?;
-        if marked == 1 {
+        if marked > 0 {
             body.execute([seq])?;
             history.execute([seq])?;
             documents.execute(params![seq, REQUEST_SOURCE])?;
@@ -160,7 +164,8 @@ pub(super) fn give_back_free_pages(tx: &Transaction<'_>) -> StoreResult<()> {
 
 pub(super) fn counts(conn: &Connection) -> StoreResult<LifecycleCounts> {
     Ok(conn.query_row(
-        "SELECT (SELECT count(*) FROM event_state INDEXED BY events_purged WHERE purged_at IS NOT NULL),
+        "SELECT (SELECT count(DISTINCT seq) FROM event_state INDEXED BY events_purged
+                  WHERE purged_at IS NOT NULL),
                 (SELECT page_count FROM pragma_page_count) * (SELECT page_size FROM pragma_page_size),
                 (SELECT freelist_count FROM pragma_freelist_count)
                   * (SELECT page_size FROM pragma_page_size)",

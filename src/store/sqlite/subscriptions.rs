@@ -241,6 +241,7 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
                         completed: r.get(11)?,
                         failed: r.get(12)?,
                         oldest_due_at: r.get(13)?,
+                        fan_out_waiting: 0,
                     },
                 },
                 r.get::<_, i64>(8)?,
