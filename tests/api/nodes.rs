@@ -245,10 +245,17 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
     let db = PgDatabase::create();
     let dir = tempfile::tempdir().unwrap();
     let downstream = Receiver::start(Duration::from_millis(20), 200);
+    // Three subscriptions take every webhook (a credit and two audits), and one takes the
+    // submissions: each promise holds per subscription, across nodes.
     let extra = format!(
         "[consumers]\nworkers = 2\nbatch_size = 16\nlease_seconds = 2\n\
          backoff_base_ms = 10\nbackoff_max_ms = 100\n\n\
-         [downstream]\nurl = \"{}\"\ntimeout_ms = 500\n",
+         [downstream]\nurl = \"{}\"\ntimeout_ms = 500\n\n\
+         [[subscriptions]]\nname = \"points\"\nkind = \"loyalty-credit\"\n\
+         types = [\"order.completed\"]\n\n\
+         [[subscriptions]]\nname = \"ledger\"\nkind = \"audit\"\n\n\
+         [[subscriptions]]\nname = \"archive\"\nkind = \"audit\"\n\n\
+         [[subscriptions]]\nname = \"payments\"\nkind = \"downstream\"\n",
         downstream.url
     );
     // A backlog first, through a node without consumers (its sweeper still runs): consumers
@@ -331,6 +338,24 @@ fn three_nodes_with_one_killed_mid_drain_credit_each_order_once_and_finish_every
     assert_eq!(
         db.count("SELECT count(*) FROM loyalty_credits"),
         ORDERS as i64
+    );
+    // Each webhook once in each of its three subscriptions, each state completed, and one
+    // attempt that ended `ok` per state (a swept claim adds a `lease_expired` one).
+    for name in ["points", "ledger", "archive"] {
+        let states = format!(
+            "SELECT count(*) FROM event_state s JOIN subscriptions u ON u.id = s.sub
+              JOIN event_log l ON l.seq = s.seq
+             WHERE u.name = '{name}' AND l.{shop} AND s.status = 'completed'"
+        );
+        assert_eq!(db.count(&states), total, "{name}");
+    }
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM (SELECT event_seq, sub FROM event_attempts
+              WHERE result IN ('ok', 'already_processed') GROUP BY 1, 2 HAVING count(*) > 1) d"
+        ),
+        0,
+        "no state completed twice"
     );
     assert_eq!(
         db.count("SELECT count(*) FROM events WHERE outcome = 'credited'"),

@@ -456,8 +456,12 @@ pub(super) fn retry_failed(
     );
     let mut retried = 0;
     for row in &candidates {
-        let (seq, sub, abandoned, purged): (i64, i64, bool, bool) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
+        let (seq, sub, abandoned, purged): (i64, i64, bool, bool) = (
+            row.try_get(0)?,
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
+        );
         if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
             retried += db.execute(&update, &[&seq, &sub])? as usize;
         }

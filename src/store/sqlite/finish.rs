@@ -40,8 +40,8 @@ impl FinishStatements for Statements<'_> {
 
     fn set_outcome(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<()> {
         self.prepared
-            .get("UPDATE event_state SET outcome = ?2 WHERE seq = ?1")?
-            .execute(params![claim.seq, outcome.as_str()])?;
+            .get("UPDATE event_state SET outcome = ?2 WHERE seq = ?1 AND sub = ?3")?
+            .execute(params![claim.seq, outcome.as_str(), claim.subscription])?;
         Ok(())
     }
 

@@ -7,6 +7,7 @@ mod consumers;
 mod contract;
 mod fresh;
 mod operations;
+mod upgrade;
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
