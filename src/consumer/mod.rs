@@ -114,7 +114,7 @@ impl Consumer {
                 Some((
                     id,
                     Rule {
-                        handler: Arc::clone(self.registry.for_kind(sub.kind)),
+                        handler: self.registry.for_subscription(sub.kind, sub.mode),
                         mode: sub.mode,
                         max_attempts: sub.max_attempts,
                         backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),

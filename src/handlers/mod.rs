@@ -58,11 +58,16 @@ pub trait Handler: Send + Sync {
 pub const ORDER_COMPLETED: &str = "order.completed";
 pub const REQUEST_SUBMITTED: &str = "request.submitted";
 
+/// The store, the system and the call timeout a downstream handler is built from.
+type DownstreamParts = (Arc<dyn Store>, Arc<dyn DownstreamSystem>, Duration);
+
 /// Routing table of SPEC section 4.
 pub struct Registry {
     loyalty: Arc<dyn Handler>,
     audit: Arc<dyn Handler>,
     downstream: Arc<dyn Handler>,
+    /// What a downstream handler of another mode is built from (a subscription's own `mode`).
+    downstream_parts: Option<DownstreamParts>,
 }
 
 impl Registry {
@@ -72,11 +77,18 @@ impl Registry {
         mode: DeliveryMode,
         timeout: Duration,
     ) -> Registry {
-        Registry::from_parts(
+        let mut registry = Registry::from_parts(
             Arc::new(LoyaltyCredit),
             Arc::new(AuditLog),
-            Arc::new(SubmitRequest::new(store, downstream, mode, timeout)),
-        )
+            Arc::new(SubmitRequest::new(
+                Arc::clone(&store),
+                Arc::clone(&downstream),
+                mode,
+                timeout,
+            )),
+        );
+        registry.downstream_parts = Some((store, downstream, timeout));
+        registry
     }
 
     /// The routing table with other handlers in its three places (tests wrap the real ones to
@@ -90,6 +102,30 @@ impl Registry {
             loyalty,
             audit,
             downstream,
+            downstream_parts: None,
+        }
+    }
+
+    /// The handler of a subscription: its kind's, and for a `downstream` subscription whose
+    /// `mode` is not `[downstream].mode`, one of its own mode (what an outcome-unknown call
+    /// becomes is the handler's decision, and the subscription's to make).
+    pub fn for_subscription(
+        &self,
+        kind: crate::subscriptions::Kind,
+        mode: DeliveryMode,
+    ) -> Arc<dyn Handler> {
+        match (&self.downstream_parts, kind) {
+            (Some((store, system, timeout)), crate::subscriptions::Kind::Downstream)
+                if mode != self.downstream.mode() =>
+            {
+                Arc::new(SubmitRequest::new(
+                    Arc::clone(store),
+                    Arc::clone(system),
+                    mode,
+                    *timeout,
+                ))
+            }
+            _ => Arc::clone(self.for_kind(kind)),
         }
     }
 

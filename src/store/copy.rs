@@ -204,16 +204,18 @@ pub fn copy_all(
         )
     })?;
     to.migrate()?;
-    // The tables below hold one state per event: what the implicit subscriptions keep. A
-    // database whose events fan out to others would lose their states.
-    let implicit = ["loyalty", "downstream", "audit"];
-    if let Some(other) = from
-        .subscriptions(false)?
-        .iter()
-        .find(|s| !implicit.contains(&s.name.as_str()))
-    {
+    // The tables below hold one state per event: what the implicit subscriptions keep (their
+    // routes do not overlap). A database whose events fan out to others would lose states.
+    let implicit = crate::subscriptions::implicit(&crate::config::Settings::default());
+    if let Some(other) = from.subscriptions(false)?.iter().find(|s| {
+        !implicit
+            .iter()
+            .any(|i| i.name == s.name && i.kind.as_str() == s.kind && i.route == s.route)
+    }) {
         anyhow::bail!(
-            "the source database has subscription `{}` beside the implicit ones: a copy keeps              one state per event in this version, so it copies only databases served by the              implicit subscriptions (loyalty, downstream, audit)",
+            "the source database has subscription `{}`, which is not one of the implicit ones \
+             as built in: a copy keeps one state per event in this version, so it copies only \
+             databases served by the implicit subscriptions (loyalty, downstream, audit)",
             other.name
         );
     }

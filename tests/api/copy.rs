@@ -10,7 +10,7 @@ use crate::harness::new_delivery;
 use crate::helpers::*;
 use crate::requests::{create, doc};
 
-fn copy(dir: &Path, args: &[&str]) -> Output {
+pub fn copy(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
         .arg("copy")
         .args(args)

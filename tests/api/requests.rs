@@ -238,6 +238,42 @@ async fn at_least_once_mode_retries_a_failing_downstream_with_the_same_key() {
     assert_eq!(event["attempts"], 3);
 }
 
+/// A downstream subscription's own `mode` decides what an outcome-unknown call becomes, over
+/// `[downstream].mode`: here at-least-once under an at-most-once default, so the call is made
+/// again (seen failing while the shared handler's mode decided: abandoned after one call).
+#[tokio::test]
+async fn a_subscriptions_own_mode_decides_over_the_downstream_default() {
+    let downstream = Arc::new(RecordingDownstream::default());
+    let options = BuildOptions {
+        downstream: Some(downstream.clone()),
+        ..Default::default()
+    };
+    let app = spawn_app_with(
+        |c| {
+            c.push_str(
+                "\n[downstream]\nmode = \"at-most-once\"\ntimeout_ms = 1000\n\n\
+                 [[subscriptions]]\nname = \"payments\"\nkind = \"downstream\"\n\
+                 mode = \"at-least-once\"\n",
+            )
+        },
+        options,
+    )
+    .await;
+    *downstream.fail_with.lock().unwrap() = Some(DownstreamError::new(
+        CallFailure::Unknown,
+        "no answer from the downstream within 450 ms",
+    ));
+    let id = create(&app).await;
+    app.post(&format!("/requests/{id}/submit"), Some(SUBMIT_TOKEN), None)
+        .await;
+    app.drain().await;
+    assert_eq!(downstream.calls(), vec![format!("requests:{id}"); 3]);
+    let event = app.event("requests", &id).await;
+    assert_eq!(event["status"], "failed");
+    assert_eq!(event["abandoned"], false, "{event}");
+    assert_eq!(event["subscriptions"][0]["name"], "payments");
+}
+
 fn a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_once(
     kind: StoreKind,
 ) {

@@ -704,3 +704,73 @@ async fn the_cli_lists_pauses_resumes_and_backfills_subscriptions() {
     assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
     app.stop().await;
 }
+
+/// A purge takes an event's body only when every subscription is done with it: one failed
+/// state past its age does not make an event due while another subscription's state waits.
+/// (Seen failing without the check: the waiting state's claim then found no body.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_waits_until_every_subscription_is_done_with_an_event() {
+    let app = app_with(FAN_OUT).await;
+    let r = app.admin_post("/subscriptions/archive/pause", None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let bad = r#"{"type":"order.completed","data":{"customer_id":"c","points":1}}"#;
+    app.deliver("shop", "bad", bad).await;
+    app.drain().await;
+    let event = app.event("shop", "bad").await;
+    assert_eq!(
+        states(&event),
+        [
+            ("points".into(), "failed".into()),
+            ("ledger".into(), "completed".into()),
+            ("archive".into(), "pending".into())
+        ]
+    );
+    let future = "2100-01-01T00:00:00Z";
+    let purge = serde_json::json!({"completed_before": future, "failed_before": future});
+    let r = app.admin_post("/events/purge", Some(purge.clone())).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["purged"], 0, "{}", r.body);
+    let event = app.event("shop", "bad").await;
+    assert_eq!(event["purged"], false, "{event}");
+    assert_eq!(event["payload"]["type"], "order.completed", "{event}");
+    // Resumed, the archive takes it (its body is there), and then the purge may.
+    app.admin_post("/subscriptions/archive/resume", None).await;
+    app.drain().await;
+    let event = app.event("shop", "bad").await;
+    assert_eq!(event["subscriptions"][2]["status"], "completed", "{event}");
+    let r = app.admin_post("/events/purge", Some(purge)).await;
+    assert_eq!(r.body["purged"], 1, "{}", r.body);
+    app.stop().await;
+}
+
+/// `copy` keeps one state per event: it refuses a database whose events fan out, naming the
+/// subscription, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_refuses_a_database_with_its_own_subscriptions() {
+    let app = app_with(FAN_OUT).await;
+    app.deliver("shop", "e", &order_body("o-1", "c-1", 1)).await;
+    app.drain().await;
+    let dir = app.stop().await;
+    let out = tokio::task::spawn_blocking({
+        let path = dir.path().to_path_buf();
+        move || {
+            crate::copy::copy(
+                &path,
+                &["--from", "sqlite://inbox.db", "--to", "sqlite://copy.db"],
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("points") && err.contains("one state per event"),
+        "{err}"
+    );
+    let conn = rusqlite::Connection::open(dir.path().join("copy.db")).unwrap();
+    let events: i64 = conn
+        .query_row("SELECT count(*) FROM event_log", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(events, 0);
+}

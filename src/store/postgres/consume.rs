@@ -46,11 +46,13 @@ fn claim_due_sql() -> String {
 pub(super) const INGEST_LOCK: i64 = 0x7765_6268_6f6f_6b6c;
 
 /// The lock a node takes, for its transaction, to fan events out: one fan-out at a time, so
-/// that two nodes never read the same cursor (another node's claim skips the fan-out instead of
-/// waiting). Taken with `pg_try_advisory_xact_lock`, no row written, in a statement of its own
-/// before the fan-out's: the fan-out's snapshot, taken after the lock, sees the cursor as the
-/// previous holder committed it (a snapshot taken before could see an older cursor, and fan
-/// the same events out again: seen as a duplicate state key with six workers).
+/// that two nodes never read the same cursor. Another claim waits for it (for the rest of the
+/// holder's short transaction) rather than skip the fan-out: a worker that found nothing would
+/// rest until the next poll while events wait (seen: six workers where one did all the work).
+/// Taken with `pg_advisory_xact_lock`, no row written, in a statement of its own before the
+/// fan-out's: the fan-out's snapshot, taken after the lock, sees the cursor as the previous
+/// holder committed it (a snapshot taken before could see an older cursor, and fan the same
+/// events out again: seen as a duplicate state key with six workers).
 const FAN_OUT_LOCK: i64 = 0x7765_6268_6f6f_6b66;
 
 /// How far the fan-out may go, read in its own short transaction before the claim's: `None`
@@ -186,14 +188,11 @@ pub(super) fn claim(
         }
     }
     let room = limit - claims.len();
-    if let (Lane::InProcess, Some(to), true) = (lane, fan_out_to, room > 0)
-        && db
-            .query_one(
-                &format!("SELECT pg_try_advisory_xact_lock({FAN_OUT_LOCK})"),
-                &[],
-            )?
-            .try_get::<_, bool>(0)?
-    {
+    if let (Lane::InProcess, Some(to), true) = (lane, fan_out_to, room > 0) {
+        db.execute(
+            &format!("SELECT pg_advisory_xact_lock({FAN_OUT_LOCK})"),
+            &[],
+        )?;
         let room = i64::try_from(room).unwrap_or(i64::MAX);
         for r in db.query(&fan_out_sql(routes), &[&worker, &lease_ms, &room, &to])? {
             claims.push(picked(&r)?);

@@ -375,10 +375,14 @@ pub(super) fn retry(
         },
         None => {
             let failed: Vec<_> = states.iter().filter(|s| s.1 == "failed").collect();
-            if failed.is_empty() {
+            if !failed.is_empty() {
+                failed
+            } else if rules::may_retry_event(&event, force).is_ok() {
+                // Nothing failed and the summary is completed: each completed state, forced.
                 states.iter().filter(|s| s.1 == "completed").collect()
             } else {
-                failed
+                // Pending or claimed somewhere (or stored): the summary answers.
+                Vec::new()
             }
         }
     };

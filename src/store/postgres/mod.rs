@@ -176,7 +176,8 @@ fn connection_config(url: &str, wait: Duration) -> anyhow::Result<postgres::Conf
     // A statement waits for a row lock at most as long as SQLite waits for its write lock;
     // any statement is bounded; commits wait for the WAL flush whatever the server's default.
     let ours = format!(
-        "-c synchronous_commit=on -c lock_timeout={} -c statement_timeout=60000",
+        "-c synchronous_commit=on -c default_transaction_isolation=read\\ committed \
+         -c lock_timeout={} -c statement_timeout=60000",
         wait.as_millis()
     );
     let options = match config.get_options() {

@@ -26,7 +26,9 @@ fn due_condition(c: &str, f: &str) -> String {
     format!(
         "e.purged_at IS NULL AND (
            (e.status = 'completed' AND {c}::bigint IS NOT NULL AND e.completed_at < {c})
-        OR (e.status = 'failed' AND {f}::bigint IS NOT NULL AND ({FINISHED_AT}) < {f}))"
+        OR (e.status = 'failed' AND {f}::bigint IS NOT NULL AND ({FINISHED_AT}) < {f}))
+        AND NOT EXISTS (SELECT 1 FROM event_state x WHERE x.seq = e.seq
+                         AND x.status IN ('pending', 'claimed'))"
     )
 }
 
@@ -85,8 +87,14 @@ pub(super) fn purge(
     // Every state of these events locked first: a retry of one subscription's state cannot
     // commit between the check below and the purge (a read in this transaction's next
     // statement sees every commit before the locks).
+    // The log rows too: a backfill that hands one of these events to a subscription holds it
+    // `FOR KEY SHARE` until it commits.
     db.execute(
-        "SELECT 1 FROM event_state WHERE seq = ANY($1) FOR UPDATE",
+        "SELECT 1 FROM event_log WHERE seq = ANY($1) ORDER BY seq FOR UPDATE",
+        &[&seqs],
+    )?;
+    db.execute(
+        "SELECT 1 FROM event_state WHERE seq = ANY($1) ORDER BY seq, sub FOR UPDATE",
         &[&seqs],
     )?;
     let sql = format!(

@@ -19,7 +19,8 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Begin a transaction (read committed, the server's default).
+    /// Begin a transaction (read committed: set in the connection options, whatever the
+    /// server's default; the fan-out's reading of its cursor relies on it).
     pub(super) fn begin(&mut self) -> StoreResult<Db<'_>> {
         Ok(Db {
             tx: self.client.transaction()?,

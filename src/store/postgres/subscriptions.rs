@@ -184,6 +184,7 @@ pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> Sto
             AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
             AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursor))
             AND {}
+            FOR KEY SHARE OF l
          ON CONFLICT (seq, sub) DO NOTHING",
         route_sql(&sub.route, "l.")
     );

@@ -131,9 +131,14 @@ fn insert_events(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResu
     let mut written = 0;
     for row in rows {
         if log.execute(params_from_iter(log_at.iter().map(|&i| value(&row[i]))))? == 1 {
-            let sub = rusqlite::types::Value::Integer(implicit_sub(table, row));
-            let values = state_at.iter().map(|&i| value(&row[i]));
-            state.execute(params_from_iter(values.chain(std::iter::once(sub))))?;
+            // An event no route matched (`stored`) has no state.
+            let status = table.columns.iter().position(|c| *c == "status");
+            let stored = status.is_some_and(|i| row[i] == Cell::Text("stored".into()));
+            if !stored {
+                let sub = rusqlite::types::Value::Integer(implicit_sub(table, row));
+                let values = state_at.iter().map(|&i| value(&row[i]));
+                state.execute(params_from_iter(values.chain(std::iter::once(sub))))?;
+            }
             written += 1;
         }
     }

@@ -31,7 +31,9 @@ fn due_condition(c: &str, f: &str) -> String {
     format!(
         "e.purged_at IS NULL AND (
            (e.status = 'completed' AND {c} IS NOT NULL AND e.completed_at < {c})
-        OR (e.status = 'failed' AND {f} IS NOT NULL AND ({FINISHED_AT}) < {f}))"
+        OR (e.status = 'failed' AND {f} IS NOT NULL AND ({FINISHED_AT}) < {f}))
+        AND NOT EXISTS (SELECT 1 FROM event_state x WHERE x.seq = e.seq
+                         AND (x.status = 'pending' OR x.status = 'claimed'))"
     )
 }
 
