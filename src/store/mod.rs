@@ -9,6 +9,7 @@
 pub mod copy;
 pub mod postgres;
 mod rejection;
+mod routes;
 pub mod rules;
 pub mod sqlite;
 mod types;

@@ -207,6 +207,77 @@ impl RetryRefusal {
     }
 }
 
+/// One subscription's state of an event, as a retry weighs it.
+#[derive(Debug, Clone)]
+pub struct StateRow {
+    pub sub: i64,
+    pub status: Status,
+    pub abandoned: bool,
+    pub purged: bool,
+}
+
+/// What an ops retry of one event does, the same on every store.
+#[derive(Debug)]
+pub enum RetryPlan {
+    /// Move these states back to pending (fenced on the status each was read with).
+    Retry(Vec<StateRow>),
+    /// Answer without a change (the refusal says how).
+    Refuse(RetryRefusal),
+    /// The event has no state in that subscription, and will not get one.
+    NotFound,
+}
+
+/// The retry of `event`, whose live subscriptions' states are `states`: with a subscription,
+/// its state (an event not fanned out yet is pending in it already); without, each failed
+/// state, or, when none failed, what the summary says (a completed event runs again in each
+/// subscription with `force`; one pending or claimed somewhere is left alone).
+pub fn plan_retry(
+    event: &EventRecord,
+    states: &[StateRow],
+    sub: Option<i64>,
+    force: bool,
+) -> RetryPlan {
+    let targets: Vec<StateRow> = match sub {
+        Some(id) => match states.iter().find(|s| s.sub == id) {
+            Some(state) => vec![state.clone()],
+            None if event.status == Status::Pending => {
+                return RetryPlan::Refuse(RetryRefusal::Unfinished);
+            }
+            None => return RetryPlan::NotFound,
+        },
+        None => {
+            let failed: Vec<StateRow> = states
+                .iter()
+                .filter(|s| s.status == Status::Failed)
+                .cloned()
+                .collect();
+            if !failed.is_empty() {
+                failed
+            } else if let Err(refusal) = may_retry_event(event, force) {
+                return RetryPlan::Refuse(refusal);
+            } else {
+                states
+                    .iter()
+                    .filter(|s| s.status == Status::Completed)
+                    .cloned()
+                    .collect()
+            }
+        }
+    };
+    if targets.is_empty() {
+        return match may_retry_event(event, force) {
+            Err(refusal) => RetryPlan::Refuse(refusal),
+            Ok(()) => RetryPlan::Refuse(RetryRefusal::Unfinished),
+        };
+    }
+    for t in &targets {
+        if let Err(refusal) = may_retry(t.status, t.abandoned, t.purged, force) {
+            return RetryPlan::Refuse(refusal);
+        }
+    }
+    RetryPlan::Retry(targets)
+}
+
 /// [`may_retry`] for a stored event.
 pub fn may_retry_event(event: &EventRecord, force: bool) -> Result<(), RetryRefusal> {
     may_retry(

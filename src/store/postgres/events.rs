@@ -6,7 +6,7 @@ use super::rows::{self, EVENT_COLUMNS};
 use super::session::Db;
 use super::subscriptions::Routes;
 use super::{NOW_MS, QUEUED_CHANNEL};
-use crate::store::rules;
+use crate::store::rules::{self, RetryPlan, StateRow};
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
     StoreError, StoreResult, SubscriptionState,
@@ -102,24 +102,13 @@ fn fill_subscriptions(
     }
     for event in events.iter_mut() {
         if event.subscriptions.is_empty() && event.status == Status::Pending {
-            event.subscriptions = routes
-                .live
-                .iter()
-                .filter(|s| {
-                    event.seq > s.start_after_seq
-                        && s.route.matches(&event.source, &event.event_type)
-                })
-                .map(|s| SubscriptionState {
-                    name: s.name.clone(),
-                    status: Status::Pending,
-                    attempts: 0,
-                    outcome: None,
-                    last_error: None,
-                    abandoned: false,
-                    next_attempt_at: Some(event.received_at),
-                    completed_at: None,
-                })
-                .collect();
+            event.subscriptions = crate::store::routes::waiting_states(
+                &routes.live,
+                event.seq,
+                &event.source,
+                &event.event_type,
+                event.received_at,
+            );
         }
     }
     Ok(())
@@ -353,7 +342,7 @@ pub(super) fn retry(
     let Some(event) = get(db, source, event_id)? else {
         return Ok(RetryOutcome::NotFound);
     };
-    let states: Vec<(i64, String, bool, bool)> = db
+    let states: Vec<StateRow> = db
         .query(
             "SELECT s.sub, s.status, s.abandoned, s.purged_at IS NOT NULL
                FROM event_state s JOIN subscriptions u ON u.id = s.sub
@@ -361,50 +350,31 @@ pub(super) fn retry(
             &[&event.seq],
         )?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+        .map(|r| {
+            let status: String = r.try_get(1)?;
+            Ok(StateRow {
+                sub: r.try_get(0)?,
+                status: Status::parse(&status).unwrap_or(Status::Pending),
+                abandoned: r.try_get(2)?,
+                purged: r.try_get(3)?,
+            })
+        })
         .collect::<StoreResult<_>>()?;
-    let targets: Vec<&(i64, String, bool, bool)> = match sub {
-        Some(id) => match states.iter().find(|s| s.0 == id) {
-            Some(state) => vec![state],
-            None if event.status == Status::Pending => {
-                let mut event = event;
-                fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
-                return Ok(RetryOutcome::Unchanged(event));
-            }
-            None => return Ok(RetryOutcome::NotFound),
-        },
-        None => {
-            let failed: Vec<_> = states.iter().filter(|s| s.1 == "failed").collect();
-            if !failed.is_empty() {
-                failed
-            } else if rules::may_retry_event(&event, force).is_ok() {
-                // Nothing failed and the summary is completed: each completed state, forced.
-                states.iter().filter(|s| s.1 == "completed").collect()
-            } else {
-                // Pending or claimed somewhere (or stored): the summary answers.
-                Vec::new()
-            }
+    let targets = match rules::plan_retry(&event, &states, sub, force) {
+        RetryPlan::Retry(targets) => targets,
+        RetryPlan::NotFound => return Ok(RetryOutcome::NotFound),
+        RetryPlan::Refuse(refusal) => {
+            let mut event = event;
+            fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
+            return Ok(refusal.answer(event));
         }
     };
-    let mut decided = Ok(());
-    for (_, status, abandoned, purged) in &targets {
-        let status = Status::parse(status).unwrap_or(Status::Pending);
-        decided = decided.and(rules::may_retry(status, *abandoned, *purged, force));
-    }
-    if targets.is_empty() {
-        decided = rules::may_retry_event(&event, force);
-    }
-    if let Err(refusal) = decided {
-        let mut event = event;
-        fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
-        return Ok(refusal.answer(event));
-    }
     let sql = format!(
         "UPDATE event_state SET {} WHERE seq = $1 AND sub = $2 AND status = $3",
         retry_set()
     );
-    for (id, status, _, _) in &targets {
-        if db.execute(&sql, &[&event.seq, id, status])? != 1 {
+    for t in &targets {
+        if db.execute(&sql, &[&event.seq, &t.sub, &t.status.as_str()])? != 1 {
             return Err(StoreError::Internal(anyhow::anyhow!(
                 "the retry of {source}/{event_id} changed no row inside its own transaction"
             )));

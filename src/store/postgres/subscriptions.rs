@@ -3,18 +3,11 @@
 //! (as on SQLite; globs become `LIKE` patterns).
 
 use super::session::Db;
+use crate::store::routes;
 use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
 use crate::subscriptions::{Route, Subscription};
 
-/// A live subscription as the SQL needs it.
-#[derive(Debug, Clone)]
-pub(super) struct Live {
-    pub id: i64,
-    pub name: String,
-    pub lane: i64,
-    pub route: Route,
-    pub start_after_seq: i64,
-}
+pub(super) use crate::store::routes::Live;
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct Routes {
@@ -41,10 +34,6 @@ impl Routes {
     }
 }
 
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
 /// A glob (`*`, `?`) as a `LIKE` pattern with `\` as its escape.
 fn like(glob: &str) -> String {
     let mut out = String::with_capacity(glob.len() + 4);
@@ -62,43 +51,19 @@ fn like(glob: &str) -> String {
     out
 }
 
+/// A route as an SQL condition on `{alias}source` and `{alias}event_type`, globs as `LIKE`.
 pub(super) fn route_sql(route: &Route, alias: &str) -> String {
-    let mut parts = Vec::new();
-    match &route.sources {
-        None => parts.push(format!("{alias}source <> 'requests'")),
-        Some(list) => {
-            let list: Vec<String> = list.iter().map(|s| quote(s)).collect();
-            parts.push(format!("{alias}source IN ({})", list.join(", ")));
-        }
-    }
-    if let Some(globs) = &route.types {
-        let any: Vec<String> = globs
-            .iter()
-            .map(|g| format!("{alias}event_type LIKE {} ESCAPE '\\'", quote(&like(g))))
-            .collect();
-        parts.push(format!("({})", any.join(" OR ")));
-    }
-    for t in &route.except_types {
-        parts.push(format!("{alias}event_type <> {}", quote(t)));
-    }
-    format!("({})", parts.join(" AND "))
-}
-
-fn json_list(list: &Option<Vec<String>>) -> Option<String> {
-    list.as_ref()
-        .map(|l| serde_json::to_string(l).unwrap_or_else(|_| "[]".into()))
-}
-
-fn parse_list(text: Option<String>) -> Option<Vec<String>> {
-    text.and_then(|t| serde_json::from_str(&t).ok())
+    routes::route_sql(route, alias, |column, glob| {
+        format!("{column} LIKE {} ESCAPE '\\'", routes::quote(&like(glob)))
+    })
 }
 
 fn route_of(r: &postgres::Row, at: usize) -> StoreResult<Route> {
-    Ok(Route {
-        sources: parse_list(r.try_get(at)?),
-        types: parse_list(r.try_get(at + 1)?),
-        except_types: parse_list(r.try_get(at + 2)?).unwrap_or_default(),
-    })
+    Ok(routes::route_from(
+        r.try_get(at)?,
+        r.try_get(at + 1)?,
+        r.try_get(at + 2)?,
+    ))
 }
 
 pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
@@ -143,8 +108,8 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
                     &s.name,
                     &s.kind.as_str(),
                     &s.kind.lane(),
-                    &json_list(&s.route.sources),
-                    &json_list(&s.route.types),
+                    &routes::json_list(&s.route.sources),
+                    &routes::json_list(&s.route.types),
                     &except,
                     &now,
                 ],

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_i
 
 use super::rows::{self, EVENT_COLUMNS};
 use super::subscriptions::{Routes, route_sql};
-use crate::store::rules;
+use crate::store::rules::{self, RetryPlan, StateRow};
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
     StoreError, StoreResult, SubscriptionState,
@@ -90,24 +90,13 @@ fn fill_subscriptions(
             })?
             .collect::<Result<Vec<_>, _>>()?;
         if event.subscriptions.is_empty() && event.status == Status::Pending {
-            event.subscriptions = routes
-                .live
-                .iter()
-                .filter(|s| {
-                    event.seq > s.start_after_seq
-                        && s.route.matches(&event.source, &event.event_type)
-                })
-                .map(|s| SubscriptionState {
-                    name: s.name.clone(),
-                    status: Status::Pending,
-                    attempts: 0,
-                    outcome: None,
-                    last_error: None,
-                    abandoned: false,
-                    next_attempt_at: Some(event.received_at),
-                    completed_at: None,
-                })
-                .collect();
+            event.subscriptions = crate::store::routes::waiting_states(
+                &routes.live,
+                event.seq,
+                &event.source,
+                &event.event_type,
+                event.received_at,
+            );
         }
     }
     Ok(())
@@ -368,62 +357,39 @@ pub(super) fn retry(
     let Some(event) = get(tx, source, event_id)? else {
         return Ok(RetryOutcome::NotFound);
     };
-    // (sub, status, abandoned, purged) of each state of a live subscription.
-    let states: Vec<(i64, String, bool, bool)> = tx
+    let states: Vec<StateRow> = tx
         .prepare_cached(
             "SELECT s.sub, s.status, s.abandoned, s.purged_at IS NOT NULL
                FROM event_state s JOIN subscriptions u ON u.id = s.sub
               WHERE s.seq = ?1 AND u.removed_at IS NULL ORDER BY s.sub",
         )?
         .query_map([event.seq], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            let status: String = r.get(1)?;
+            Ok(StateRow {
+                sub: r.get(0)?,
+                status: Status::parse(&status).unwrap_or(Status::Pending),
+                abandoned: r.get(2)?,
+                purged: r.get(3)?,
+            })
         })?
         .collect::<Result<_, _>>()?;
-    let targets: Vec<&(i64, String, bool, bool)> = match sub {
-        Some(id) => match states.iter().find(|s| s.0 == id) {
-            Some(state) => vec![state],
-            // Not fanned out yet: pending in it already (or never its event).
-            None if event.status == Status::Pending => {
-                let mut event = event;
-                fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
-                return Ok(RetryOutcome::Unchanged(event));
-            }
-            None => return Ok(RetryOutcome::NotFound),
-        },
-        None => {
-            let failed: Vec<_> = states.iter().filter(|s| s.1 == "failed").collect();
-            if !failed.is_empty() {
-                failed
-            } else if rules::may_retry_event(&event, force).is_ok() {
-                // Nothing failed and the summary is completed: each completed state, forced.
-                states.iter().filter(|s| s.1 == "completed").collect()
-            } else {
-                // Pending or claimed somewhere (or stored): the summary answers.
-                Vec::new()
-            }
+    let targets = match rules::plan_retry(&event, &states, sub, force) {
+        RetryPlan::Retry(targets) => targets,
+        RetryPlan::NotFound => return Ok(RetryOutcome::NotFound),
+        RetryPlan::Refuse(refusal) => {
+            let mut event = event;
+            fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
+            return Ok(refusal.answer(event));
         }
     };
-    let mut decided = Ok(());
-    for (_, status, abandoned, purged) in &targets {
-        let status = Status::parse(status).unwrap_or(Status::Pending);
-        decided = decided.and(rules::may_retry(status, *abandoned, *purged, force));
-    }
-    if targets.is_empty() {
-        decided = rules::may_retry_event(&event, force);
-    }
-    if let Err(refusal) = decided {
-        let mut event = event;
-        fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
-        return Ok(refusal.answer(event));
-    }
     let sql = format!(
         "UPDATE event_state SET {} WHERE seq = ?2 AND sub = ?3 AND status = ?4",
         RETRY_SET.replace('?', "?1")
     );
     let mut update = tx.prepare_cached(&sql)?;
-    for (id, status, _, _) in &targets {
+    for t in &targets {
         // The write lock is held since the read above: the fence cannot miss.
-        if update.execute(params![now, event.seq, id, status])? != 1 {
+        if update.execute(params![now, event.seq, t.sub, t.status.as_str()])? != 1 {
             return Err(StoreError::Internal(anyhow::anyhow!(
                 "the retry of {source}/{event_id} changed no row inside its own transaction"
             )));

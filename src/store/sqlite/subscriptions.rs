@@ -3,19 +3,11 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
+use crate::store::routes;
 use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
 use crate::subscriptions::{Route, Subscription};
 
-/// A live subscription as the SQL needs it.
-#[derive(Debug, Clone)]
-pub(super) struct Live {
-    pub id: i64,
-    pub name: String,
-    pub lane: i64,
-    pub route: Route,
-    /// It takes the events stored after this seq.
-    pub start_after_seq: i64,
-}
+pub(super) use crate::store::routes::Live;
 
 /// The live subscriptions, and the route of each as one SQL expression over `l.source` and
 /// `l.event_type` picked by `u.id` (for a join of the log `l` with `subscriptions u`).
@@ -31,50 +23,20 @@ impl Routes {
     }
 }
 
-/// Text as an SQL string literal.
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// A route as an SQL condition on the columns `{alias}source` and `{alias}event_type`. Globs are
-/// SQLite's GLOB, which means what ours do once brackets are refused (the config does).
+/// A route as an SQL condition on `{alias}source` and `{alias}event_type`. Globs are SQLite's
+/// GLOB, which means what ours do once brackets are refused (the config does).
 pub(super) fn route_sql(route: &Route, alias: &str) -> String {
-    let mut parts = Vec::new();
-    match &route.sources {
-        None => parts.push(format!("{alias}source <> 'requests'")),
-        Some(list) => {
-            let list: Vec<String> = list.iter().map(|s| quote(s)).collect();
-            parts.push(format!("{alias}source IN ({})", list.join(", ")));
-        }
-    }
-    if let Some(globs) = &route.types {
-        let any: Vec<String> = globs
-            .iter()
-            .map(|g| format!("{alias}event_type GLOB {}", quote(g)))
-            .collect();
-        parts.push(format!("({})", any.join(" OR ")));
-    }
-    for t in &route.except_types {
-        parts.push(format!("{alias}event_type <> {}", quote(t)));
-    }
-    format!("({})", parts.join(" AND "))
-}
-
-fn json_list(list: &Option<Vec<String>>) -> Option<String> {
-    list.as_ref()
-        .map(|l| serde_json::to_string(l).unwrap_or_else(|_| "[]".into()))
-}
-
-fn parse_list(text: Option<String>) -> Option<Vec<String>> {
-    text.and_then(|t| serde_json::from_str(&t).ok())
+    routes::route_sql(route, alias, |column, glob| {
+        format!("{column} GLOB {}", routes::quote(glob))
+    })
 }
 
 fn route_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Route> {
-    Ok(Route {
-        sources: parse_list(r.get(at)?),
-        types: parse_list(r.get(at + 1)?),
-        except_types: parse_list(r.get(at + 2)?).unwrap_or_default(),
-    })
+    Ok(routes::route_from(
+        r.get(at)?,
+        r.get(at + 1)?,
+        r.get(at + 2)?,
+    ))
 }
 
 /// The live subscriptions as the table has them.
@@ -117,8 +79,8 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
             s.name,
             s.kind.as_str(),
             s.kind.lane(),
-            json_list(&s.route.sources),
-            json_list(&s.route.types),
+            routes::json_list(&s.route.sources),
+            routes::json_list(&s.route.types),
             serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into()),
         ];
         let existing: Option<i64> = tx
@@ -146,8 +108,8 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
                     s.name,
                     s.kind.as_str(),
                     s.kind.lane(),
-                    json_list(&s.route.sources),
-                    json_list(&s.route.types),
+                    routes::json_list(&s.route.sources),
+                    routes::json_list(&s.route.types),
                     serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into()),
                     newest,
                     now

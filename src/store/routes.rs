@@ -1,0 +1,91 @@
+//! What both stores share about subscriptions' routes: a route as an SQL condition (each store
+//! says how a type glob is matched), a route's lists as the JSON text the tables keep, and the
+//! states an event not fanned out yet will have.
+
+use crate::store::{Status, SubscriptionState};
+use crate::subscriptions::Route;
+
+/// A live subscription as the stores' SQL needs it.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub id: i64,
+    pub name: String,
+    pub lane: i64,
+    pub route: Route,
+    /// It takes the events stored after this seq.
+    pub start_after_seq: i64,
+}
+
+/// Text as an SQL string literal.
+pub fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A route as an SQL condition on the columns `{alias}source` and `{alias}event_type`;
+/// `glob(column, glob)` is the store's match of one type glob.
+pub fn route_sql(route: &Route, alias: &str, glob: impl Fn(&str, &str) -> String) -> String {
+    let mut parts = Vec::new();
+    match &route.sources {
+        None => parts.push(format!("{alias}source <> 'requests'")),
+        Some(list) => {
+            let list: Vec<String> = list.iter().map(|s| quote(s)).collect();
+            parts.push(format!("{alias}source IN ({})", list.join(", ")));
+        }
+    }
+    if let Some(globs) = &route.types {
+        let column = format!("{alias}event_type");
+        let any: Vec<String> = globs.iter().map(|g| glob(&column, g)).collect();
+        parts.push(format!("({})", any.join(" OR ")));
+    }
+    for t in &route.except_types {
+        parts.push(format!("{alias}event_type <> {}", quote(t)));
+    }
+    format!("({})", parts.join(" AND "))
+}
+
+/// A route's list as the tables keep it (JSON), `None` for "every".
+pub fn json_list(list: &Option<Vec<String>>) -> Option<String> {
+    list.as_ref()
+        .map(|l| serde_json::to_string(l).unwrap_or_else(|_| "[]".into()))
+}
+
+pub fn parse_list(text: Option<String>) -> Option<Vec<String>> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// A route from its three columns as the tables keep them.
+pub fn route_from(
+    sources: Option<String>,
+    types: Option<String>,
+    except_types: Option<String>,
+) -> Route {
+    Route {
+        sources: parse_list(sources),
+        types: parse_list(types),
+        except_types: parse_list(except_types).unwrap_or_default(),
+    }
+}
+
+/// The states an event not fanned out yet will have: pending in each live subscription that
+/// takes it, due since it was received.
+pub fn waiting_states(
+    live: &[Live],
+    seq: i64,
+    source: &str,
+    event_type: &str,
+    received_at: i64,
+) -> Vec<SubscriptionState> {
+    live.iter()
+        .filter(|s| seq > s.start_after_seq && s.route.matches(source, event_type))
+        .map(|s| SubscriptionState {
+            name: s.name.clone(),
+            status: Status::Pending,
+            attempts: 0,
+            outcome: None,
+            last_error: None,
+            abandoned: false,
+            next_attempt_at: Some(received_at),
+            completed_at: None,
+        })
+        .collect()
+}
