@@ -66,6 +66,27 @@ pub fn route_from(
     }
 }
 
+/// The condition of `GET /events?subscription=` on the `events` view: the events the
+/// subscription has a state of (in `status`, when given), and, for pending, those not fanned
+/// out yet (`waits`, the store's condition) that its route (`route`, as SQL) takes.
+pub fn subscription_clause(sub: &Live, status: Option<Status>, waits: &str, route: &str) -> String {
+    let state = match status {
+        Some(s) => format!(" AND x.status = '{}'", s.as_str()),
+        None => String::new(),
+    };
+    let stored = format!(
+        "EXISTS (SELECT 1 FROM event_state x WHERE x.seq = events.seq AND x.sub = {}{state})",
+        sub.id
+    );
+    match status {
+        None | Some(Status::Pending) => format!(
+            "({stored} OR ({waits} AND seq > {} AND {route}))",
+            sub.start_after_seq
+        ),
+        Some(_) => stored,
+    }
+}
+
 /// The states an event not fanned out yet will have: pending in each live subscription that
 /// takes it, due since it was received.
 pub fn waiting_states(

@@ -142,23 +142,12 @@ fn where_clause(
                 clauses.push("false".into());
                 return clauses.join(" AND ");
             };
-            let state = match status {
-                Some(s) => format!(" AND x.status = '{}'", s.as_str()),
-                None => String::new(),
-            };
-            let stored = format!(
-                "EXISTS (SELECT 1 FROM event_state x WHERE x.seq = events.seq AND x.sub = {}{state})",
-                sub.id
-            );
-            let waiting = format!(
-                "({WAITS} AND seq > {} AND {})",
-                sub.start_after_seq,
-                super::subscriptions::route_sql(&sub.route, "")
-            );
-            clauses.push(match status {
-                None | Some(Status::Pending) => format!("({stored} OR {waiting})"),
-                Some(_) => stored,
-            });
+            clauses.push(crate::store::routes::subscription_clause(
+                sub,
+                status,
+                WAITS,
+                &super::subscriptions::route_sql(&sub.route, ""),
+            ));
         }
         (None, Some(s)) => {
             if let Status::Failed | Status::Claimed = s {

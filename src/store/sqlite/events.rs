@@ -170,25 +170,12 @@ fn where_clause(
                 clauses.push("0".into());
                 return clauses.join(" AND ");
             };
-            let state = match status {
-                Some(s) => format!(" AND x.status = '{}'", s.as_str()),
-                None => String::new(),
-            };
-            let stored = format!(
-                "EXISTS (SELECT 1 FROM event_state x WHERE x.seq = events.seq AND x.sub = {}{state})",
-                sub.id
-            );
-            // Not fanned out yet: pending in it if its route takes the event.
-            let waiting = format!(
-                "(lane = 0 AND seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0)
-                  AND seq > {} AND {})",
-                sub.start_after_seq,
-                route_sql(&sub.route, "")
-            );
-            clauses.push(match status {
-                None | Some(Status::Pending) => format!("({stored} OR {waiting})"),
-                Some(_) => stored,
-            });
+            clauses.push(crate::store::routes::subscription_clause(
+                sub,
+                status,
+                "lane = 0 AND seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0)",
+                &route_sql(&sub.route, ""),
+            ));
         }
         (None, Some(s)) => {
             clauses.extend(status_candidates(s).map(str::to_string));
