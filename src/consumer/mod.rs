@@ -5,6 +5,7 @@
 
 mod backoff;
 mod pool;
+mod rules;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,6 @@ use crate::metrics::Metrics;
 use crate::store::{
     AttemptResult, Claimed, ExpiredClaim, Expiry, Finish, Finished, Lane, Next, Store, StoreResult,
 };
-use crate::subscriptions::Subscription;
 
 /// Bound on the batches one pass takes before it returns to its caller.
 const MAX_ROUNDS: usize = 10_000;
@@ -45,15 +45,6 @@ impl Pending {
     }
 }
 
-/// How the consumer treats the claims of one subscription: its handler, its mode, its budget
-/// and backoff.
-struct Rule {
-    handler: Arc<dyn crate::handlers::Handler>,
-    mode: DeliveryMode,
-    max_attempts: u32,
-    backoff: Backoff,
-}
-
 /// One claim-handle-finish pass over the store; shared by the pool's workers and by
 /// `POST /events/run`.
 pub struct Consumer {
@@ -64,7 +55,7 @@ pub struct Consumer {
     max_attempts: u32,
     backoff: Backoff,
     /// Each live subscription's rule, by the store's id.
-    rules: std::collections::HashMap<i64, Rule>,
+    rules: std::collections::HashMap<i64, rules::Rule>,
     /// While deliveries are being stored, workers drain one round at a time, and after each
     /// round the pool rests as long as the round took: ingest comes first (a provider waits
     /// for its answer; the backlog can wait). One round at a time alone was not enough: one
@@ -94,56 +85,6 @@ impl Consumer {
             ingest: Arc::default(),
         }
         .with_subscriptions(&implicit)
-    }
-
-    /// Serve these subscriptions (the config's), matched by name to the store's ids: their
-    /// handlers, modes, budgets and backoffs. A claim of a subscription not named here (one
-    /// removed while its claim ran) falls back to the handler the implicit routing picks.
-    pub fn with_subscriptions(mut self, subs: &[Subscription]) -> Consumer {
-        let ids = match self.store.subscription_ids() {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the subscriptions' ids");
-                Vec::new()
-            }
-        };
-        self.rules = ids
-            .into_iter()
-            .filter_map(|(id, name)| {
-                let sub = subs.iter().find(|s| s.name == name)?;
-                Some((
-                    id,
-                    Rule {
-                        handler: self.registry.for_subscription(sub.kind, sub.mode),
-                        mode: sub.mode,
-                        max_attempts: sub.max_attempts,
-                        backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
-                    },
-                ))
-            })
-            .collect();
-        self
-    }
-
-    /// The handler of a claim, its mode, budget and backoff.
-    fn rule_of(
-        &self,
-        subscription: i64,
-        source: &str,
-        event_type: &str,
-    ) -> (
-        &Arc<dyn crate::handlers::Handler>,
-        DeliveryMode,
-        u32,
-        &Backoff,
-    ) {
-        match self.rules.get(&subscription) {
-            Some(r) => (&r.handler, r.mode, r.max_attempts, &r.backoff),
-            None => {
-                let handler = self.registry.route(source, event_type);
-                (handler, handler.mode(), self.max_attempts, &self.backoff)
-            }
-        }
     }
 
     /// The store it consumes.

@@ -9,6 +9,7 @@
 pub mod copy;
 pub mod postgres;
 mod rejection;
+mod request_types;
 mod routes;
 pub mod rules;
 pub mod sqlite;
@@ -17,6 +18,7 @@ mod types;
 use std::sync::Arc;
 
 pub use rejection::*;
+pub use request_types::*;
 pub use types::*;
 
 use crate::config::Database;

@@ -18,6 +18,7 @@ mod copy;
 mod errors;
 mod events;
 mod finish;
+mod hold;
 mod ingest;
 mod listen;
 mod migrations;
@@ -92,7 +93,7 @@ impl PostgresStore {
     /// Open a pool on `url` without connecting yet (a database that is down at this moment
     /// makes the first statement fail with `Unavailable`, not this call) and without migrating.
     pub fn open(url: &str, options: PostgresOptions) -> anyhow::Result<PostgresStore> {
-        let config = connection_config(url, options.wait)
+        let config = session::connection_config(url, options.wait)
             .with_context(|| format!("parsing the PostgreSQL URL {}", redact_credentials(url)))?;
         let manager = Manager::new(r2d2_postgres::PostgresConnectionManager::new(
             config.clone(),
@@ -161,37 +162,6 @@ impl PostgresStore {
             other => other,
         }
     }
-}
-
-/// The URL's settings, plus bounded waits and durable commits. A URL's own `options` are kept
-/// and ours appended.
-fn connection_config(url: &str, wait: Duration) -> anyhow::Result<postgres::Config> {
-    let mut config: postgres::Config = url.parse()?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(wait);
-    }
-    if config.get_application_name().is_none() {
-        config.application_name("webhook-inbox");
-    }
-    // A statement waits for a row lock at most as long as SQLite waits for its write lock;
-    // any statement is bounded; commits wait for the WAL flush whatever the server's default.
-    let ours = format!(
-        "-c synchronous_commit=on -c default_transaction_isolation=read\\ committed \
-         -c lock_timeout={} -c statement_timeout=60000",
-        wait.as_millis()
-    );
-    let options = match config.get_options() {
-        Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
-        _ => ours,
-    };
-    config.options(&options);
-    // The server's notices ("relation … already exists, skipping") are not ours to log.
-    config.notice_callback(|notice| tracing::debug!(notice = %notice, "PostgreSQL notice"));
-    // A server that vanished without closing its sockets is noticed within seconds.
-    config.keepalives(true);
-    config.keepalives_idle(Duration::from_secs(10));
-    config.tcp_user_timeout(Duration::from_secs(10));
-    Ok(config)
 }
 
 /// Run `f` where the blocking client may block. The `postgres` client drives its connection
@@ -469,33 +439,8 @@ impl Store for PostgresStore {
         self.tx(copy::unfinished)
     }
 
-    /// An advisory lock on a connection of its own, outside the pool, held as long as the
-    /// [`Hold`]: shared by the nodes, exclusive for a copy. (Should the server drop that
-    /// connection, say by restarting, the node serves on without it.)
+    /// An advisory lock on a connection of its own, outside the pool (see `hold`).
     fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
-        off_async(|| {
-            let mut client = self.config.connect(NoTls)?;
-            let sql = match holder {
-                Holder::Node => "SELECT pg_try_advisory_lock_shared($1)",
-                Holder::Copy => "SELECT pg_try_advisory_lock($1)",
-            };
-            let held: bool = client.query_one(sql, &[&HOLD_KEY])?.try_get(0)?;
-            Ok(held.then(|| Hold::new(HeldConnection(Some(client)))))
-        })
-    }
-}
-
-/// The advisory lock key of [`Store::hold`] ("webhook!" in ASCII).
-const HOLD_KEY: i64 = 0x7765_6268_6f6f_6b21;
-
-/// The connection that holds an advisory lock; closing it lets go.
-struct HeldConnection(Option<postgres::Client>);
-
-impl Drop for HeldConnection {
-    fn drop(&mut self) {
-        // Closing a client blocks on its connection: off any async runtime.
-        if let Some(client) = self.0.take() {
-            off_async(move || drop(client));
-        }
+        off_async(|| hold::take(&self.config, holder))
     }
 }

@@ -6,6 +6,7 @@
 //! prepared, by SQL text, for as long as the connection lives.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
@@ -142,4 +143,35 @@ impl Db<'_> {
             unavailable => unavailable,
         })
     }
+}
+
+/// The URL's settings, plus bounded waits and durable commits. A URL's own `options` are kept
+/// and ours appended.
+pub(super) fn connection_config(url: &str, wait: Duration) -> anyhow::Result<postgres::Config> {
+    let mut config: postgres::Config = url.parse()?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(wait);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("webhook-inbox");
+    }
+    // A statement waits for a row lock at most as long as SQLite waits for its write lock;
+    // any statement is bounded; commits wait for the WAL flush whatever the server's default.
+    let ours = format!(
+        "-c synchronous_commit=on -c default_transaction_isolation=read\\ committed \
+         -c lock_timeout={} -c statement_timeout=60000",
+        wait.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
+        _ => ours,
+    };
+    config.options(&options);
+    // The server's notices ("relation … already exists, skipping") are not ours to log.
+    config.notice_callback(|notice| tracing::debug!(notice = %notice, "PostgreSQL notice"));
+    // A server that vanished without closing its sockets is noticed within seconds.
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(10));
+    config.tcp_user_timeout(Duration::from_secs(10));
+    Ok(config)
 }

@@ -1,0 +1,289 @@
+//! Tests of the SQLite migrations (`migrations.rs`).
+
+use super::*;
+
+#[test]
+fn migrations_apply_cleanly_to_an_empty_database_and_only_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    assert!(!is_current(&conn).unwrap());
+    let all: Vec<u32> = MIGRATIONS.iter().map(|m| m.0).collect();
+    assert_eq!(apply(&mut conn).unwrap(), all);
+    assert!(is_current(&conn).unwrap());
+    assert_eq!(
+        apply(&mut conn).unwrap(),
+        Vec::<u32>::new(),
+        "a second run applies nothing"
+    );
+    let recorded: i64 = conn
+        .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(recorded, all.len() as i64);
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    // Versions are numbered in order, with their files named to match.
+    for (i, (version, _, _)) in MIGRATIONS.iter().enumerate() {
+        assert_eq!(*version as usize, i + 1);
+    }
+}
+
+/// Migrations 3 and 4 rebuild `events` (and 3 `event_attempts`), 5 adds the lane and
+/// rebuilds `loyalty_balances`, 7 starts the queue's cursors, 8 lists the customers'
+/// credits, 9 splits the event into its log and its state (the old tables become views
+/// with their columns): a database filled under
+/// migrations 1 and 2 keeps every row, its foreign keys and its indexes, and the
+/// constraints still hold.
+#[test]
+fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+    // As the store opens every database it creates.
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; PRAGMA foreign_keys = ON")
+        .unwrap();
+    apply_all(&mut conn, &MIGRATIONS[..2]).unwrap();
+    conn.execute_batch(
+        "INSERT INTO events (source, event_id, seq, event_type, status, payload_sha256,
+                             received_at, last_delivered_at, next_attempt_at, attempts)
+         VALUES ('shop', 'a', 1, 'order.completed', 'pending', zeroblob(32), 10, 11, 12, 1),
+                ('shop', 'b', 2, 't', 'failed', zeroblob(32), 20, 21, NULL, 2),
+                ('requests', 'r', 3, 'request.submitted', 'pending', zeroblob(32), 30, 30,
+                 30, 0);
+         INSERT INTO event_payloads (seq, payload)
+         VALUES (1, x'7b7d'), (2, x'7b7d'), (3, x'7b7d');
+         INSERT INTO loyalty_balances (customer_id, balance)
+         VALUES ('c-1', 10), ('c-2', 9.3e18);
+         INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
+                                      credited_at)
+         VALUES ('o-1', 'c-1', 10, 'shop', 'a', 13), ('o-9', 'c-2', 5, 'shop', 'gone', 14);
+         INSERT INTO event_attempts (event_seq, attempt, worker, started_at, finished_at,
+                                     result, error)
+         VALUES (1, 1, 'w', 10, 11, 'retryable_error', 'boom'), (2, 1, 'w', 20, NULL, NULL,
+                 NULL);",
+    )
+    .unwrap();
+    let dump = |conn: &Connection| -> Vec<String> {
+        let mut out = Vec::new();
+        // By name: migration 4 moves `seq` to the first column.
+        for (table, columns) in [
+            (
+                "events",
+                "source, event_id, seq, event_type, status, payload_sha256, deliveries,
+                 payload_mismatches, received_at, last_delivered_at, attempts, budget_floor,
+                 next_attempt_at, claimed_until, claimed_by, claim_token, completed_at,
+                 outcome, last_error, abandoned",
+            ),
+            (
+                "event_attempts",
+                "event_seq, attempt, worker, started_at, finished_at, result, error",
+            ),
+        ] {
+            let mut stmt = conn
+                .prepare(&format!("SELECT {columns} FROM {table} ORDER BY 1, 2"))
+                .unwrap();
+            let n = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap();
+            for row in rows {
+                out.push(format!("{table}: {}", row.unwrap().join(", ")));
+            }
+        }
+        out
+    };
+    let before = dump(&conn);
+    assert_eq!(apply(&mut conn).unwrap(), vec![3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(dump(&conn), before, "every row and column survives");
+    // 8 lists the credits by customer; one whose event is missing is not listed, as the
+    // listing's join with `events` never showed it.
+    let listed: Vec<(String, i64, String)> = conn
+        .prepare("SELECT customer_id, seq, order_id FROM loyalty_customer_credits")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(listed, [("c-1".to_string(), 1, "o-1".to_string())]);
+    let log: i64 = conn
+        .query_row("SELECT count(*) FROM loyalty_unlisted_credits", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(log, 0);
+    let seq_is_rowid: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM event_log WHERE rowid = seq",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(seq_is_rowid, 3, "seq is the rowid");
+    let lanes: Vec<i64> = conn
+        .prepare("SELECT lane FROM events ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        lanes,
+        [0, 0, 1],
+        "submitted requests are in the call-out lane"
+    );
+    let balances: Vec<(String, i64)> = conn
+        .prepare("SELECT typeof(balance), balance FROM loyalty_balances ORDER BY 1, 2")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        balances,
+        [
+            ("integer".to_string(), 10),
+            ("integer".to_string(), i64::MAX)
+        ],
+        "a REAL balance saturates to an integer"
+    );
+    let real = conn.execute("UPDATE loyalty_balances SET balance = balance + 1.5", []);
+    assert!(
+        real.is_err(),
+        "the database refuses a balance that is not an integer"
+    );
+    let duplicate = conn.execute(
+        "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
+                                last_delivered_at)
+         VALUES ('shop', 'a', 't', zeroblob(32), 1, 1)",
+        [],
+    );
+    assert!(duplicate.is_err(), "(source, event_id) is still unique");
+    let fk: bool = conn
+        .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+        .unwrap();
+    assert!(fk, "foreign keys are enforced again");
+    let indexes: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'index'
+               AND tbl_name = 'event_state'
+               AND name IN ('events_due', 'events_leases', 'events_failed', 'events_purged')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexes, 4);
+    // Migration 9: every event stored before it has its state row, and the one cursor
+    // sits at the end of the log (the request, seq 3, is pending in its state row).
+    let states: Vec<(i64, String, i64)> = conn
+        .prepare("SELECT seq, status, attempts FROM event_state ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let state = |seq: i64, status: &str, attempts: i64| (seq, status.to_string(), attempts);
+    assert_eq!(
+        states,
+        [
+            state(1, "pending", 1),
+            state(2, "failed", 2),
+            state(3, "pending", 0)
+        ]
+    );
+    let cursors: Vec<(i64, i64)> = conn
+        .prepare("SELECT lane, after_seq FROM queue_cursors ORDER BY lane")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(cursors, [(0, 3)]);
+    // The bodies moved into the log, and the view still shows them.
+    let bodies: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM event_payloads WHERE payload = x'7b7d'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(bodies, 3);
+    // The references from the other tables follow the new tables.
+    let orphan = conn.execute(
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+         VALUES (99, 1, 0, 'pending', 1)",
+        [],
+    );
+    assert!(orphan.is_err(), "a state row still needs its event");
+    let orphan = conn.execute(
+        "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+         VALUES (99, 1, 1, 'w', 1)",
+        [],
+    );
+    assert!(orphan.is_err(), "an attempt still needs its state row");
+    let bad_status = conn.execute("UPDATE event_state SET status = 'lost' WHERE seq = 2", []);
+    assert!(bad_status.is_err(), "the status CHECK still holds");
+    let free: i64 = conn
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(free, 0, "the rebuilt tables' pages were given back");
+    let bad_result = conn.execute("UPDATE event_attempts SET result = 'maybe'", []);
+    assert!(bad_result.is_err(), "the result CHECK still holds");
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+}
+
+/// No statement that writes an event or an attempt builds a temporary b-tree per row (what
+/// an `IN (…)` list in a CHECK costs).
+#[test]
+fn writing_events_and_attempts_builds_no_temporary_btree() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+    apply(&mut conn).unwrap();
+    for sql in [
+        "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
+                                last_delivered_at, payload)
+         VALUES ('s', 'e', 't', zeroblob(32), 1, 1, x'7b7d')",
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+         VALUES (1, 1, 0, 'pending', 1)",
+        "UPDATE event_state SET status = 'completed' WHERE seq = 1 AND sub = 1",
+        "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+         VALUES (1, 1, 1, 'w', 1)",
+        "UPDATE event_attempts SET result = 'ok' WHERE event_seq = 1 AND sub = 1
+            AND attempt = 1",
+    ] {
+        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        let ops: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(1))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            !ops.iter().any(|op| op == "OpenEphemeral"),
+            "{sql}: {ops:?}"
+        );
+    }
+}
+
+#[test]
+fn a_database_newer_than_the_binary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+    apply(&mut conn).unwrap();
+    conn.execute(
+        "INSERT INTO schema_migrations (version, name) VALUES (999, 'future')",
+        [],
+    )
+    .unwrap();
+    let err = apply(&mut conn).unwrap_err().to_string();
+    assert!(err.contains("newer"), "{err}");
+}

@@ -1,0 +1,186 @@
+//! Subscriptions (SPEC section 13): named consumers, each with a route and a kind. Every stored
+//! event is handled once per subscription whose route matches it, with its own state.
+//!
+//! The config's `[[subscriptions]]` become [`Subscription`]s here, validated; with none, the
+//! implicit three of earlier versions apply ([`implicit`]). The store keeps them by name (and
+//! an id it assigns), and fans each event out to the ones that match when it is first claimed.
+
+use serde::Deserialize;
+
+mod settings;
+
+pub use settings::{SubscriptionSettings, from_settings, valid_name};
+
+use crate::config::{ConsumerSettings, Settings};
+use crate::domain::{DeliveryMode, RESERVED_SOURCE};
+use crate::handlers::ORDER_COMPLETED;
+
+/// What a subscription does with its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Http,
+    Pull,
+    LoyaltyCredit,
+    Audit,
+    Downstream,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Http => "http",
+            Kind::Pull => "pull",
+            Kind::LoyaltyCredit => "loyalty-credit",
+            Kind::Audit => "audit",
+            Kind::Downstream => "downstream",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [
+            Kind::Http,
+            Kind::Pull,
+            Kind::LoyaltyCredit,
+            Kind::Audit,
+            Kind::Downstream,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Which claim path serves it: 0, in-process effects claimed in batches by the workers; 1,
+    /// calls to an external system claimed one at a time by their own workers.
+    pub fn lane(self) -> i64 {
+        match self {
+            Kind::LoyaltyCredit | Kind::Audit => 0,
+            Kind::Downstream | Kind::Http | Kind::Pull => 1,
+        }
+    }
+}
+
+/// Which events a subscription takes: by source and by type glob (`*` any run of characters,
+/// `?` one). `except_types` is for the implicit `audit` ("every other event") only.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Route {
+    /// `None`: every source but `requests` (the submission API's, which only `downstream`
+    /// takes).
+    pub sources: Option<Vec<String>>,
+    /// `None`: every type.
+    pub types: Option<Vec<String>>,
+    pub except_types: Vec<String>,
+}
+
+impl Route {
+    pub fn matches(&self, source: &str, event_type: &str) -> bool {
+        let source_ok = match &self.sources {
+            None => source != RESERVED_SOURCE,
+            Some(list) => list.iter().any(|s| s == source),
+        };
+        source_ok
+            && self
+                .types
+                .as_ref()
+                .is_none_or(|globs| globs.iter().any(|g| glob_matches(g, event_type)))
+            && !self.except_types.iter().any(|t| t == event_type)
+    }
+
+    /// The route as the API shows it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut route = serde_json::json!({
+            "sources": self.sources,
+            "types": self.types,
+        });
+        if !self.except_types.is_empty() {
+            route["except_types"] = serde_json::json!(self.except_types);
+        }
+        route
+    }
+}
+
+/// `*` matches any run of characters (also none), `?` exactly one; everything else itself.
+pub fn glob_matches(glob: &str, text: &str) -> bool {
+    let (g, t): (Vec<char>, Vec<char>) = (glob.chars().collect(), text.chars().collect());
+    // The classic two-pointer walk with one backtrack point: linear in practice.
+    let (mut gi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if gi < g.len() && (g[gi] == '?' || g[gi] == t[ti]) {
+            gi += 1;
+            ti += 1;
+        } else if gi < g.len() && g[gi] == '*' {
+            star = Some((gi, ti));
+            gi += 1;
+        } else if let Some((sg, st)) = star {
+            gi = sg + 1;
+            ti = st + 1;
+            star = Some((sg, st + 1));
+        } else {
+            return false;
+        }
+    }
+    g[gi..].iter().all(|c| *c == '*')
+}
+
+/// A subscription as the running service knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    pub name: String,
+    pub kind: Kind,
+    pub route: Route,
+    pub mode: DeliveryMode,
+    pub max_attempts: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+/// The three subscriptions of a config that names none (SPEC section 13), which is also what
+/// every database written before subscriptions existed was handled by.
+pub fn implicit(settings: &Settings) -> Vec<Subscription> {
+    implicit_with(&settings.consumers, settings.downstream.mode)
+}
+
+/// [`implicit`], from the settings it reads.
+pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec<Subscription> {
+    let with = |name: &str, kind: Kind, route: Route, mode: DeliveryMode| Subscription {
+        name: name.into(),
+        kind,
+        route,
+        mode,
+        max_attempts: c.max_attempts,
+        backoff_base_ms: c.backoff_base_ms,
+        backoff_max_ms: c.backoff_max_ms,
+    };
+    vec![
+        with(
+            "loyalty",
+            Kind::LoyaltyCredit,
+            Route {
+                types: Some(vec![ORDER_COMPLETED.into()]),
+                ..Route::default()
+            },
+            DeliveryMode::AtLeastOnce,
+        ),
+        with(
+            "downstream",
+            Kind::Downstream,
+            Route {
+                sources: Some(vec![RESERVED_SOURCE.into()]),
+                ..Route::default()
+            },
+            downstream_mode,
+        ),
+        with(
+            "audit",
+            Kind::Audit,
+            Route {
+                except_types: vec![ORDER_COMPLETED.into()],
+                ..Route::default()
+            },
+            DeliveryMode::AtLeastOnce,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+use super::*;
+
+#[test]
+fn globs_match_as_written() {
+    for (glob, text, expected) in [
+        ("invoice.*", "invoice.paid", true),
+        ("invoice.*", "invoice.", true),
+        ("invoice.*", "invoices.paid", false),
+        ("*", "", true),
+        ("a?c", "abc", true),
+        ("a?c", "ac", false),
+        ("*.paid", "invoice.paid", true),
+        ("*.paid", "invoice.paid.x", false),
+        ("a*b*c", "aXbYbZc", true),
+        ("a*b*c", "aXbYbZ", false),
+        ("charge.refunded", "charge.refunded", true),
+        ("charge.refunded", "charge.refundedX", false),
+    ] {
+        assert_eq!(glob_matches(glob, text), expected, "{glob} on {text}");
+    }
+}
+
+#[test]
+fn the_implicit_three_partition_every_event() {
+    let subs = implicit(&Settings::default());
+    for (source, event_type, expected) in [
+        ("shop", "order.completed", "loyalty"),
+        ("shop", "order.created", "audit"),
+        ("requests", "request.submitted", "downstream"),
+    ] {
+        let matched: Vec<_> = subs
+            .iter()
+            .filter(|s| s.route.matches(source, event_type))
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(matched, [expected], "{source}/{event_type}");
+    }
+}
+
+fn refused(text: &str) -> String {
+    Settings::from_toml(text, "t", Vec::new())
+        .unwrap_err()
+        .to_string()
+}
+
+/// Every mistake of SPEC section 13 is refused at start, naming the key.
+#[test]
+fn bad_subscriptions_are_refused_naming_the_key() {
+    let sub = |body: &str| format!("[[subscriptions]]\n{body}\n");
+    for (text, key, words) in [
+        (
+            sub("name = \"a\"\nkind = \"audit\"") + &sub("name = \"a\"\nkind = \"audit\""),
+            "subscriptions[1].name",
+            "twice",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"mail\""),
+            "kind",
+            "unknown variant",
+        ),
+        (
+            sub("name = \"Bad_Name\"\nkind = \"audit\""),
+            "subscriptions[0].name",
+            "lowercase",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\ntypes = [\"\"]"),
+            "subscriptions[0].types",
+            "cannot match",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\ntypes = [\"[ab]\"]"),
+            "subscriptions[0].types",
+            "cannot match",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\ntypes = []"),
+            "subscriptions[0].types",
+            "empty",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nsources = []"),
+            "subscriptions[0].sources",
+            "empty",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nsources = [\"requests\"]"),
+            "subscriptions[0].sources",
+            "downstream",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nurl = \"http://x\""),
+            "subscriptions[0].url",
+            "http",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\ntoken = \"t\""),
+            "subscriptions[0].token",
+            "pull",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"loyalty-credit\"\nmode = \"at-most-once\""),
+            "subscriptions[0].mode",
+            "at-least-once",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nmax_attempts = 0"),
+            "subscriptions[0].max_attempts",
+            "at least 1",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nbackoff_base_ms = 9\nbackoff_max_ms = 1"),
+            "subscriptions[0].backoff_base_ms",
+            "exceed",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\""),
+            "subscriptions[0].kind",
+            "not available",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nfilter = 1"),
+            "filter",
+            "unknown field",
+        ),
+    ] {
+        let err = refused(&text);
+        assert!(err.contains(key) && err.contains(words), "{text}: {err}");
+    }
+}
+
+#[test]
+fn a_config_names_its_subscriptions_with_their_defaults() {
+    let text = "[consumers]\nmax_attempts = 4\n[downstream]\nmode = \"at-least-once\"\n\
+                [[subscriptions]]\nname = \"pay\"\nkind = \"downstream\"\n\
+                [[subscriptions]]\nname = \"inv\"\nkind = \"audit\"\n\
+                sources = [\"stripe\"]\ntypes = [\"invoice.*\"]\nmax_attempts = 9\n";
+    let settings = Settings::from_toml(text, "t", Vec::new()).unwrap();
+    let subs = from_settings(&settings).unwrap();
+    assert_eq!(subs.len(), 2);
+    assert_eq!(subs[0].route.sources, Some(vec!["requests".to_string()]));
+    assert_eq!(subs[0].mode, DeliveryMode::AtLeastOnce);
+    assert_eq!(subs[0].max_attempts, 4);
+    assert_eq!(subs[1].max_attempts, 9);
+    assert!(subs[1].route.matches("stripe", "invoice.paid"));
+    assert!(!subs[1].route.matches("shop", "invoice.paid"));
+    assert!(!subs[1].route.matches("stripe", "charge.paid"));
+    // None named: the implicit three.
+    let implicit = from_settings(&Settings::default()).unwrap();
+    let names: Vec<_> = implicit.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["loyalty", "downstream", "audit"]);
+}
+
+#[test]
+fn names_follow_the_pattern() {
+    for good in ["a", "billing", "b-2", "0x", &"a".repeat(63)] {
+        assert!(valid_name(good), "{good}");
+    }
+    for bad in ["", "-a", "A", "a_b", "a.b", &"a".repeat(64), "a b"] {
+        assert!(!valid_name(bad), "{bad}");
+    }
+}
