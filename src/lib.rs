@@ -13,6 +13,7 @@
 //!   default.
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
+//! - [`forward`]: `http` subscriptions: signed calls to the user's endpoint, a circuit breaker.
 //! - [`handlers`]: one file per effect (loyalty credit, audit log, downstream submission).
 //! - [`routes`]: HTTP only (extract, call, map errors). [`tls`]: HTTPS certificates, reloaded
 //!   on SIGHUP.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod consumer;
 pub mod domain;
+pub mod forward;
 pub mod handlers;
 pub mod ingest;
 pub mod metrics;

@@ -40,6 +40,8 @@ pub struct Metrics {
     subscription_lag: Family<Labels, Gauge>,
     subscription_oldest: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     subscription_paused: Family<Labels, Gauge>,
+    subscription_probing: Family<Labels, Gauge>,
+    forwards: Family<Labels, Counter>,
     purged: Counter,
     rejections_dropped: Counter,
     tombstones: Gauge,
@@ -94,6 +96,8 @@ impl Metrics {
             subscription_lag: Family::default(),
             subscription_oldest: Family::default(),
             subscription_paused: Family::default(),
+            subscription_probing: Family::default(),
+            forwards: Family::default(),
             purged: Counter::default(),
             rejections_dropped: Counter::default(),
             tombstones: Gauge::default(),
@@ -159,6 +163,16 @@ impl Metrics {
             m.rejections_dropped.clone(),
         );
         registry.register(
+            "webhook_inbox_forwards",
+            "Calls of http subscriptions to their endpoints, by subscription and result (2xx, 4xx, 5xx, 410, timeout, connection)",
+            m.forwards.clone(),
+        );
+        registry.register(
+            "webhook_inbox_subscription_probing",
+            "1 while an http subscription's circuit breaker is open (its endpoint failed; one probe per interval)",
+            m.subscription_probing.clone(),
+        );
+        registry.register(
             "webhook_inbox_tombstones",
             "Purged events kept as tombstones (their dedup key, no body)",
             m.tombstones.clone(),
@@ -205,6 +219,16 @@ impl Metrics {
     pub fn attempt(&self, handler: &'static str, result: &'static str) {
         self.attempts
             .get_or_create(&[("handler", handler), ("result", result)])
+            .inc();
+    }
+
+    /// One call of an `http` subscription (`result`: see `webhook_inbox_forwards`).
+    pub fn forwarded(&self, subscription: &str, result: &'static str) {
+        self.forwards
+            .get_or_create(&vec![
+                ("subscription", subscription.to_string()),
+                ("result", result.into()),
+            ])
             .inc();
     }
 
@@ -258,6 +282,11 @@ impl Metrics {
             self.subscription_paused
                 .get_or_create(&name())
                 .set(i64::from(s.paused));
+            if s.kind == "http" {
+                self.subscription_probing
+                    .get_or_create(&name())
+                    .set(i64::from(s.probe_at.is_some()));
+            }
         }
     }
 

@@ -47,6 +47,8 @@ pub struct Application {
     port: u16,
     state: web::Data<AppState>,
     pool_options: PoolOptions,
+    /// One per `http` subscription: started with the workers.
+    forwarders: Vec<Arc<crate::forward::Forwarder>>,
     purge_every: Duration,
     /// This node's share of its database, while it runs (see [`Store::hold`]).
     _held: Hold,
@@ -126,13 +128,45 @@ impl Application {
                 crate::domain::time::rfc3339(started)
             );
         }
-        let subscriptions = crate::subscriptions::from_settings(&settings)?;
-        store
+        let mut subscriptions = crate::subscriptions::from_settings(&settings)?;
+        for sub in &mut subscriptions {
+            if let Some(target) = sub.http.as_mut().filter(|t| t.signing_secrets.is_empty()) {
+                let (secret, path) = crate::config::subscription_secret(&settings, &sub.name)?;
+                tracing::info!(
+                    subscription = %sub.name,
+                    file = %path.display(),
+                    "signing with the generated secret kept in this file"
+                );
+                target.signing_secrets.push(secret);
+            }
+        }
+        let ids = store
             .sync_subscriptions(&subscriptions, crate::domain::time::now_ms())
             .context("applying the config's subscriptions")?;
         let metrics = Arc::new(Metrics::with_sources(
             settings.sources.iter().map(|s| s.name.as_str()),
         ));
+        let forward_options = crate::forward::ForwardOptions {
+            lease_ms: settings.consumers.lease_ms(),
+            idle_poll: options.idle_poll.unwrap_or(Duration::from_millis(500)),
+            name: worker_name(),
+        };
+        let forwarders = subscriptions
+            .iter()
+            .zip(&ids)
+            .filter(|(sub, _)| sub.http.is_some())
+            .map(|(sub, &id)| {
+                crate::forward::Forwarder::new(
+                    Arc::clone(&store),
+                    Arc::clone(&metrics),
+                    id,
+                    sub.clone(),
+                    forward_options.clone(),
+                )
+                .map(Arc::new)
+                .with_context(|| format!("subscription `{}`", sub.name))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let queued = Arc::new(Notify::new());
         store.on_queued(Arc::clone(&queued));
         let ingest = Ingestor::start(Arc::clone(&store), options.ingest, Arc::clone(&queued));
@@ -213,6 +247,7 @@ impl Application {
             port,
             state,
             pool_options,
+            forwarders,
             purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
             _held: held,
             tls,
@@ -244,6 +279,7 @@ impl Application {
             Arc::clone(&self.state.consumer),
             self.pool_options,
             Arc::clone(&self.state.queued),
+            self.forwarders,
         );
         let (stop_purge, purge_stopped) = tokio::sync::watch::channel(false);
         let purge = tokio::spawn(retention::run_background(

@@ -84,6 +84,16 @@ pub fn ensure_admin_token(settings: &mut Settings) -> anyhow::Result<Option<Path
     Ok(Some(path))
 }
 
+/// The signing secret of an `http` subscription that names none: generated once, kept in
+/// `<data dir>/subscription-<name>-secret` (its receiver is configured with it).
+pub fn subscription_secret(settings: &Settings, name: &str) -> anyhow::Result<(Secret, PathBuf)> {
+    let path = crate::subscriptions::HttpTarget::secret_file(&data_dir(settings), name);
+    let secret = kept_secret(&path, || {
+        format!("whsec_{}", STANDARD.encode(random_bytes::<32>()))
+    })?;
+    Ok((secret, path))
+}
+
 /// Add the `demo` source with its kept secret.
 pub fn add_demo_source(settings: &mut Settings) -> anyhow::Result<PathBuf> {
     let path = data_dir(settings).join("demo-secret");

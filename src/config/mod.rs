@@ -16,7 +16,9 @@ use serde::Deserialize;
 
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, RejectionSettings, any_contains};
-pub use embedded::{DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token};
+pub use embedded::{
+    DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, subscription_secret,
+};
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::signature::{Scheme, Secret};

@@ -52,7 +52,14 @@ fn call_outs(c: &Consumer, worker: &str, _: usize, stop: &dyn Fn() -> bool) -> S
 }
 
 impl ConsumerPool {
-    pub fn start(consumer: Arc<Consumer>, options: PoolOptions, queued: Arc<Notify>) -> Self {
+    /// Start the workers, the sweeper and, when there are workers, the forwarders of the
+    /// `http` subscriptions.
+    pub fn start(
+        consumer: Arc<Consumer>,
+        options: PoolOptions,
+        queued: Arc<Notify>,
+        forwarders: Vec<Arc<crate::forward::Forwarder>>,
+    ) -> Self {
         let (stop, stopped) = watch::channel(false);
         let call_out_workers = if options.workers > 0 {
             options.call_out_workers
@@ -75,6 +82,13 @@ impl ConsumerPool {
                 Arc::clone(&queued),
                 stopped.clone(),
             )));
+        }
+        if options.workers > 0 {
+            for forwarder in forwarders {
+                tasks.push(tokio::spawn(
+                    forwarder.run(Arc::clone(&queued), stopped.clone()),
+                ));
+            }
         }
         tasks.push(tokio::spawn(sweep(consumer, options.sweep_every, stopped)));
         ConsumerPool { stop, tasks }

@@ -16,11 +16,12 @@ use crate::store::SubscriptionInfo;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionView {
     name: String,
-    /// `loyalty-credit`, `audit`, `downstream` (`http` and `pull` in later versions).
+    /// `http`, `loyalty-credit`, `audit`, `downstream` (`pull` in a later version).
     kind: String,
     route: RouteView,
-    /// `active`, `paused` (claims nothing; its events wait), or `removed` (no longer in the
-    /// config: its work stopped, its history is kept).
+    /// `active`, `paused` (claims nothing; its events wait), `probing` (an `http`
+    /// subscription whose endpoint failed: one event per interval until a call succeeds), or
+    /// `removed` (no longer in the config: its work stopped, its history is kept).
     state: String,
     counts: Counts,
     /// Events waiting for it (pending or claimed).
@@ -70,6 +71,8 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         "removed"
     } else if s.paused {
         "paused"
+    } else if s.probe_at.is_some() {
+        "probing"
     } else {
         "active"
     };

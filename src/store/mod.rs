@@ -82,6 +82,35 @@ pub trait Store: Send + Sync + 'static {
     /// `None`: no live subscription has that name.
     fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>>;
 
+    // Forwarding (`http` subscriptions: `crate::forward`).
+    /// Claim up to `limit` due events of one subscription, fanning new events out as a lane-0
+    /// claim does (this subscription's rows start claimed), in one transaction. Nothing while
+    /// it is paused or removed, or while its circuit breaker waits for the next probe; once a
+    /// probe is due, one event, and the probe after it waits for `lease_ms` (so that one node
+    /// at a time probes, until [`Store::open_breaker`] or [`Store::close_breaker`] says how it
+    /// went).
+    fn claim_subscription(
+        &self,
+        worker: &str,
+        sub: i64,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<SubscriptionClaim>;
+    /// Open the circuit breaker: after a run of failures of a closed breaker, the next probe
+    /// comes `first_ms` later (a breaker open already is left as it is); after a failed probe
+    /// (`after_probe`), twice the last wait later, at most `max_ms`.
+    fn open_breaker(
+        &self,
+        sub: i64,
+        after_probe: bool,
+        first_ms: i64,
+        max_ms: i64,
+        now: i64,
+    ) -> StoreResult<()>;
+    /// A call went through: claims flow again.
+    fn close_breaker(&self, sub: i64) -> StoreResult<()>;
+
     // Ingest.
     /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items
     /// see earlier ones, so duplicates within a batch are answered correctly.

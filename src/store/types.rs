@@ -41,6 +41,46 @@ pub enum Lane {
     CallOut,
 }
 
+/// Whose due work a claim takes: a lane's workers', or one subscription's (the forwarder of an
+/// `http` subscription).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimFor {
+    Lane(Lane),
+    Subscription(i64),
+}
+
+/// What [`crate::store::Store::claim_subscription`] found.
+#[derive(Debug)]
+pub struct SubscriptionClaim {
+    pub claims: Vec<Claimed>,
+    pub gate: Gate,
+}
+
+/// Whether a subscription's claims flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Claims up to the limit.
+    Open,
+    /// Paused or removed: nothing is claimed.
+    Shut,
+    /// The circuit breaker is open: nothing is claimed before this time (unix ms).
+    WaitUntil(i64),
+    /// The breaker is open and a probe was due: at most one event was claimed.
+    Probe,
+}
+
+impl Gate {
+    /// A subscription's gate, from its row (`None`: no such subscription).
+    pub fn of(row: Option<(bool, bool, Option<i64>)>, now: i64) -> Gate {
+        match row {
+            None | Some((true, _, _)) | Some((_, true, _)) => Gate::Shut,
+            Some((_, _, None)) => Gate::Open,
+            Some((_, _, Some(at))) if at > now => Gate::WaitUntil(at),
+            Some(_) => Gate::Probe,
+        }
+    }
+}
+
 impl Lane {
     /// The value stored in `events.lane`.
     pub fn as_i64(self) -> i64 {
@@ -206,6 +246,8 @@ pub struct SubscriptionInfo {
     pub counts: StatusCounts,
     /// When it was added (unix ms); it takes the events stored after that.
     pub created_at: i64,
+    /// While its circuit breaker is open (`probing`), when the next probe may start.
+    pub probe_at: Option<i64>,
 }
 
 #[derive(Debug, Clone)]

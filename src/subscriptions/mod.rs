@@ -132,6 +132,34 @@ pub struct Subscription {
     pub max_attempts: u32,
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
+    /// Where a subscription of kind `http` forwards its events; `None` for every other kind.
+    pub http: Option<HttpTarget>,
+}
+
+/// The endpoint of an `http` subscription and how it is called (SPEC section 13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTarget {
+    /// Never logged or shown: it may hold credentials.
+    pub url: String,
+    /// The Standard Webhooks secrets it signs with, each `whsec_` and base64: every one signs
+    /// each call (a receiver that knows any of them verifies it), which is how a rotation runs.
+    /// Empty until the service fills it from `data/` ([`HttpTarget::secret_file`]).
+    pub signing_secrets: Vec<crate::signature::Secret>,
+    pub timeout_ms: u64,
+    /// A PEM file of the CA an internal endpoint's certificate is verified against (the
+    /// system's roots otherwise).
+    pub ca_file: Option<String>,
+    /// Calls in flight at once.
+    pub concurrency: usize,
+    /// At most this many calls started per second; 0: no bound.
+    pub rate_per_second: u32,
+}
+
+impl HttpTarget {
+    /// Where a subscription's generated signing secret is kept, under the data directory.
+    pub fn secret_file(data_dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+        data_dir.join(format!("subscription-{name}-secret"))
+    }
 }
 
 /// The three subscriptions of a config that names none (SPEC section 13), which is also what
@@ -150,6 +178,7 @@ pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec
         max_attempts: c.max_attempts,
         backoff_base_ms: c.backoff_base_ms,
         backoff_max_ms: c.backoff_max_ms,
+        http: None,
     };
     vec![
         with(

@@ -3,9 +3,10 @@
 
 use serde::Deserialize;
 
-use super::{Kind, Route, Subscription, implicit};
+use super::{HttpTarget, Kind, Route, Subscription, implicit};
 use crate::config::{ConfigError, ConsumerSettings, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
+use crate::signature::Secret;
 
 /// One `[[subscriptions]]` table of the config.
 #[derive(Debug, Clone, Deserialize)]
@@ -16,7 +17,7 @@ pub struct SubscriptionSettings {
     pub sources: Option<Vec<String>>,
     pub types: Option<Vec<String>>,
     pub url: Option<String>,
-    pub signing_secret: Option<String>,
+    pub signing_secret: Option<OneOrMany>,
     pub timeout_ms: Option<u64>,
     pub ca_file: Option<String>,
     pub concurrency: Option<usize>,
@@ -27,6 +28,28 @@ pub struct SubscriptionSettings {
     pub backoff_max_ms: Option<u64>,
     pub token: Option<String>,
 }
+
+/// `signing_secret`: one secret, or several while a rotation runs (each signs every call).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn list(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(list) => list.clone(),
+        }
+    }
+}
+
+/// The bounds of `concurrency` and `timeout_ms` of an `http` subscription.
+const MAX_CONCURRENCY: usize = 1024;
+const DEFAULT_CONCURRENCY: usize = 8;
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
 fn invalid(i: usize, field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -85,14 +108,14 @@ fn one(
     consumers: &ConsumerSettings,
     downstream_mode: DeliveryMode,
 ) -> Result<Subscription, ConfigError> {
-    // The two ways out to the user's own code come with their own issues; until they are
-    // built, naming them is refused rather than leaving their events waiting forever.
-    if matches!(s.kind, Kind::Http | Kind::Pull) {
+    // The pull kind comes with its own issue; until it is built, naming it is refused rather
+    // than leaving its events waiting forever.
+    if s.kind == Kind::Pull {
         return Err(invalid(
             i,
             "kind",
             format!(
-                "kind `{}` is not available in this version (loyalty-credit, audit and \
+                "kind `{}` is not available in this version (http, loyalty-credit, audit and \
                  downstream are)",
                 s.kind.as_str()
             ),
@@ -197,6 +220,10 @@ fn one(
             "must not exceed backoff_max_ms",
         ));
     }
+    let http = match s.kind {
+        Kind::Http => Some(http_target(i, s, consumers)?),
+        _ => None,
+    };
     Ok(Subscription {
         name: s.name.clone(),
         kind: s.kind,
@@ -209,5 +236,82 @@ fn one(
         max_attempts,
         backoff_base_ms,
         backoff_max_ms,
+        http,
+    })
+}
+
+/// The endpoint of an `http` subscription, checked: a URL to call, secrets that are Standard
+/// Webhooks secrets, a timeout that ends before the lease does, a CA file that reads.
+fn http_target(
+    i: usize,
+    s: &SubscriptionSettings,
+    consumers: &ConsumerSettings,
+) -> Result<HttpTarget, ConfigError> {
+    let url = s
+        .url
+        .as_deref()
+        .ok_or_else(|| invalid(i, "url", "an `http` subscription needs the URL to call"))?;
+    // The URL is never echoed: it may hold credentials.
+    match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+        _ => {
+            return Err(invalid(
+                i,
+                "url",
+                "must be an absolute http:// or https:// URL with a host",
+            ));
+        }
+    }
+    let signing_secrets = match &s.signing_secret {
+        None => Vec::new(),
+        Some(secrets) => {
+            let list = secrets.list();
+            if list.is_empty() {
+                return Err(invalid(i, "signing_secret", "an empty list signs nothing"));
+            }
+            for secret in &list {
+                crate::signature::Scheme::StandardWebhooks
+                    .check_secret(secret)
+                    .map_err(|m| invalid(i, "signing_secret", m))?;
+            }
+            list.into_iter().map(Secret::new).collect()
+        }
+    };
+    let timeout_ms = s.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    let half_lease_ms = consumers.lease_ms() / 2;
+    if timeout_ms == 0 || i64::try_from(timeout_ms).unwrap_or(i64::MAX) >= half_lease_ms {
+        return Err(invalid(
+            i,
+            "timeout_ms",
+            format!(
+                "must be between 1 and half of consumers.lease_seconds ({half_lease_ms} ms), so \
+                 that a call always ends before its lease does"
+            ),
+        ));
+    }
+    let concurrency = s.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+        return Err(invalid(
+            i,
+            "concurrency",
+            format!("must be between 1 and {MAX_CONCURRENCY}"),
+        ));
+    }
+    let ca_file = s.ca_file.clone().filter(|f| !f.is_empty());
+    if let Some(file) = &ca_file {
+        let pem = std::fs::read(file)
+            .map_err(|e| invalid(i, "ca_file", format!("cannot read `{file}`: {e}")))?;
+        reqwest::Certificate::from_pem_bundle(&pem)
+            .ok()
+            .filter(|certs| !certs.is_empty())
+            .ok_or_else(|| invalid(i, "ca_file", format!("`{file}` holds no PEM certificate")))?;
+    }
+    Ok(HttpTarget {
+        url: url.to_string(),
+        signing_secrets,
+        timeout_ms,
+        ca_file,
+        concurrency,
+        rate_per_second: s.rate_per_second.unwrap_or(0),
     })
 }

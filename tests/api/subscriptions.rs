@@ -511,6 +511,7 @@ fn six_workers_released_together_handle_each_event_once_per_subscription(
         max_attempts: 5,
         backoff_base_ms: 1,
         backoff_max_ms: 4,
+        http: None,
     };
     let subs = [
         sub("points", Kind::LoyaltyCredit),

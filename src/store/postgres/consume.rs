@@ -13,8 +13,8 @@ use super::session::Db;
 use super::subscriptions::Routes;
 use super::{NOW_MS, QUEUED_CHANNEL};
 use crate::store::{
-    AttemptResult, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane, LoyaltyAccount,
-    LoyaltyCredit, Page, StoreResult,
+    AttemptResult, ClaimFor, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane,
+    LoyaltyAccount, LoyaltyCredit, Page, StoreResult,
 };
 
 /// The due work of one subscription: `picked` is materialised, since a locking subquery that
@@ -84,10 +84,9 @@ pub(super) fn fan_out_limit(db: &mut Db<'_>) -> StoreResult<Option<i64>> {
 
 /// The fan-out of the next lane-0 events after the cursor, up to `$4` (see
 /// [`fan_out_limit`]): a state row per live subscription whose route matches (claimed for the
-/// in-process ones that are not paused, pending for the others), and the cursor moved past
-/// them, in one statement. $1 worker, $2 lease, $3 limit, $4 the highest `seq` it may take.
-fn fan_out_sql(routes: &Routes) -> String {
-    let claims_now = "(u.lane = 0 AND NOT u.paused)";
+/// ones `claims_now`, an expression on `u`, picks; pending for the others), and the cursor
+/// moved past them, in one statement. $1 worker, $2 lease, $3 limit, $4 the highest `seq` it may take.
+fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
     format!(
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
          cur AS MATERIALIZED (SELECT after_seq FROM queue_cursor WHERE id = 0),
@@ -153,28 +152,15 @@ fn picked(r: &postgres::Row) -> StoreResult<Picked> {
     ))
 }
 
-/// `fan_out_to`: see [`fan_out_limit`] (`None`: nothing to fan out).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn claim(
+/// The due work of `subs`, in turns, up to `limit` claims in all.
+fn claim_due(
     db: &mut Db<'_>,
-    routes: &Routes,
-    fan_out_to: Option<i64>,
+    subs: &[i64],
     worker: &str,
-    lane: Lane,
     limit: usize,
     lease_ms: i64,
-    now: i64,
-) -> StoreResult<Vec<Claimed>> {
-    let subs: Vec<i64> = db
-        .query(
-            "SELECT id FROM subscriptions
-              WHERE lane = $1 AND NOT paused AND removed_at IS NULL ORDER BY id",
-            &[&lane.as_i64()],
-        )?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()?;
-    let mut claims: Vec<Picked> = Vec::new();
+    claims: &mut Vec<Picked>,
+) -> StoreResult<()> {
     let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
     for i in 0..subs.len() {
         let room = limit - claims.len();
@@ -187,15 +173,57 @@ pub(super) fn claim(
             claims.push(picked(&r)?);
         }
     }
+    Ok(())
+}
+
+/// `fan_out_to`: see [`fan_out_limit`] (`None`: nothing to fan out).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn claim(
+    db: &mut Db<'_>,
+    routes: &Routes,
+    fan_out_to: Option<i64>,
+    worker: &str,
+    whose: ClaimFor,
+    limit: usize,
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<Vec<Claimed>> {
+    let subs: Vec<i64> = match whose {
+        // The kinds with workers of their own (forwarders, pull clients) are not the lane's.
+        ClaimFor::Lane(lane) => db
+            .query(
+                "SELECT id FROM subscriptions
+                  WHERE lane = $1 AND NOT paused AND removed_at IS NULL
+                    AND kind NOT IN ('http', 'pull') ORDER BY id",
+                &[&lane.as_i64()],
+            )?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?,
+        ClaimFor::Subscription(sub) => vec![sub],
+    };
+    let mut claims: Vec<Picked> = Vec::new();
+    claim_due(db, &subs, worker, limit, lease_ms, &mut claims)?;
     let room = limit - claims.len();
-    if let (Lane::InProcess, Some(to), true) = (lane, fan_out_to, room > 0) {
+    let claims_now = match whose {
+        ClaimFor::Lane(Lane::InProcess) => Some("(u.lane = 0 AND NOT u.paused)".to_string()),
+        ClaimFor::Lane(Lane::CallOut) => None,
+        ClaimFor::Subscription(sub) => Some(format!("(u.id = {sub} AND NOT u.paused)")),
+    };
+    if let (Some(claims_now), Some(to), true) = (claims_now, fan_out_to, room > 0) {
         db.execute(
             &format!("SELECT pg_advisory_xact_lock({FAN_OUT_LOCK})"),
             &[],
         )?;
         let room = i64::try_from(room).unwrap_or(i64::MAX);
-        for r in db.query(&fan_out_sql(routes), &[&worker, &lease_ms, &room, &to])? {
+        let sql = fan_out_sql(routes, &claims_now);
+        for r in db.query(&sql, &[&worker, &lease_ms, &room, &to])? {
             claims.push(picked(&r)?);
+        }
+        if let ClaimFor::Subscription(_) = whose {
+            // Another node's fan-out, committed while this one waited for the lock, may have
+            // given this subscription pending rows: this statement's snapshot sees them.
+            claim_due(db, &subs, worker, limit, lease_ms, &mut claims)?;
         }
     }
     if claims.is_empty() {

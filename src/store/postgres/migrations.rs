@@ -27,6 +27,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "subscriptions",
         include_str!("../../../migrations/postgres/0003_subscriptions.sql"),
     ),
+    (
+        4,
+        "breakers",
+        include_str!("../../../migrations/postgres/0004_breakers.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

@@ -13,6 +13,7 @@
 //! Every method is one transaction on one pooled connection; a commit is durable
 //! (`synchronous_commit = on`, set in the connection options) before the method returns.
 
+mod breaker;
 mod consume;
 mod copy;
 mod errors;
@@ -39,11 +40,12 @@ use r2d2::Pool;
 
 use super::copy::{Cell, Row, Table};
 use super::{
-    AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
+    AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
+    EventFilter, EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
     LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
     PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
-    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionInfo,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
+    SubscriptionInfo,
 };
 use crate::config::redact_credentials;
 use crate::subscriptions::Subscription;
@@ -264,7 +266,10 @@ impl Store for PostgresStore {
     ) -> StoreResult<Vec<Claimed>> {
         let routes = self.routes()?;
         let to = self.fan_out_limit(lane)?;
-        self.tx(|db| consume::claim(db, &routes, to, worker, lane, limit, lease_ms, now))
+        self.tx(|db| {
+            let whose = ClaimFor::Lane(lane);
+            consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)
+        })
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
@@ -284,7 +289,8 @@ impl Store for PostgresStore {
         let to = self.fan_out_limit(lane)?;
         self.finishing(|db, isolate| {
             let finished = finish::finish_all(db, items, now, isolate)?;
-            let claimed = consume::claim(db, &routes, to, worker, lane, limit, lease_ms, now)?;
+            let whose = ClaimFor::Lane(lane);
+            let claimed = consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)?;
             Ok((finished, claimed))
         })
     }
@@ -333,6 +339,34 @@ impl Store for PostgresStore {
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
         self.tx(|db| subscriptions::list(db, completed))
+    }
+
+    fn claim_subscription(
+        &self,
+        worker: &str,
+        sub: i64,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<SubscriptionClaim> {
+        let routes = self.routes()?;
+        let to = self.fan_out_limit(Lane::InProcess)?;
+        self.tx(|db| breaker::claim(db, &routes, to, worker, sub, limit, lease_ms, now))
+    }
+
+    fn open_breaker(
+        &self,
+        sub: i64,
+        after_probe: bool,
+        first_ms: i64,
+        max_ms: i64,
+        now: i64,
+    ) -> StoreResult<()> {
+        self.tx(|db| breaker::open(db, sub, after_probe, first_ms, max_ms, now))
+    }
+
+    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
+        self.tx(|db| breaker::close(db, sub))
     }
 
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {

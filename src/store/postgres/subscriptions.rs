@@ -177,7 +177,8 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
                     {completed},
                     (SELECT count(*) FROM event_state WHERE status = 'failed' AND sub = u.id),
                     (SELECT min(next_attempt_at) FROM event_state
-                      WHERE status = 'pending' AND sub = u.id)
+                      WHERE status = 'pending' AND sub = u.id),
+                    u.probe_at
                FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id"
         ),
         &[],
@@ -194,8 +195,10 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
                 oldest_due_at: r.try_get(13)?,
                 fan_out_waiting: 0,
             };
-            // Events not fanned out yet wait for every live in-process subscription.
-            if lane == 0 && !removed {
+            // Events not fanned out yet wait for every live subscription the fan-out claims
+            // for (the in-process ones, `http`).
+            let kind: String = r.try_get(1)?;
+            if (lane == 0 || kind == "http") && !removed {
                 counts.pending += waiting;
                 counts.oldest_due_at = match (counts.oldest_due_at, oldest) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -204,11 +207,12 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
             }
             Ok(SubscriptionInfo {
                 name: r.try_get(0)?,
-                kind: r.try_get(1)?,
+                kind,
                 route: route_of(r, 2)?,
                 paused: r.try_get(5)?,
                 removed,
                 created_at: r.try_get(7)?,
+                probe_at: r.try_get(14)?,
                 counts,
             })
         })

@@ -11,8 +11,8 @@ use rusqlite::types::Null;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transaction, params};
 
 use crate::store::{
-    AttemptResult, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane, LoyaltyAccount,
-    StoreResult,
+    AttemptResult, ClaimFor, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane,
+    LoyaltyAccount, StoreResult,
 };
 
 use super::subscriptions::Routes;
@@ -50,23 +50,25 @@ RETURNING {CLAIMED}"
     )
 }
 
-/// Whether a subscription's fanned-out state row starts claimed (in-process, not paused).
-const CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0)";
+/// Whether a subscription's fanned-out state row starts claimed, for a lane-0 claim: the
+/// in-process ones that are not paused.
+pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0)";
 
 /// The fan-out of the lane-0 events in `(?3, ?4]`: a state row for each live subscription whose
 /// route (`routes`, an expression picked by `u.id`) matches and that took the event (added
-/// before it was stored). Due since the event was received.
-pub fn fan_out_sql(routes: &str) -> String {
+/// before it was stored). Due since the event was received. The rows that `claims_now` (an
+/// expression on `u`) picks start claimed, the others pending.
+pub fn fan_out_sql(routes: &str, claims_now: &str) -> String {
     format!(
         "INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
                          claimed_until, claimed_by, claim_token)
 SELECT l.seq, u.id, u.lane,
-       CASE WHEN {CLAIMS_NOW} THEN 'claimed' ELSE 'pending' END,
-       CASE WHEN {CLAIMS_NOW} THEN 1 ELSE 0 END,
+       CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
+       CASE WHEN {claims_now} THEN 1 ELSE 0 END,
        l.received_at,
-       CASE WHEN {CLAIMS_NOW} THEN ?2 END,
-       CASE WHEN {CLAIMS_NOW} THEN ?1 END,
-       CASE WHEN {CLAIMS_NOW} THEN lower(hex(randomblob(16))) END
+       CASE WHEN {claims_now} THEN ?2 END,
+       CASE WHEN {claims_now} THEN ?1 END,
+       CASE WHEN {claims_now} THEN lower(hex(randomblob(16))) END
   FROM event_log l CROSS JOIN subscriptions u
  WHERE l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0
    AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
@@ -118,6 +120,7 @@ fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
 fn fan_out(
     tx: &Transaction<'_>,
     routes: &Routes,
+    claims_now: &str,
     worker: &str,
     claimed_until: i64,
     room: usize,
@@ -133,7 +136,7 @@ fn fan_out(
         .query_row([cursor], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let mut claims = Vec::new();
     if let Some(last) = last {
-        let mut fan = tx.prepare_cached(&fan_out_sql(&routes.by_id))?;
+        let mut fan = tx.prepare_cached(&fan_out_sql(&routes.by_id, claims_now))?;
         let mut rows = fan.query(params![worker, claimed_until, cursor, last])?;
         while let Some(row) = rows.next()? {
             if row.get::<_, String>(6)? == "claimed" {
@@ -165,14 +168,42 @@ pub(super) fn claim(
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
+    claim_for(
+        tx,
+        routes,
+        worker,
+        ClaimFor::Lane(lane),
+        limit,
+        lease_ms,
+        now,
+    )
+}
+
+/// A claim of one lane's subscriptions (the kinds its workers serve), or of one subscription
+/// (an `http` subscription's forwarder). Both fan new events out: a lane-0 claim starts the
+/// rows of the in-process subscriptions claimed, a subscription's claim its own rows.
+pub(super) fn claim_for(
+    tx: &Transaction<'_>,
+    routes: &Routes,
+    worker: &str,
+    whose: ClaimFor,
+    limit: usize,
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
-    let subs: Vec<i64> = tx
-        .prepare_cached(
-            "SELECT id FROM subscriptions
-              WHERE lane = ?1 AND paused = 0 AND removed_at IS NULL ORDER BY id",
-        )?
-        .query_map([lane.as_i64()], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let subs: Vec<i64> = match whose {
+        // The kinds with workers of their own (forwarders, pull clients) are not the lane's.
+        ClaimFor::Lane(lane) => tx
+            .prepare_cached(
+                "SELECT id FROM subscriptions
+                  WHERE lane = ?1 AND paused = 0 AND removed_at IS NULL
+                    AND kind NOT IN ('http', 'pull') ORDER BY id",
+            )?
+            .query_map([lane.as_i64()], |r| r.get(0))?
+            .collect::<Result<_, _>>()?,
+        ClaimFor::Subscription(sub) => vec![sub],
+    };
     let mut claims = Vec::new();
     let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
     for i in 0..subs.len() {
@@ -188,8 +219,20 @@ pub(super) fn claim(
         }
     }
     let room = limit - claims.len();
-    if lane == Lane::InProcess && room > 0 {
-        claims.extend(fan_out(tx, routes, worker, claimed_until, room)?);
+    let claims_now = match whose {
+        ClaimFor::Lane(Lane::InProcess) => Some(IN_PROCESS_CLAIMS_NOW.to_string()),
+        ClaimFor::Lane(Lane::CallOut) => None,
+        ClaimFor::Subscription(sub) => Some(format!("(u.id = {sub} AND u.paused = 0)")),
+    };
+    if let Some(claims_now) = claims_now.filter(|_| room > 0) {
+        claims.extend(fan_out(
+            tx,
+            routes,
+            &claims_now,
+            worker,
+            claimed_until,
+            room,
+        )?);
     }
     let mut event = tx.prepare_cached(
         "SELECT source, event_id, event_type, payload, content_type FROM event_log

@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "subscriptions",
         include_str!("../../../migrations/sqlite/0011_subscriptions.sql"),
     ),
+    (
+        12,
+        "breakers",
+        include_str!("../../../migrations/sqlite/0012_breakers.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -12,6 +12,7 @@
 //! with `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
 pub mod backup;
+mod breaker;
 mod checkpoint;
 mod consume;
 mod copy;
@@ -42,13 +43,13 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{StoreError, StoreResult};
 use checkpoint::Checkpointer;
 
-pub use consume::{claim_sql, fan_out_sql};
+pub use consume::{IN_PROCESS_CLAIMS_NOW, claim_sql, fan_out_sql};
 
 /// The fan-out statement for the subscriptions a database holds now (for the query-plan
 /// tests): [`fan_out_sql`] over their routes.
 pub fn fan_out_statement(conn: &Connection) -> anyhow::Result<String> {
     let routes = subscriptions::load(conn).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(fan_out_sql(&routes.by_id))
+    Ok(fan_out_sql(&routes.by_id, IN_PROCESS_CLAIMS_NOW))
 }
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;

@@ -3,8 +3,8 @@
 //! of the sibling modules.
 
 use super::{
-    SqliteStore, consume, copy, events, finish, ingest, migrations, purge, rejections, requests,
-    stats, subscriptions,
+    SqliteStore, breaker, consume, copy, events, finish, ingest, migrations, purge, rejections,
+    requests, stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
@@ -12,7 +12,8 @@ use crate::store::{
     EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
     LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
     PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
-    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionInfo,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
+    SubscriptionInfo,
 };
 use crate::subscriptions::Subscription;
 
@@ -155,6 +156,36 @@ impl Store for SqliteStore {
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
         self.read(|c| subscriptions::list(c, completed))
+    }
+
+    fn claim_subscription(
+        &self,
+        worker: &str,
+        sub: i64,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<SubscriptionClaim> {
+        let routes = self.routes()?;
+        self.consumer_write(|tx| {
+            let limit = self.claim_limit(limit);
+            breaker::claim(tx, &routes, worker, sub, limit, lease_ms, now)
+        })
+    }
+
+    fn open_breaker(
+        &self,
+        sub: i64,
+        after_probe: bool,
+        first_ms: i64,
+        max_ms: i64,
+        now: i64,
+    ) -> StoreResult<()> {
+        self.write(|tx| breaker::open(tx, sub, after_probe, first_ms, max_ms, now))
+    }
+
+    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
+        self.write(|tx| breaker::close(tx, sub))
     }
 
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {

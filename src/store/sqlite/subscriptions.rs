@@ -185,7 +185,8 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
                     (SELECT count(*) FROM event_state INDEXED BY events_failed
                       WHERE status = 'failed' AND sub = u.id),
                     (SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
-                      WHERE status = 'pending' AND sub = u.id)
+                      WHERE status = 'pending' AND sub = u.id),
+                    u.probe_at
                FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id"
         ))?
         .query_map([], |r| {
@@ -197,6 +198,7 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
                     paused: r.get(5)?,
                     removed: r.get(6)?,
                     created_at: r.get(7)?,
+                    probe_at: r.get(14)?,
                     counts: StatusCounts {
                         pending: r.get(9)?,
                         claimed: r.get(10)?,
@@ -210,12 +212,13 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    // Events not fanned out yet wait for every live in-process subscription: counted (and
-    // aged) as pending for each, without reading the log to route them.
+    // Events not fanned out yet wait for every live subscription the fan-out claims for (the
+    // in-process ones, `http`): counted (and aged) as pending for each, without reading the
+    // log to route them.
     Ok(infos
         .drain(..)
         .map(|(mut info, lane)| {
-            if lane == 0 && !info.removed {
+            if (lane == 0 || info.kind == "http") && !info.removed {
                 info.counts.pending += waiting.count;
                 info.counts.oldest_due_at = match (info.counts.oldest_due_at, waiting.oldest) {
                     (Some(a), Some(b)) => Some(a.min(b)),

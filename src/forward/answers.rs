@@ -1,0 +1,192 @@
+//! What each answer does: to its event (the next state, committed in batches) and to the
+//! subscription (the circuit breaker, a pause on 410).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use super::{Done, FAILURES_TO_OPEN, Forwarder, MAX_FINISH_BATCH};
+use crate::domain::DeliveryMode;
+use crate::domain::time::now_ms;
+use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Outcome};
+
+use super::call::Answer;
+
+impl Forwarder {
+    /// The event's next state.
+    pub(super) fn next(&self, event: &Claimed, answer: &Option<Answer>, now: i64) -> Next {
+        let (error, unknown, retry_after_ms) = match answer {
+            Some(Answer::Delivered(_)) => {
+                return Next::Complete {
+                    effect: None,
+                    outcome: Outcome::Delivered,
+                };
+            }
+            // The subscription is paused; the event waits for its resume, due at once.
+            Some(Answer::Gone) => {
+                return Next::Retry {
+                    at: now,
+                    error: "the endpoint answered 410 Gone: the subscription is paused".into(),
+                };
+            }
+            None => {
+                return Next::Retry {
+                    at: now,
+                    error: "not started: the claim's lease no longer covered the call".into(),
+                };
+            }
+            Some(Answer::Failed {
+                error,
+                unknown,
+                retry_after_ms,
+                ..
+            }) => (error, *unknown, *retry_after_ms),
+        };
+        if unknown && self.sub.mode == DeliveryMode::AtMostOnce {
+            return Next::Fail {
+                error: format!("abandoned (at-most-once, the endpoint may have acted): {error}"),
+                result: AttemptResult::PermanentError,
+                abandoned: true,
+            };
+        }
+        if event.budget_used >= i64::from(self.sub.max_attempts) {
+            return Next::Fail {
+                error: format!("{error} (gave up after {} attempts)", event.budget_used),
+                result: AttemptResult::RetryableError,
+                abandoned: false,
+            };
+        }
+        let backoff = self.backoff.delay_ms(event.budget_used);
+        Next::Retry {
+            at: now + backoff.max(retry_after_ms.unwrap_or(0)),
+            error: error.clone(),
+        }
+    }
+
+    /// What an answer says about the endpoint: a 410 pauses the subscription; a run of
+    /// failures (or a failed probe) opens the breaker; a success closes it.
+    pub(super) async fn observe(self: &Arc<Self>, answer: &Option<Answer>, probe: bool) {
+        let me = Arc::clone(self);
+        let write = match answer {
+            None => return,
+            Some(Answer::Gone) => {
+                tracing::warn!(
+                    subscription = %self.sub.name,
+                    "the endpoint answered 410 Gone: subscription paused (resume it to go on)"
+                );
+                Write::Pause
+            }
+            Some(Answer::Delivered(_)) => {
+                self.failures.store(0, Ordering::SeqCst);
+                if !probe {
+                    return;
+                }
+                tracing::info!(subscription = %self.sub.name, "probe delivered: breaker closed");
+                Write::Close
+            }
+            Some(Answer::Failed { error, .. }) => {
+                let run = self.failures.fetch_add(1, Ordering::SeqCst) + 1;
+                if probe {
+                    tracing::warn!(subscription = %self.sub.name, %error, "probe failed");
+                    Write::Open { after_probe: true }
+                } else if run % FAILURES_TO_OPEN == 0 {
+                    tracing::warn!(
+                        subscription = %self.sub.name,
+                        %error,
+                        "{run} calls in a row failed: breaker open, probing with one event"
+                    );
+                    Write::Open { after_probe: false }
+                } else {
+                    return;
+                }
+            }
+        };
+        let written = tokio::task::spawn_blocking(move || {
+            let store = &me.store;
+            let (base, max) = (
+                i64::try_from(me.sub.backoff_base_ms).unwrap_or(i64::MAX),
+                i64::try_from(me.sub.backoff_max_ms).unwrap_or(i64::MAX),
+            );
+            match write {
+                Write::Pause => store.set_paused(&me.sub.name, true).map(|_| ()),
+                Write::Close => store.close_breaker(me.sub_id),
+                Write::Open { after_probe } => {
+                    store.open_breaker(me.sub_id, after_probe, base.max(1), max, now_ms())
+                }
+            }
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot record the endpoint's state"),
+            Err(e) => tracing::error!(error = %e, "recording the endpoint's state panicked"),
+        }
+    }
+
+    /// Commit answers as they come, in batches of whatever has arrived.
+    pub(super) async fn finish_answers(
+        self: Arc<Self>,
+        mut answers: mpsc::UnboundedReceiver<Done>,
+    ) {
+        while let Some(first) = answers.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < MAX_FINISH_BATCH {
+                match answers.try_recv() {
+                    Ok(d) => batch.push(d),
+                    Err(_) => break,
+                }
+            }
+            let me = Arc::clone(&self);
+            let committed = tokio::task::spawn_blocking(move || {
+                let now = now_ms();
+                let items: Vec<Finish> = batch
+                    .iter()
+                    .map(|d| Finish {
+                        claim: d.event.claim.clone(),
+                        next: me.next(&d.event, &d.answer, now),
+                    })
+                    .collect();
+                let results = me.store.finish(&items, now)?;
+                for (item, result) in items.iter().zip(results) {
+                    me.record(item, result);
+                }
+                Ok::<_, crate::store::StoreError>(())
+            })
+            .await;
+            match committed {
+                Ok(Ok(())) => {}
+                // The claims stay claimed until their leases run out; the sweeper then hands
+                // the events back (or abandons them, at most once).
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot commit forwarded events' answers"),
+                Err(e) => tracing::error!(error = %e, "committing answers panicked"),
+            }
+        }
+    }
+
+    fn record(&self, item: &Finish, result: Finished) {
+        let claim = &item.claim;
+        match (result, &item.next) {
+            (Finished::LeaseLost, _) => tracing::warn!(
+                subscription = %self.sub.name,
+                source = %claim.source,
+                event_id = %claim.event_id,
+                "lease lost before the answer was committed: the event will be forwarded again"
+            ),
+            (Finished::Failed, Next::Fail { error, .. }) => tracing::warn!(
+                subscription = %self.sub.name,
+                source = %claim.source,
+                event_id = %claim.event_id,
+                %error,
+                "event failed"
+            ),
+            _ => {}
+        }
+    }
+}
+
+enum Write {
+    Pause,
+    Close,
+    Open { after_probe: bool },
+}

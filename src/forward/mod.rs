@@ -1,0 +1,254 @@
+//! Subscriptions of kind `http` (SPEC section 13): each matching event is POSTed to the user's
+//! endpoint, signed as a Standard Webhooks sender signs, until a 2xx.
+//!
+//! One forwarder per subscription and node. It claims due events of its subscription in
+//! batches (one statement; the claim also fans new events out), starts each call as a task,
+//! with at most `concurrency` in flight, and commits the answers in batches: under load, a
+//! claim and a commit cover many calls. Each call starts only while its claim's lease covers
+//! its whole timeout, and its completion is fenced by the claim: a call that outlived its lease
+//! changes nothing (the event is forwarded again, and the receiver's dedup on `webhook-id`
+//! makes that safe; an at-most-once subscription abandons it instead).
+//!
+//! The circuit breaker lives in the database, so that every node and a restart see it: after
+//! a run of failed calls the subscription claims nothing until its next probe, one event,
+//! whose success closes it (see `Store::claim_subscription`).
+
+pub mod call;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+
+use crate::consumer::Backoff;
+use crate::domain::time::now_ms;
+use crate::metrics::Metrics;
+use crate::store::{Claimed, Gate, Store, StoreResult};
+use crate::subscriptions::{HttpTarget, Subscription};
+use call::Answer;
+
+/// Failed calls in a row that open the breaker.
+pub const FAILURES_TO_OPEN: u32 = 5;
+
+/// A call starts only while its lease has at least this much left beyond the call's timeout.
+const LEASE_MARGIN_MS: i64 = 1_000;
+
+/// The most answers committed in one transaction.
+const MAX_FINISH_BATCH: usize = 512;
+
+/// How the forwarders of one node run.
+mod answers;
+
+#[derive(Debug, Clone)]
+pub struct ForwardOptions {
+    pub lease_ms: i64,
+    /// How often an idle forwarder looks again without being woken.
+    pub idle_poll: Duration,
+    /// Prefix of worker names (`host-pid`).
+    pub name: String,
+}
+
+/// The forwarder of one `http` subscription.
+pub struct Forwarder {
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    sub_id: i64,
+    sub: Subscription,
+    target: HttpTarget,
+    client: reqwest::Client,
+    backoff: Backoff,
+    options: ForwardOptions,
+    worker: String,
+    /// Failed calls in a row on this node (any success resets it).
+    failures: AtomicU32,
+}
+
+/// One call's answer, on its way to be committed.
+struct Done {
+    event: Claimed,
+    /// `None`: not started (the lease no longer covered the call).
+    answer: Option<Answer>,
+}
+
+impl Forwarder {
+    /// The forwarder of `sub` (of kind `http`, with its secrets filled in).
+    pub fn new(
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        sub_id: i64,
+        sub: Subscription,
+        options: ForwardOptions,
+    ) -> anyhow::Result<Forwarder> {
+        let target = sub
+            .http
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("subscription `{}` is not of kind http", sub.name))?;
+        anyhow::ensure!(
+            !target.signing_secrets.is_empty(),
+            "subscription `{}` has no signing secret",
+            sub.name
+        );
+        let client = call::client(&target)?;
+        Ok(Forwarder {
+            backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
+            worker: format!("{}-{}", options.name, sub.name),
+            store,
+            metrics,
+            sub_id,
+            sub,
+            target,
+            client,
+            options,
+            failures: AtomicU32::new(0),
+        })
+    }
+
+    /// Forward until `stopped` says so; then let the calls in flight finish (each is bounded
+    /// by its timeout) and commit their answers.
+    pub async fn run(self: Arc<Self>, queued: Arc<Notify>, mut stopped: watch::Receiver<bool>) {
+        let permits = Arc::new(Semaphore::new(self.target.concurrency));
+        let (done, answers) = mpsc::unbounded_channel();
+        let finisher = tokio::spawn(Arc::clone(&self).finish_answers(answers));
+        let mut pace = Pace::new(self.target.rate_per_second);
+        let mut errors: u32 = 0;
+        loop {
+            if *stopped.borrow() {
+                break;
+            }
+            let first = tokio::select! {
+                p = Arc::clone(&permits).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = stopped.changed() => break,
+            };
+            let mut held = vec![first];
+            while held.len() < pace.batch(self.target.concurrency) {
+                match Arc::clone(&permits).try_acquire_owned() {
+                    Ok(p) => held.push(p),
+                    Err(_) => break,
+                }
+            }
+            let claimed = {
+                let me = Arc::clone(&self);
+                let limit = held.len();
+                tokio::task::spawn_blocking(move || me.claim(limit)).await
+            };
+            let (claims, gate) = match claimed {
+                Ok(Ok(c)) => {
+                    errors = 0;
+                    (c.claims, c.gate)
+                }
+                Ok(Err(e)) => {
+                    errors = errors.saturating_add(1);
+                    tracing::warn!(error = %e, subscription = %self.sub.name, "forwarder claim failed");
+                    (Vec::new(), Gate::Open)
+                }
+                Err(e) => {
+                    errors = errors.saturating_add(1);
+                    tracing::error!(error = %e, subscription = %self.sub.name, "forwarder claim panicked");
+                    (Vec::new(), Gate::Open)
+                }
+            };
+            if claims.is_empty() {
+                drop(held);
+                let mut wait = self.options.idle_poll * 2u32.saturating_pow(errors.min(5));
+                if let Gate::WaitUntil(at) = gate {
+                    let until = u64::try_from(at - now_ms()).unwrap_or(0);
+                    wait = wait.min(Duration::from_millis(until.max(1)));
+                }
+                tokio::select! {
+                    _ = stopped.changed() => {}
+                    _ = queued.notified(), if errors == 0 && gate == Gate::Open => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            let probe = gate == Gate::Probe;
+            for (event, permit) in claims.into_iter().zip(held.drain(..)) {
+                pace.wait().await;
+                let me = Arc::clone(&self);
+                let done = done.clone();
+                tokio::spawn(async move {
+                    let answer = me.call(&event).await;
+                    me.observe(&answer, probe).await;
+                    let _ = done.send(Done { event, answer });
+                    drop(permit);
+                });
+            }
+        }
+        drop(done);
+        if let Err(e) = finisher.await {
+            tracing::error!(error = %e, "forwarder's commits ended abnormally");
+        }
+    }
+
+    fn claim(&self, limit: usize) -> StoreResult<crate::store::SubscriptionClaim> {
+        self.store.claim_subscription(
+            &self.worker,
+            self.sub_id,
+            limit,
+            self.options.lease_ms,
+            now_ms(),
+        )
+    }
+
+    /// The call, started only while the lease covers all of it.
+    async fn call(&self, event: &Claimed) -> Option<Answer> {
+        let now = now_ms();
+        let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
+        if event.claimed_until - now < needed {
+            return None;
+        }
+        let started = Instant::now();
+        let answer = call::forward(&self.client, &self.target, event, now).await;
+        self.metrics
+            .observe_processing(started.elapsed().as_secs_f64());
+        let result = match &answer {
+            Answer::Delivered(_) => "2xx",
+            Answer::Gone => "410",
+            Answer::Failed { result, .. } => result,
+        };
+        self.metrics.forwarded(&self.sub.name, result);
+        Some(answer)
+    }
+}
+
+/// Spacing of call starts for `rate_per_second` (0: none).
+struct Pace {
+    every: Option<Duration>,
+    next: tokio::time::Instant,
+}
+
+impl Pace {
+    fn new(rate_per_second: u32) -> Pace {
+        Pace {
+            every: (rate_per_second > 0).then(|| Duration::from_secs(1) / rate_per_second),
+            next: tokio::time::Instant::now(),
+        }
+    }
+
+    /// How many events a claim may take: with a rate, a quarter of a second's worth, so that
+    /// the last one claimed starts long before its lease runs out.
+    fn batch(&self, concurrency: usize) -> usize {
+        match self.every {
+            None => concurrency,
+            Some(every) => {
+                let quarter = Duration::from_millis(250).as_nanos() / every.as_nanos().max(1);
+                usize::try_from(quarter)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, concurrency)
+            }
+        }
+    }
+
+    async fn wait(&mut self) {
+        if let Some(every) = self.every {
+            let now = tokio::time::Instant::now();
+            self.next = self.next.max(now);
+            tokio::time::sleep_until(self.next).await;
+            self.next += every;
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The claims of one `http` subscription and its circuit breaker (`crate::forward`).
+
+use super::consume;
+use super::session::Db;
+use super::subscriptions::Routes;
+use crate::store::{ClaimFor, Gate, StoreResult, SubscriptionClaim};
+
+/// The subscription's gate: its row read plainly, or, when a probe looks due, locked, so that
+/// of several nodes one takes the probe and the others see the next probe moved past its lease.
+fn gate(db: &mut Db<'_>, sub: i64, lock: bool, now: i64) -> StoreResult<Gate> {
+    let sql = if lock {
+        "SELECT paused, removed_at IS NOT NULL, probe_at FROM subscriptions WHERE id = $1
+            FOR UPDATE"
+    } else {
+        "SELECT paused, removed_at IS NOT NULL, probe_at FROM subscriptions WHERE id = $1"
+    };
+    let row = match db.query(sql, &[&sub])?.first() {
+        Some(r) => Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)),
+        None => None,
+    };
+    Ok(Gate::of(row, now))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn claim(
+    db: &mut Db<'_>,
+    routes: &Routes,
+    fan_out_to: Option<i64>,
+    worker: &str,
+    sub: i64,
+    limit: usize,
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<SubscriptionClaim> {
+    let mut gate = gate(db, sub, false, now)?;
+    if gate == Gate::Probe {
+        gate = gate_locked(db, sub, now)?;
+    }
+    let limit = match gate {
+        Gate::Open => limit,
+        Gate::Probe => 1,
+        Gate::Shut | Gate::WaitUntil(_) => {
+            return Ok(SubscriptionClaim {
+                claims: Vec::new(),
+                gate,
+            });
+        }
+    };
+    let whose = ClaimFor::Subscription(sub);
+    let claims = consume::claim(db, routes, fan_out_to, worker, whose, limit, lease_ms, now)?;
+    if gate == Gate::Probe && !claims.is_empty() {
+        db.execute(
+            "UPDATE subscriptions SET probe_at = $2 WHERE id = $1",
+            &[&sub, &(now + lease_ms)],
+        )?;
+    }
+    Ok(SubscriptionClaim { claims, gate })
+}
+
+fn gate_locked(db: &mut Db<'_>, sub: i64, now: i64) -> StoreResult<Gate> {
+    gate(db, sub, true, now)
+}
+
+/// See [`crate::store::Store::open_breaker`].
+pub(super) fn open(
+    db: &mut Db<'_>,
+    sub: i64,
+    after_probe: bool,
+    first_ms: i64,
+    max_ms: i64,
+    now: i64,
+) -> StoreResult<()> {
+    let sql = if after_probe {
+        "UPDATE subscriptions
+            SET probe_interval_ms = least(greatest(coalesce(probe_interval_ms, 0) * 2, $2), $3),
+                probe_at = $4 + least(greatest(coalesce(probe_interval_ms, 0) * 2, $2), $3)
+          WHERE id = $1"
+    } else {
+        "UPDATE subscriptions SET probe_interval_ms = least($2, $3), probe_at = $4 + least($2, $3)
+          WHERE id = $1 AND probe_at IS NULL"
+    };
+    db.execute(sql, &[&sub, &first_ms, &max_ms, &now])?;
+    Ok(())
+}
+
+pub(super) fn close(db: &mut Db<'_>, sub: i64) -> StoreResult<()> {
+    db.execute(
+        "UPDATE subscriptions SET probe_at = NULL, probe_interval_ms = NULL
+          WHERE id = $1 AND probe_at IS NOT NULL",
+        &[&sub],
+    )?;
+    Ok(())
+}
