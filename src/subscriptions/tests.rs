@@ -114,9 +114,59 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "exceed",
         ),
         (
-            sub("name = \"a\"\nkind = \"http\""),
+            sub("name = \"a\"\nkind = \"pull\""),
             "subscriptions[0].kind",
             "not available",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\""),
+            "subscriptions[0].url",
+            "needs the URL",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"ftp://h/x\""),
+            "subscriptions[0].url",
+            "http:// or https://",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"billing/hooks\""),
+            "subscriptions[0].url",
+            "absolute",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\nsigning_secret = \"whsec_!!\""),
+            "subscriptions[0].signing_secret",
+            "base64",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\nsigning_secret = []"),
+            "subscriptions[0].signing_secret",
+            "empty",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\ntimeout_ms = 0"),
+            "subscriptions[0].timeout_ms",
+            "half of consumers.lease_seconds",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\ntimeout_ms = 15000"),
+            "subscriptions[0].timeout_ms",
+            "half of consumers.lease_seconds",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\nconcurrency = 0"),
+            "subscriptions[0].concurrency",
+            "between 1 and 1024",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\nca_file = \"/no/such.pem\""),
+            "subscriptions[0].ca_file",
+            "cannot read",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\nca_file = \"/etc/hostname\""),
+            "subscriptions[0].ca_file",
+            "no PEM certificate",
         ),
         (
             sub("name = \"a\"\nkind = \"audit\"\nfilter = 1"),
@@ -159,4 +209,36 @@ fn names_follow_the_pattern() {
     for bad in ["", "-a", "A", "a_b", "a.b", &"a".repeat(64), "a b"] {
         assert!(!valid_name(bad), "{bad}");
     }
+}
+
+/// An `http` subscription with its defaults; a secret list (a rotation) keeps every secret.
+#[test]
+fn an_http_subscription_takes_its_defaults_and_every_secret() {
+    let text = "[consumers]\nlease_seconds = 60\n\
+                [[subscriptions]]\nname = \"billing\"\nkind = \"http\"\n\
+                url = \"https://user:pw@billing.internal/hooks\"\n\
+                [[subscriptions]]\nname = \"ledger\"\nkind = \"http\"\n\
+                url = \"http://127.0.0.1:9/x\"\nmode = \"at-most-once\"\n\
+                signing_secret = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_c2VjcmV0\"]\n\
+                timeout_ms = 29999\nconcurrency = 64\nrate_per_second = 100\n";
+    let settings = Settings::from_toml(text, "t", Vec::new()).unwrap();
+    let subs = from_settings(&settings).unwrap();
+    let billing = subs[0].http.as_ref().unwrap();
+    assert_eq!(billing.url, "https://user:pw@billing.internal/hooks");
+    assert!(
+        billing.signing_secrets.is_empty(),
+        "filled from data/ at start"
+    );
+    assert_eq!((billing.timeout_ms, billing.concurrency), (10_000, 8));
+    assert_eq!(billing.rate_per_second, 0);
+    assert_eq!(subs[0].mode, DeliveryMode::AtLeastOnce);
+    assert_eq!(subs[0].kind.lane(), 1);
+    let ledger = subs[1].http.as_ref().unwrap();
+    assert_eq!(ledger.signing_secrets.len(), 2);
+    assert_eq!((ledger.timeout_ms, ledger.concurrency), (29_999, 64));
+    assert_eq!(ledger.rate_per_second, 100);
+    assert_eq!(subs[1].mode, DeliveryMode::AtMostOnce);
+    // The URL may hold credentials: a refused config never echoes it.
+    let bad = "[[subscriptions]]\nname = \"b\"\nkind = \"http\"\nurl = \"ftp://u:hunter2@h/\"\n";
+    assert!(!refused(bad).contains("hunter2"));
 }

@@ -33,10 +33,17 @@ fn example() -> PathBuf {
 impl Endpoint {
     /// Start the receiver with its database in `dir`, verifying with `secret`.
     pub fn start(dir: &Path, secret: &str) -> Endpoint {
+        Endpoint::start_on(dir, secret, 0)
+    }
+
+    /// [`Endpoint::start`] on a given port (0: any).
+    pub fn start_on(dir: &Path, secret: &str, port: u16) -> Endpoint {
         let port_file = dir.join("receiver.port");
         let _ = std::fs::remove_file(&port_file);
         let child = Command::new(RECEIVER_PYTHON)
             .arg(example())
+            .arg("--port")
+            .arg(port.to_string())
             .arg("--db")
             .arg(dir.join("receiver.db"))
             .arg("--port-file")

@@ -303,3 +303,156 @@ async fn a_dead_endpoint_gets_probes_not_the_backlog() {
     assert_eq!(total(&stats), points, "{stats}");
     app.stop().await;
 }
+
+/// An `https://` endpoint with a certificate of an internal CA: verified with `ca_file`, and
+/// refused without it (the error names the certificate, never the URL's password). The
+/// endpoint is a second webhook-inbox, whose `shop` source verifies the forwarded calls as
+/// any Standard Webhooks receiver does and deduplicates them on `webhook-id`.
+#[tokio::test]
+async fn an_https_endpoint_is_verified_against_its_ca_file() {
+    let pki = crate::https::Pki::new();
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = pki.issue(certs.path(), "endpoint");
+    let ca_file = certs.path().join("ca.pem");
+    std::fs::write(&ca_file, pki.ca_pem()).unwrap();
+    let tls = crate::https::tls_lines(&cert, &key);
+    let endpoint = spawn_app_with(|c| c.insert_str(0, &tls), options()).await;
+    let port = endpoint.address.rsplit(':').next().unwrap().to_string();
+    let url = format!("https://user:hunter2@localhost:{port}/webhooks/shop");
+    let subs = format!(
+        "ca_file = \"{}\"\n\n[[subscriptions]]\nname = \"untrusted\"\nkind = \"http\"\n\
+         sources = [\"shop\"]\nurl = \"{url}\"\nsigning_secret = \"{SW_SECRET}\"\n\
+         max_attempts = 1\n",
+        ca_file.display()
+    );
+    let app = spawn_app_with(config(&url, &subs), options()).await;
+    let (events, _) = deliver_orders(&app, "t", 5).await;
+    until_delivered(&app, events as i64, Duration::from_secs(30)).await;
+    // The endpoint stored each forwarded event once, under its `webhook-id`.
+    assert_eq!(
+        endpoint.count("SELECT count(*) FROM event_log WHERE source = 'shop'"),
+        events as i64
+    );
+    let event = app.event("shop", "t-e1").await;
+    let untrusted = event["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "untrusted")
+        .unwrap()
+        .clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut untrusted = untrusted;
+    while untrusted["status"] != "failed" {
+        assert!(Instant::now() < deadline, "{untrusted}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let event = app.event("shop", "t-e1").await;
+        untrusted = event["subscriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "untrusted")
+            .unwrap()
+            .clone();
+    }
+    let error = untrusted["last_error"].as_str().unwrap();
+    assert!(error.contains("certificate"), "{error}");
+    assert!(!error.contains("hunter2"), "{error}");
+    app.stop().await;
+    endpoint.stop().await;
+}
+
+/// With no `signing_secret`, one is generated into the data directory at the first start and
+/// kept: the receiver configured with that file's secret verifies calls before and after a
+/// restart.
+#[tokio::test]
+async fn a_generated_signing_secret_is_kept_across_restarts() {
+    if !receiver_available() {
+        return;
+    }
+    let receiver_dir = tempfile::tempdir().unwrap();
+    let port = crate::process::free_port();
+    let url = format!("http://127.0.0.1:{port}/hooks");
+    let app = spawn_app_with(
+        move |c| {
+            config(&url, "")(c);
+            *c = c.replace(&format!("signing_secret = \"{SW_SECRET}\"\n"), "");
+        },
+        options(),
+    )
+    .await;
+    let file = app.dir.path().join("subscription-billing-secret");
+    let secret = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    assert!(
+        secret.starts_with("whsec_") && secret.len() > 40,
+        "{secret}"
+    );
+    let endpoint = Endpoint::start_on(receiver_dir.path(), &secret, port);
+    let (first, _) = deliver_orders(&app, "k1", 3).await;
+    until_delivered(&app, first as i64, Duration::from_secs(30)).await;
+    let config = {
+        let mut c = test_config(&app.dir);
+        config(&endpoint.hook_url(), "")(&mut c);
+        c.replace(&format!("signing_secret = \"{SW_SECRET}\"\n"), "")
+    };
+    let dir = app.stop().await;
+    let app = spawn_in(dir, &config, options()).await;
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().trim(),
+        secret,
+        "the secret changed at restart"
+    );
+    let (second, _) = deliver_orders(&app, "k2", 3).await;
+    until_delivered(&app, (first + second) as i64, Duration::from_secs(30)).await;
+    let stats = endpoint.stats().await;
+    assert_eq!(stats["verified"], (first + second) as i64, "{stats}");
+    assert_eq!(stats["rejected_signature"], 0, "{stats}");
+    app.stop().await;
+}
+
+/// At most once: a call whose outcome is unknown (no answer within the timeout) is abandoned
+/// for ops rather than repeated; one the endpoint refused (a 429) is sent again.
+#[tokio::test]
+async fn at_most_once_abandons_an_unknown_outcome() {
+    if !receiver_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
+    let app = spawn_app_with(
+        config(
+            &endpoint.hook_url(),
+            "mode = \"at-most-once\"\nconcurrency = 1",
+        ),
+        options(),
+    )
+    .await;
+    endpoint.set_mode("429", Some(1), Some("0")).await;
+    let body = order_body("m-1", "c1", 5);
+    app.deliver("shop", "m-1", &body).await;
+    until_delivered(&app, 1, Duration::from_secs(30)).await;
+    endpoint.set_mode("hang", Some(1), None).await;
+    let body = order_body("m-2", "c1", 5);
+    app.deliver("shop", "m-2", &body).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let billing = loop {
+        let event = app.event("shop", "m-2").await;
+        let billing = event["subscriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "billing")
+            .unwrap()
+            .clone();
+        if billing["status"] == "failed" {
+            break billing;
+        }
+        assert!(Instant::now() < deadline, "{event}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(billing["abandoned"], true, "{billing}");
+    assert_eq!(billing["attempts"], 1, "{billing}");
+    // m-1: a 429 then a delivery; m-2: the one call that hung.
+    assert_eq!(endpoint.count("calls").await, 3);
+    app.stop().await;
+}

@@ -15,12 +15,12 @@ use crate::helpers::*;
 use crate::process::{ServerProcess, free_port, write_config};
 
 /// A certificate authority of the test's own.
-struct Pki {
+pub(crate) struct Pki {
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -32,13 +32,13 @@ impl Pki {
         }
     }
 
-    fn ca_pem(&self) -> String {
+    pub(crate) fn ca_pem(&self) -> String {
         self.ca.pem()
     }
 
     /// A server certificate for `localhost` and 127.0.0.1, signed by the CA, with a key of its
     /// own, written as `name.pem` and `name.key` in `dir`; returns the paths and the DER.
-    fn issue(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf, Vec<u8>) {
+    pub(crate) fn issue(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf, Vec<u8>) {
         let key = KeyPair::generate().unwrap();
         let mut params =
             CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
@@ -54,7 +54,7 @@ impl Pki {
     }
 }
 
-fn tls_lines(cert: &Path, key: &Path) -> String {
+pub(crate) fn tls_lines(cert: &Path, key: &Path) -> String {
     format!(
         "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
         cert.display(),

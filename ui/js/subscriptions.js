@@ -13,7 +13,9 @@ function routeText(route) {
 }
 
 function stateBadge(state) {
-  const cls = state === 'active' ? 'status-completed' : state === 'paused' ? 'status-pending' : '';
+  // probing: an http subscription whose endpoint failed, sending one event per interval.
+  const classes = { active: 'status-completed', paused: 'status-pending', probing: 'status-failed' };
+  const cls = classes[state] || '';
   return h('span', { class: `badge ${cls}`.trim(), text: state });
 }
 
