@@ -24,6 +24,7 @@ mod downstream;
 mod endpoint;
 mod faults;
 mod forwarding;
+mod forwarding_crash;
 mod group_commit;
 mod harness;
 mod https;
