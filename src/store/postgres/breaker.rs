@@ -72,11 +72,15 @@ pub(super) fn open(
 ) -> StoreResult<()> {
     let sql = if after_probe {
         "UPDATE subscriptions
-            SET probe_interval_ms = least(greatest(coalesce(probe_interval_ms, 0) * 2, $2), $3),
-                probe_at = $4 + least(greatest(coalesce(probe_interval_ms, 0) * 2, $2), $3)
+            SET probe_interval_ms =
+                    least(greatest(coalesce(probe_interval_ms, 0) * 2, $2::bigint), $3::bigint),
+                probe_at = $4::bigint
+                    + least(greatest(coalesce(probe_interval_ms, 0) * 2, $2::bigint), $3::bigint)
           WHERE id = $1"
     } else {
-        "UPDATE subscriptions SET probe_interval_ms = least($2, $3), probe_at = $4 + least($2, $3)
+        "UPDATE subscriptions
+            SET probe_interval_ms = least($2::bigint, $3::bigint),
+                probe_at = $4::bigint + least($2::bigint, $3::bigint)
           WHERE id = $1 AND probe_at IS NULL"
     };
     db.execute(sql, &[&sub, &first_ms, &max_ms, &now])?;

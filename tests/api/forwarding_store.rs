@@ -1,0 +1,257 @@
+//! The store side of `http` subscriptions, on both stores, with real threads through a
+//! barrier: one subscription's claims never hand an event to two claimers, beside in-process
+//! workers fanning the same events out; and an open breaker's probe goes to one claimer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier, Mutex};
+
+use webhook_inbox::config::ConsumerSettings;
+use webhook_inbox::consumer::Consumer;
+use webhook_inbox::domain::DeliveryMode;
+use webhook_inbox::domain::time::now_ms;
+use webhook_inbox::handlers::Registry;
+use webhook_inbox::store::{Finish, Gate, InsertOutcome, Next, Outcome};
+use webhook_inbox::subscriptions::{HttpTarget, Kind, Route, Subscription};
+
+use crate::helpers::*;
+
+fn subscriptions() -> [Subscription; 2] {
+    let sub = |name: &str, kind: Kind, http: Option<HttpTarget>| Subscription {
+        name: name.into(),
+        kind,
+        route: Route::default(),
+        mode: DeliveryMode::AtLeastOnce,
+        max_attempts: 5,
+        backoff_base_ms: 1,
+        backoff_max_ms: 4,
+        http,
+    };
+    let target = HttpTarget {
+        url: "http://127.0.0.1:9/hooks".into(),
+        signing_secrets: Vec::new(),
+        timeout_ms: 1000,
+        ca_file: None,
+        concurrency: 8,
+        rate_per_second: 0,
+    };
+    [
+        sub("points", Kind::LoyaltyCredit, None),
+        sub("billing", Kind::Http, Some(target)),
+    ]
+}
+
+crate::stores::store_tests!(
+    forwarders_and_workers_released_together_claim_each_event_once,
+    an_open_breakers_probe_goes_to_one_claimer
+);
+
+/// Four forwarder threads claiming `billing` and two in-process workers (which fan the same
+/// events out and claim `points`), released together: each event is claimed once for
+/// `billing` and credited once. Seen failing on SQLite with the forwarder's fan-out starting
+/// every subscription's rows claimed, not only its own: the forwarder took `points` claims.
+fn forwarders_and_workers_released_together_claim_each_event_once(kind: crate::stores::StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let subs = subscriptions();
+    let ids = h.store.sync_subscriptions(&subs, now_ms()).unwrap();
+    let billing = ids[1];
+    let registry = Registry::from_parts(
+        h.loyalty.clone(),
+        h.audit.clone(),
+        Registry::new(
+            h.store.clone(),
+            h.downstream.clone(),
+            DeliveryMode::AtMostOnce,
+            std::time::Duration::from_secs(1),
+        )
+        .downstream()
+        .clone(),
+    );
+    let settings = ConsumerSettings {
+        workers: 0,
+        batch_size: 8,
+        lease_seconds: 30,
+        max_attempts: 5,
+        backoff_base_ms: 1,
+        backoff_max_ms: 4,
+    };
+    let consumer = Arc::new(
+        Consumer::new(
+            h.store.clone(),
+            Arc::new(registry),
+            Arc::new(webhook_inbox::metrics::Metrics::new()),
+            &settings,
+        )
+        .with_subscriptions(&subs),
+    );
+    let events = 300;
+    let deliveries: Vec<_> = (0..events)
+        .map(|i| {
+            (
+                "shop",
+                format!("evt-{i}"),
+                "order.completed",
+                order_body(&format!("o-{i}"), &format!("c-{}", i % 5), 1),
+            )
+        })
+        .collect();
+    let refs: Vec<_> = deliveries
+        .iter()
+        .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
+        .collect();
+    assert!(h.insert(&refs).iter().all(|o| *o == InsertOutcome::Queued));
+    let claims: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
+    let threads = 6;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (store, consumer) = (h.store.clone(), Arc::clone(&consumer));
+            let (claims, barrier) = (Arc::clone(&claims), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..2_000 {
+                    let n = if t < 4 {
+                        let got = store
+                            .claim_subscription(&format!("f{t}"), billing, 7, 30_000, now_ms())
+                            .unwrap();
+                        assert_eq!(got.gate, Gate::Open);
+                        let done: Vec<Finish> = got
+                            .claims
+                            .iter()
+                            .map(|c| Finish {
+                                claim: c.claim.clone(),
+                                next: Next::Complete {
+                                    effect: None,
+                                    outcome: Outcome::Delivered,
+                                },
+                            })
+                            .collect();
+                        for c in &got.claims {
+                            assert_eq!(c.claim.subscription, billing);
+                            *claims.lock().unwrap().entry(c.claim.seq).or_default() += 1;
+                        }
+                        store.finish(&done, now_ms()).unwrap();
+                        got.claims.len()
+                    } else {
+                        consumer
+                            .run_until_idle(&format!("w{t}"), 8, &|| false)
+                            .unwrap()
+                    };
+                    if n == 0 && t < 4 {
+                        // Idle forwarders look again while the workers may still fan out.
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    if n == 0 && h_done(&claims, events) {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in handles {
+        t.join().unwrap();
+    }
+    let claims = claims.lock().unwrap();
+    assert_eq!(claims.len(), events, "every event claimed for billing");
+    assert!(claims.values().all(|n| *n == 1), "an event claimed twice");
+    for i in 0..events {
+        let id = format!("evt-{i}");
+        assert_eq!(h.loyalty.calls_for(&id), 1, "{id}: credited once");
+        let detail = h.detail("shop", &id);
+        let states: Vec<_> = detail
+            .event
+            .subscriptions
+            .iter()
+            .map(|s| (s.name.as_str(), s.status.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [("points", "completed"), ("billing", "completed")],
+            "{id}"
+        );
+    }
+}
+
+fn h_done(claims: &Mutex<HashMap<i64, usize>>, events: usize) -> bool {
+    claims.lock().unwrap().len() >= events
+}
+
+/// Six claimers released together when an open breaker's probe is due: one gets one event,
+/// the others nothing until the next probe; a failed probe doubles the wait, a success closes
+/// the breaker. Seen failing on PostgreSQL with the gate read without its row lock: all six
+/// claimers probed at once.
+fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let subs = subscriptions();
+    let ids = h.store.sync_subscriptions(&subs, now_ms()).unwrap();
+    let billing = ids[1];
+    let deliveries: Vec<_> = (0..20)
+        .map(|i| ("shop", format!("p-{i}"), "order.created", "{}".to_string()))
+        .collect();
+    let refs: Vec<_> = deliveries
+        .iter()
+        .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
+        .collect();
+    h.insert(&refs);
+    let now = now_ms();
+    h.store
+        .open_breaker(billing, false, 200, 1_000, now)
+        .unwrap();
+    // Open: nothing is claimed before the probe is due.
+    let got = h
+        .store
+        .claim_subscription("f", billing, 8, 30_000, now)
+        .unwrap();
+    assert_eq!(got.gate, Gate::WaitUntil(now + 200));
+    assert!(got.claims.is_empty());
+    // A run of failures seen by another node leaves an open breaker as it is.
+    h.store
+        .open_breaker(billing, false, 200, 1_000, now + 50)
+        .unwrap();
+    let at = now + 200;
+    let threads = 6;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (store, barrier) = (h.store.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                store
+                    .claim_subscription(&format!("f{t}"), billing, 8, 30_000, at)
+                    .unwrap()
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|t| t.join().unwrap()).collect();
+    let probes: Vec<_> = results.iter().filter(|r| !r.claims.is_empty()).collect();
+    assert_eq!(probes.len(), 1, "one probe: {results:?}");
+    assert_eq!(probes[0].gate, Gate::Probe);
+    assert_eq!(probes[0].claims.len(), 1);
+    for r in results.iter().filter(|r| r.claims.is_empty()) {
+        assert_eq!(r.gate, Gate::WaitUntil(at + 30_000), "{r:?}");
+    }
+    // The probe failed: the next wait is twice the first.
+    h.store
+        .open_breaker(billing, true, 200, 1_000, at + 10)
+        .unwrap();
+    let got = h
+        .store
+        .claim_subscription("f", billing, 8, 30_000, at + 10)
+        .unwrap();
+    assert_eq!(got.gate, Gate::WaitUntil(at + 10 + 400));
+    // It succeeded: claims flow again, up to the limit.
+    h.store.close_breaker(billing).unwrap();
+    let got = h
+        .store
+        .claim_subscription("f", billing, 8, 30_000, at + 20)
+        .unwrap();
+    assert_eq!(got.gate, Gate::Open);
+    // More than a probe's one (SQLite claims less right after another write: ingest first).
+    let again = h
+        .store
+        .claim_subscription("f", billing, 8, 30_000, at + 30)
+        .unwrap();
+    assert!(
+        got.claims.len() + again.claims.len() > 1,
+        "{got:?} {again:?}"
+    );
+}
