@@ -112,27 +112,36 @@ impl Forwarder {
         let finisher = tokio::spawn(Arc::clone(&self).finish_answers(answers));
         let mut pace = Pace::new(self.target.rate_per_second);
         let mut errors: u32 = 0;
+        let mut busy = false;
         loop {
             if *stopped.borrow() {
                 break;
             }
-            let first = tokio::select! {
-                p = Arc::clone(&permits).acquire_owned() => match p {
+            // While busy, wait for a quarter of the permits before claiming: a claim per
+            // finished call would be a transaction per event.
+            let want = if busy {
+                (self.target.concurrency / 4).clamp(1, pace.batch(self.target.concurrency))
+            } else {
+                1
+            };
+            let mut held = tokio::select! {
+                p = Arc::clone(&permits).acquire_many_owned(want as u32) => match p {
                     Ok(p) => p,
                     Err(_) => break,
                 },
                 _ = stopped.changed() => break,
             };
-            let mut held = vec![first];
-            while held.len() < pace.batch(self.target.concurrency) {
-                match Arc::clone(&permits).try_acquire_owned() {
-                    Ok(p) => held.push(p),
-                    Err(_) => break,
-                }
+            let more = permits
+                .available_permits()
+                .min(pace.batch(self.target.concurrency) - want);
+            if more > 0
+                && let Ok(p) = Arc::clone(&permits).try_acquire_many_owned(more as u32)
+            {
+                held.merge(p);
             }
             let claimed = {
                 let me = Arc::clone(&self);
-                let limit = held.len();
+                let limit = held.num_permits();
                 tokio::task::spawn_blocking(move || me.claim(limit)).await
             };
             let (claims, gate) = match claimed {
@@ -151,6 +160,7 @@ impl Forwarder {
                     (Vec::new(), Gate::Open)
                 }
             };
+            busy = claims.len() == held.num_permits();
             if claims.is_empty() {
                 drop(held);
                 let mut wait = self.options.idle_poll * 2u32.saturating_pow(errors.min(5));
@@ -166,7 +176,9 @@ impl Forwarder {
                 continue;
             }
             let probe = gate == Gate::Probe;
-            for (event, permit) in claims.into_iter().zip(held.drain(..)) {
+            for event in claims {
+                // One permit per call (a claim takes at most the permits held).
+                let permit = held.split(1);
                 pace.wait().await;
                 let me = Arc::clone(&self);
                 let done = done.clone();
