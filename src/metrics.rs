@@ -222,14 +222,15 @@ impl Metrics {
             .inc();
     }
 
-    /// One call of an `http` subscription (`result`: see `webhook_inbox_forwards`).
-    pub fn forwarded(&self, subscription: &str, result: &'static str) {
+    /// The counter of one `http` subscription's calls with one result (see
+    /// `webhook_inbox_forwards`), for its forwarder to keep: no labels built per call.
+    pub fn forward_counter(&self, subscription: &str, result: &'static str) -> Counter {
         self.forwards
             .get_or_create(&vec![
                 ("subscription", subscription.to_string()),
                 ("result", result.into()),
             ])
-            .inc();
+            .clone()
     }
 
     pub fn observe_ingest(&self, seconds: f64) {

@@ -83,18 +83,18 @@ pub fn client(target: &HttpTarget) -> anyhow::Result<reqwest::Client> {
     builder.build().context("building the HTTP client")
 }
 
-/// POST the event's body as it was received, signed, and read what the answer means. Errors
-/// never name the URL, which may hold credentials.
+/// POST the event's body (`body`, taken from the claim) as it was received, signed, and read
+/// what the answer means. Errors never name the URL, which may hold credentials.
 pub async fn forward(
     client: &reqwest::Client,
     target: &HttpTarget,
     event: &Claimed,
+    body: Vec<u8>,
     now_ms: i64,
 ) -> Answer {
     let claim = &event.claim;
     let id = webhook_id(&claim.source, &claim.event_id);
-    let headers = match signed_headers(&target.signing_secrets, &id, &event.payload, now_ms / 1000)
-    {
+    let headers = match signed_headers(&target.signing_secrets, &id, &body, now_ms / 1000) {
         Ok(h) => h,
         Err(e) => return failed(format!("cannot sign: {e}"), false, None, "not_sent"),
     };
@@ -109,7 +109,7 @@ pub async fn forward(
         .header("webhook-inbox-event-id", &claim.event_id)
         .header("webhook-inbox-event-type", &event.event_type)
         .header("webhook-inbox-attempt", claim.attempt.to_string())
-        .body(event.payload.clone());
+        .body(body);
     for (name, value) in headers {
         request = request.header(name, value);
     }

@@ -62,7 +62,21 @@ pub struct Forwarder {
     worker: String,
     /// Failed calls in a row on this node (any success resets it).
     failures: AtomicU32,
+    /// `webhook_inbox_forwards_total` of this subscription, by result.
+    counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
 }
+
+/// The results of `webhook_inbox_forwards_total`.
+const RESULTS: [&str; 8] = [
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "410",
+    "timeout",
+    "connection",
+    "not_sent",
+];
 
 /// One call's answer, on its way to be committed.
 struct Done {
@@ -90,7 +104,12 @@ impl Forwarder {
             sub.name
         );
         let client = call::client(&target)?;
+        let counters = RESULTS
+            .iter()
+            .map(|r| (*r, metrics.forward_counter(&sub.name, r)))
+            .collect();
         Ok(Forwarder {
+            counters,
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             worker: format!("{}-{}", options.name, sub.name),
             store,
@@ -183,7 +202,8 @@ impl Forwarder {
                 let me = Arc::clone(&self);
                 let done = done.clone();
                 tokio::spawn(async move {
-                    let answer = me.call(&event).await;
+                    let mut event = event;
+                    let answer = me.call(&mut event).await;
                     me.observe(&answer, probe).await;
                     let _ = done.send(Done { event, answer });
                     drop(permit);
@@ -207,14 +227,15 @@ impl Forwarder {
     }
 
     /// The call, started only while the lease covers all of it.
-    async fn call(&self, event: &Claimed) -> Option<Answer> {
+    async fn call(&self, event: &mut Claimed) -> Option<Answer> {
         let now = now_ms();
         let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
         if event.claimed_until - now < needed {
             return None;
         }
         let started = Instant::now();
-        let answer = call::forward(&self.client, &self.target, event, now).await;
+        let body = std::mem::take(&mut event.payload);
+        let answer = call::forward(&self.client, &self.target, event, body, now).await;
         self.metrics
             .observe_processing(started.elapsed().as_secs_f64());
         let result = match &answer {
@@ -222,7 +243,9 @@ impl Forwarder {
             Answer::Gone => "410",
             Answer::Failed { result, .. } => result,
         };
-        self.metrics.forwarded(&self.sub.name, result);
+        if let Some((_, counter)) = self.counters.iter().find(|(r, _)| *r == result) {
+            counter.inc();
+        }
         Some(answer)
     }
 }

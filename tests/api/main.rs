@@ -25,6 +25,7 @@ mod endpoint;
 mod faults;
 mod forwarding;
 mod forwarding_crash;
+mod forwarding_nodes;
 mod forwarding_store;
 mod group_commit;
 mod harness;
