@@ -90,7 +90,7 @@ impl Forwarder {
                 if probe {
                     tracing::warn!(subscription = %self.sub.name, %error, "probe failed");
                     Write::Open { after_probe: true }
-                } else if run % FAILURES_TO_OPEN == 0 {
+                } else if run.is_multiple_of(FAILURES_TO_OPEN) {
                     tracing::warn!(
                         subscription = %self.sub.name,
                         %error,
