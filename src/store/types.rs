@@ -79,6 +79,16 @@ impl Gate {
             Some(_) => Gate::Probe,
         }
     }
+
+    /// How many events a claim behind this gate may take: `limit`, one for a probe, or none
+    /// (`None`: claim nothing).
+    pub fn limit(self, limit: usize) -> Option<usize> {
+        match self {
+            Gate::Open => Some(limit),
+            Gate::Probe => Some(1),
+            Gate::Shut | Gate::WaitUntil(_) => None,
+        }
+    }
 }
 
 impl Lane {

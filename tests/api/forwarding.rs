@@ -65,6 +65,43 @@ async fn until_delivered(app: &TestApp, want: i64, within: Duration) -> Value {
     }
 }
 
+/// The example receiver and a node forwarding to it with `extra` lines on `billing`; `None`
+/// (the test returns) where the receiver's environment is missing.
+async fn endpoint_and_app(extra: &str) -> Option<(tempfile::TempDir, Endpoint, TestApp)> {
+    if !receiver_available() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
+    let app = spawn_app_with(config(&endpoint.hook_url(), extra), options()).await;
+    Some((dir, endpoint, app))
+}
+
+/// One subscription's state of an event, as the API shows it.
+async fn state_of(app: &TestApp, event_id: &str, name: &str) -> Value {
+    let event = app.event("shop", event_id).await;
+    event["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} state: {event}"))
+        .clone()
+}
+
+/// Wait (bounded) until the state of `name` for `event_id` has `status`.
+async fn until_status(app: &TestApp, event_id: &str, name: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = state_of(app, event_id, name).await;
+        if state["status"] == status {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "never {status}: {state}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `n` orders of 10 points for 4 customers, each delivered twice (a redelivery), and for
 /// every fifth one the same order again under another event id (a business duplicate).
 async fn deliver_orders(app: &TestApp, prefix: &str, n: usize) -> (usize, i64) {
@@ -107,12 +144,9 @@ fn total(stats: &Value) -> i64 {
 /// the `webhook-inbox-*` headers arrive as stored.
 #[tokio::test]
 async fn every_event_reaches_the_endpoint_and_verifies() {
-    if !receiver_available() {
+    let Some((_dir, endpoint, app)) = endpoint_and_app("concurrency = 8").await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
-    let app = spawn_app_with(config(&endpoint.hook_url(), "concurrency = 8"), options()).await;
+    };
     let (events, points) = deliver_orders(&app, "a", 20).await;
     // An event of another source is not billing's.
     let body = order_body("other", "c0", 1000);
@@ -133,16 +167,9 @@ async fn every_event_reaches_the_endpoint_and_verifies() {
         app.balance("c0").await,
         stats["balances"]["c0"].as_i64().unwrap() + 1000
     );
-    let event = app.event("shop", "a-e3").await;
-    let billing = event["subscriptions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "billing")
-        .unwrap()
-        .clone();
-    assert_eq!(billing["status"], "completed", "{event}");
-    assert_eq!(billing["outcome"], "delivered", "{event}");
+    let billing = state_of(&app, "a-e3", "billing").await;
+    assert_eq!(billing["status"], "completed", "{billing}");
+    assert_eq!(billing["outcome"], "delivered", "{billing}");
     app.stop().await;
 }
 
@@ -150,16 +177,10 @@ async fn every_event_reaches_the_endpoint_and_verifies() {
 /// dedup keeps its balances exact although it saw the same event more than once.
 #[tokio::test]
 async fn a_misbehaving_endpoint_still_gets_every_event_once_in_effect() {
-    if !receiver_available() {
+    let Some((_dir, endpoint, app)) = endpoint_and_app("max_attempts = 30\nconcurrency = 8").await
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
-    let app = spawn_app_with(
-        config(&endpoint.hook_url(), "max_attempts = 30\nconcurrency = 8"),
-        options(),
-    )
-    .await;
+    };
     let mut events = 0;
     let mut points = 0;
     for mode in ["500", "hang", "reset", "429", "late"] {
@@ -184,12 +205,9 @@ async fn a_misbehaving_endpoint_still_gets_every_event_once_in_effect() {
 /// the (much shorter) backoff says.
 #[tokio::test]
 async fn retry_after_holds_the_next_attempt_back() {
-    if !receiver_available() {
+    let Some((_dir, endpoint, app)) = endpoint_and_app("concurrency = 8").await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
-    let app = spawn_app_with(config(&endpoint.hook_url(), "concurrency = 8"), options()).await;
+    };
     endpoint.set_mode("429", Some(1), Some("2")).await;
     let body = order_body("r-1", "c1", 5);
     assert_eq!(
@@ -224,12 +242,9 @@ async fn retry_after_holds_the_next_attempt_back() {
 /// them.
 #[tokio::test]
 async fn gone_pauses_the_subscription_until_resumed() {
-    if !receiver_available() {
+    let Some((_dir, endpoint, app)) = endpoint_and_app("concurrency = 1").await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
-    let app = spawn_app_with(config(&endpoint.hook_url(), "concurrency = 1"), options()).await;
+    };
     endpoint.set_mode("410", None, None).await;
     let (events, points) = deliver_orders(&app, "g", 5).await;
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -257,19 +272,13 @@ async fn gone_pauses_the_subscription_until_resumed() {
 /// is delivered.
 #[tokio::test]
 async fn a_dead_endpoint_gets_probes_not_the_backlog() {
-    if !receiver_available() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
-    let app = spawn_app_with(
-        config(
-            &endpoint.hook_url(),
-            "max_attempts = 100\nbackoff_base_ms = 200\nbackoff_max_ms = 800\nconcurrency = 8",
-        ),
-        options(),
+    let Some((_dir, endpoint, app)) = endpoint_and_app(
+        "max_attempts = 100\nbackoff_base_ms = 200\nbackoff_max_ms = 800\nconcurrency = 8",
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     endpoint.set_mode("500", None, None).await;
     let (events, points) = deliver_orders(&app, "d", 150).await;
     // The outage: 6 seconds with 180 events waiting.
@@ -333,28 +342,7 @@ async fn an_https_endpoint_is_verified_against_its_ca_file() {
         endpoint.count("SELECT count(*) FROM event_log WHERE source = 'shop'"),
         events as i64
     );
-    let event = app.event("shop", "t-e1").await;
-    let untrusted = event["subscriptions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "untrusted")
-        .unwrap()
-        .clone();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut untrusted = untrusted;
-    while untrusted["status"] != "failed" {
-        assert!(Instant::now() < deadline, "{untrusted}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let event = app.event("shop", "t-e1").await;
-        untrusted = event["subscriptions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["name"] == "untrusted")
-            .unwrap()
-            .clone();
-    }
+    let untrusted = until_status(&app, "t-e1", "untrusted", "failed").await;
     let error = untrusted["last_error"].as_str().unwrap();
     assert!(error.contains("certificate"), "{error}");
     assert!(!error.contains("hunter2"), "{error}");
@@ -414,19 +402,11 @@ async fn a_generated_signing_secret_is_kept_across_restarts() {
 /// for ops rather than repeated; one the endpoint refused (a 429) is sent again.
 #[tokio::test]
 async fn at_most_once_abandons_an_unknown_outcome() {
-    if !receiver_available() {
+    let Some((_dir, endpoint, app)) =
+        endpoint_and_app("mode = \"at-most-once\"\nconcurrency = 1").await
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
-    let app = spawn_app_with(
-        config(
-            &endpoint.hook_url(),
-            "mode = \"at-most-once\"\nconcurrency = 1",
-        ),
-        options(),
-    )
-    .await;
+    };
     endpoint.set_mode("429", Some(1), Some("0")).await;
     let body = order_body("m-1", "c1", 5);
     app.deliver("shop", "m-1", &body).await;
@@ -434,22 +414,7 @@ async fn at_most_once_abandons_an_unknown_outcome() {
     endpoint.set_mode("hang", Some(1), None).await;
     let body = order_body("m-2", "c1", 5);
     app.deliver("shop", "m-2", &body).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let billing = loop {
-        let event = app.event("shop", "m-2").await;
-        let billing = event["subscriptions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["name"] == "billing")
-            .unwrap()
-            .clone();
-        if billing["status"] == "failed" {
-            break billing;
-        }
-        assert!(Instant::now() < deadline, "{event}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let billing = until_status(&app, "m-2", "billing", "failed").await;
     assert_eq!(billing["abandoned"], true, "{billing}");
     assert_eq!(billing["attempts"], 1, "{billing}");
     // m-1: a 429 then a delivery; m-2: the one call that hung.

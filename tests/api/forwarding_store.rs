@@ -5,11 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 
-use webhook_inbox::config::ConsumerSettings;
-use webhook_inbox::consumer::Consumer;
 use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::handlers::Registry;
 use webhook_inbox::store::{Finish, Gate, InsertOutcome, Next, Outcome};
 use webhook_inbox::subscriptions::{HttpTarget, Kind, Route, Subscription};
 
@@ -54,35 +51,7 @@ fn forwarders_and_workers_released_together_claim_each_event_once(kind: crate::s
     let subs = subscriptions();
     let ids = h.store.sync_subscriptions(&subs, now_ms()).unwrap();
     let billing = ids[1];
-    let registry = Registry::from_parts(
-        h.loyalty.clone(),
-        h.audit.clone(),
-        Registry::new(
-            h.store.clone(),
-            h.downstream.clone(),
-            DeliveryMode::AtMostOnce,
-            std::time::Duration::from_secs(1),
-        )
-        .downstream()
-        .clone(),
-    );
-    let settings = ConsumerSettings {
-        workers: 0,
-        batch_size: 8,
-        lease_seconds: 30,
-        max_attempts: 5,
-        backoff_base_ms: 1,
-        backoff_max_ms: 4,
-    };
-    let consumer = Arc::new(
-        Consumer::new(
-            h.store.clone(),
-            Arc::new(registry),
-            Arc::new(webhook_inbox::metrics::Metrics::new()),
-            &settings,
-        )
-        .with_subscriptions(&subs),
-    );
+    let consumer = h.consumer_of(&subs, 8);
     let events = 300;
     let deliveries: Vec<_> = (0..events)
         .map(|i| {

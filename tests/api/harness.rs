@@ -222,6 +222,44 @@ impl Harness {
         }
     }
 
+    /// A consumer of these subscriptions over the harness's recording handlers, claiming
+    /// `batch_size` at a time (the harness's own consumer serves the implicit three).
+    pub fn consumer_of(
+        &self,
+        subs: &[webhook_inbox::subscriptions::Subscription],
+        batch_size: usize,
+    ) -> Arc<Consumer> {
+        let registry = Registry::from_parts(
+            self.loyalty.clone(),
+            self.audit.clone(),
+            Registry::new(
+                self.store.clone(),
+                self.downstream.clone(),
+                webhook_inbox::domain::DeliveryMode::AtMostOnce,
+                Duration::from_secs(1),
+            )
+            .downstream()
+            .clone(),
+        );
+        let settings = ConsumerSettings {
+            workers: 0,
+            batch_size,
+            lease_seconds: 30,
+            max_attempts: 5,
+            backoff_base_ms: 1,
+            backoff_max_ms: 4,
+        };
+        Arc::new(
+            Consumer::new(
+                self.store.clone(),
+                Arc::new(registry),
+                Arc::new(webhook_inbox::metrics::Metrics::new()),
+                &settings,
+            )
+            .with_subscriptions(subs),
+        )
+    }
+
     /// Store deliveries as the ingest path would.
     pub fn insert(&self, deliveries: &[(&str, &str, &str, String)]) -> Vec<InsertOutcome> {
         let batch: Vec<NewDelivery> = deliveries

@@ -495,10 +495,7 @@ fn six_workers_released_together_handle_each_event_once_per_subscription(
     kind: crate::stores::StoreKind,
 ) {
     use std::sync::{Arc, Barrier};
-    use webhook_inbox::config::ConsumerSettings;
-    use webhook_inbox::consumer::Consumer;
     use webhook_inbox::domain::DeliveryMode;
-    use webhook_inbox::handlers::Registry;
     use webhook_inbox::store::InsertOutcome;
     use webhook_inbox::subscriptions::{Kind, Route, Subscription};
 
@@ -521,35 +518,7 @@ fn six_workers_released_together_handle_each_event_once_per_subscription(
     h.store
         .sync_subscriptions(&subs, webhook_inbox::domain::time::now_ms())
         .unwrap();
-    let registry = Registry::from_parts(
-        h.loyalty.clone(),
-        h.audit.clone(),
-        Registry::new(
-            h.store.clone(),
-            h.downstream.clone(),
-            DeliveryMode::AtMostOnce,
-            std::time::Duration::from_secs(1),
-        )
-        .downstream()
-        .clone(),
-    );
-    let settings = ConsumerSettings {
-        workers: 0,
-        batch_size: 4,
-        lease_seconds: 30,
-        max_attempts: 5,
-        backoff_base_ms: 1,
-        backoff_max_ms: 4,
-    };
-    let consumer = Arc::new(
-        Consumer::new(
-            h.store.clone(),
-            Arc::new(registry),
-            Arc::new(webhook_inbox::metrics::Metrics::new()),
-            &settings,
-        )
-        .with_subscriptions(&subs),
-    );
+    let consumer = h.consumer_of(&subs, 4);
     let events = 240;
     let deliveries: Vec<_> = (0..events)
         .map(|i| {

@@ -36,15 +36,11 @@ pub(super) fn claim(
     if gate == Gate::Probe {
         gate = gate_locked(db, sub, now)?;
     }
-    let limit = match gate {
-        Gate::Open => limit,
-        Gate::Probe => 1,
-        Gate::Shut | Gate::WaitUntil(_) => {
-            return Ok(SubscriptionClaim {
-                claims: Vec::new(),
-                gate,
-            });
-        }
+    let Some(limit) = gate.limit(limit) else {
+        return Ok(SubscriptionClaim {
+            claims: Vec::new(),
+            gate,
+        });
     };
     let whose = ClaimFor::Subscription(sub);
     let claims = consume::claim(db, routes, fan_out_to, worker, whose, limit, lease_ms, now)?;

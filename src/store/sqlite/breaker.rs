@@ -24,15 +24,11 @@ pub(super) fn claim(
         .query_row([sub], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let gate = Gate::of(row, now);
-    let limit = match gate {
-        Gate::Open => limit,
-        Gate::Probe => 1,
-        Gate::Shut | Gate::WaitUntil(_) => {
-            return Ok(SubscriptionClaim {
-                claims: Vec::new(),
-                gate,
-            });
-        }
+    let Some(limit) = gate.limit(limit) else {
+        return Ok(SubscriptionClaim {
+            claims: Vec::new(),
+            gate,
+        });
     };
     let whose = ClaimFor::Subscription(sub);
     let claims = consume::claim_for(tx, routes, worker, whose, limit, lease_ms, now)?;
