@@ -39,9 +39,19 @@ impl Pki {
     /// A server certificate for `localhost` and 127.0.0.1, signed by the CA, with a key of its
     /// own, written as `name.pem` and `name.key` in `dir`; returns the paths and the DER.
     pub(crate) fn issue(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf, Vec<u8>) {
+        self.issue_for(dir, name, &["localhost", "127.0.0.1"])
+    }
+
+    /// [`Pki::issue`] for these host names (and addresses) only.
+    pub(crate) fn issue_for(
+        &self,
+        dir: &Path,
+        name: &str,
+        hosts: &[&str],
+    ) -> (PathBuf, PathBuf, Vec<u8>) {
         let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        let hosts = hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>();
+        let mut params = CertificateParams::new(hosts).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
         let cert = params.signed_by(&key, &self.ca).unwrap();
         let (cert_path, key_path) = (

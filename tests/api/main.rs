@@ -43,6 +43,7 @@ mod pgdb;
 mod pipeline;
 mod plans;
 mod postgres_store;
+mod postgres_tls;
 mod powercut;
 mod process;
 mod properties;

@@ -22,7 +22,7 @@ impl From<postgres::Error> for StoreError {
 
 /// The client's error with its causes and the server's SQLSTATE, e.g. `db error: ERROR: bigint
 /// out of range (SQLSTATE 22003)`: never the client's bare "db error".
-fn describe(e: &postgres::Error) -> String {
+pub(super) fn describe(e: &postgres::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {

@@ -3,8 +3,6 @@
 //! for a copy. (Should the server drop that connection, say by restarting, the node serves on
 //! without it.)
 
-use postgres::NoTls;
-
 use super::off_async;
 use crate::store::{Hold, Holder, StoreResult};
 
@@ -12,8 +10,8 @@ use crate::store::{Hold, Holder, StoreResult};
 const HOLD_KEY: i64 = 0x7765_6268_6f6f_6b21;
 
 /// Take the hold (call off any async runtime); `None` while the other kind holds it.
-pub(super) fn take(config: &postgres::Config, holder: Holder) -> StoreResult<Option<Hold>> {
-    let mut client = config.connect(NoTls)?;
+pub(super) fn take(connect: &super::session::Connect, holder: Holder) -> StoreResult<Option<Hold>> {
+    let mut client = connect.connect()?;
     let sql = match holder {
         Holder::Node => "SELECT pg_try_advisory_lock_shared($1)",
         Holder::Copy => "SELECT pg_try_advisory_lock($1)",

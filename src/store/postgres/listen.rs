@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use postgres::NoTls;
 use postgres::fallible_iterator::FallibleIterator;
 use tokio::sync::Notify;
 
@@ -19,7 +18,7 @@ const TICK: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Start the listener thread; it ends soon after `stopping` turns true.
-pub(super) fn start(config: postgres::Config, wake: Arc<Notify>, stopping: Arc<AtomicBool>) {
+pub(super) fn start(config: super::session::Connect, wake: Arc<Notify>, stopping: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new()
         .name("pg-listen".into())
         .spawn(move || run(&config, &wake, &stopping));
@@ -28,7 +27,7 @@ pub(super) fn start(config: postgres::Config, wake: Arc<Notify>, stopping: Arc<A
     }
 }
 
-fn run(config: &postgres::Config, wake: &Notify, stopping: &AtomicBool) {
+fn run(config: &super::session::Connect, wake: &Notify, stopping: &AtomicBool) {
     let mut backoff = Duration::from_millis(100);
     while !stopping.load(Ordering::SeqCst) {
         match listen(config, wake, stopping) {
@@ -49,11 +48,11 @@ fn run(config: &postgres::Config, wake: &Notify, stopping: &AtomicBool) {
 
 /// One connection's life: `Ok` when told to stop, `Err` when the connection failed.
 fn listen(
-    config: &postgres::Config,
+    config: &super::session::Connect,
     wake: &Notify,
     stopping: &AtomicBool,
 ) -> Result<(), postgres::Error> {
-    let mut client = config.connect(NoTls)?;
+    let mut client = config.connect()?;
     client.batch_execute(&format!("LISTEN {QUEUED_CHANNEL}"))?;
     tracing::debug!("listening for queued work");
     // Anything queued while this connection was down went unheard.

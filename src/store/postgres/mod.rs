@@ -29,13 +29,13 @@ mod requests;
 mod rows;
 mod session;
 mod subscriptions;
+mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use postgres::NoTls;
 use r2d2::Pool;
 
 use super::copy::{Cell, Row, Table};
@@ -84,7 +84,7 @@ impl Default for PostgresOptions {
 pub struct PostgresStore {
     /// `Option` only so that `Drop` can close the connections off any async runtime.
     pool: Option<Pool<Manager>>,
-    config: postgres::Config,
+    connect: session::Connect,
     /// Stops the LISTEN thread (if any) when the store goes.
     stopping: Arc<AtomicBool>,
     /// The live subscriptions' routes, read once from the table and after each change.
@@ -95,12 +95,9 @@ impl PostgresStore {
     /// Open a pool on `url` without connecting yet (a database that is down at this moment
     /// makes the first statement fail with `Unavailable`, not this call) and without migrating.
     pub fn open(url: &str, options: PostgresOptions) -> anyhow::Result<PostgresStore> {
-        let config = session::connection_config(url, options.wait)
-            .with_context(|| format!("parsing the PostgreSQL URL {}", redact_credentials(url)))?;
-        let manager = Manager::new(r2d2_postgres::PostgresConnectionManager::new(
-            config.clone(),
-            NoTls,
-        ));
+        let connect = session::Connect::from_url(url, options.wait)
+            .with_context(|| format!("the PostgreSQL URL {}", redact_credentials(url)))?;
+        let manager = Manager::new(&connect);
         let pool = Pool::builder()
             .max_size(options.pool_size)
             .min_idle(Some(1))
@@ -112,7 +109,7 @@ impl PostgresStore {
             .build_unchecked(manager);
         Ok(PostgresStore {
             pool: Some(pool),
-            config,
+            connect,
             stopping: Arc::new(AtomicBool::new(false)),
             routes: parking_lot::RwLock::new(None),
         })
@@ -225,7 +222,7 @@ impl Store for PostgresStore {
     }
 
     fn on_queued(&self, wake: Arc<tokio::sync::Notify>) {
-        listen::start(self.config.clone(), wake, Arc::clone(&self.stopping));
+        listen::start(self.connect.clone(), wake, Arc::clone(&self.stopping));
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
@@ -475,6 +472,6 @@ impl Store for PostgresStore {
 
     /// An advisory lock on a connection of its own, outside the pool (see `hold`).
     fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
-        off_async(|| hold::take(&self.config, holder))
+        off_async(|| hold::take(&self.connect, holder))
     }
 }

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement, Transaction};
+use postgres::{Client, Row, Statement, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::store::{StoreError, StoreResult};
 
@@ -36,27 +37,74 @@ impl Conn {
 }
 
 /// `r2d2_postgres`'s manager, with a statement cache beside each client.
-pub struct Manager(PostgresConnectionManager<NoTls>);
+pub struct Manager(PostgresConnectionManager<MakeRustlsConnect>);
 
 impl Manager {
-    pub(super) fn new(inner: PostgresConnectionManager<NoTls>) -> Self {
-        Manager(inner)
+    pub(super) fn new(connect: &Connect) -> Self {
+        Manager(PostgresConnectionManager::new(
+            connect.config.clone(),
+            connect.tls.clone(),
+        ))
+    }
+}
+
+/// How to open a connection: the settings and the TLS connector of the URL (see `tls`).
+#[derive(Clone)]
+pub struct Connect {
+    pub(super) config: postgres::Config,
+    tls: MakeRustlsConnect,
+}
+
+impl Connect {
+    /// From a `postgres://` URL, with `sslmode` and `sslrootcert` as libpq reads them.
+    pub(super) fn from_url(url: &str, wait: Duration) -> anyhow::Result<Connect> {
+        let (url, tls) = super::tls::split_url(url)?;
+        let mut config = connection_config(&url, wait)?;
+        config.ssl_mode(tls.mode.ssl_mode());
+        Ok(Connect {
+            config,
+            tls: super::tls::connector(&tls)?,
+        })
+    }
+
+    /// A connection outside the pool (call off any async runtime).
+    pub(super) fn connect(&self) -> Result<Client, postgres::Error> {
+        self.config.connect(self.tls.clone())
+    }
+}
+
+/// A connection that failed, with every cause (the pool shows only an error's own text, and
+/// the client's is "error performing TLS handshake" without why).
+#[derive(Debug)]
+pub struct ConnectError(String);
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl From<postgres::Error> for ConnectError {
+    fn from(e: postgres::Error) -> Self {
+        ConnectError(super::errors::describe(&e))
     }
 }
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Conn;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<Conn, postgres::Error> {
+    fn connect(&self) -> Result<Conn, ConnectError> {
         Ok(Conn {
             client: self.0.connect()?,
             statements: HashMap::new(),
         })
     }
 
-    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
-        self.0.is_valid(&mut conn.client)
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), ConnectError> {
+        Ok(self.0.is_valid(&mut conn.client)?)
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
