@@ -5,6 +5,7 @@
 mod cluster;
 mod consumers;
 mod contract;
+mod deadlocks;
 mod fresh;
 mod operations;
 mod upgrade;
