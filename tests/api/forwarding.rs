@@ -77,27 +77,41 @@ async fn endpoint_and_app(extra: &str) -> Option<(tempfile::TempDir, Endpoint, T
     Some((dir, endpoint, app))
 }
 
-/// One subscription's state of an event, as the API shows it.
-async fn state_of(app: &TestApp, event_id: &str, name: &str) -> Value {
-    let event = app.event("shop", event_id).await;
+/// One subscription's state of an event, as the API shows it (`None` before the fan-out).
+async fn find_state(app: &TestApp, source: &str, event_id: &str, name: &str) -> Option<Value> {
+    let event = app.event(source, event_id).await;
     event["subscriptions"]
-        .as_array()
-        .unwrap()
+        .as_array()?
         .iter()
         .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} state: {event}"))
-        .clone()
+        .cloned()
 }
 
-/// Wait (bounded) until the state of `name` for `event_id` has `status`.
+async fn state_of(app: &TestApp, event_id: &str, name: &str) -> Value {
+    find_state(app, "shop", event_id, name)
+        .await
+        .unwrap_or_else(|| panic!("{event_id} has no {name} state"))
+}
+
+/// Wait (bounded) until the state of `name` for `shop`'s `event_id` has `status`.
 async fn until_status(app: &TestApp, event_id: &str, name: &str, status: &str) -> Value {
+    until_status_in(app, "shop", event_id, name, status).await
+}
+
+async fn until_status_in(
+    app: &TestApp,
+    source: &str,
+    event_id: &str,
+    name: &str,
+    status: &str,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let state = state_of(app, event_id, name).await;
-        if state["status"] == status {
-            return state;
+        let state = find_state(app, source, event_id, name).await;
+        if let Some(state) = state.as_ref().filter(|s| s["status"] == status) {
+            return state.clone();
         }
-        assert!(Instant::now() < deadline, "never {status}: {state}");
+        assert!(Instant::now() < deadline, "never {status}: {state:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -162,7 +176,12 @@ async fn every_event_reaches_the_endpoint_and_verifies() {
     assert_eq!(stats["applied"], events as i64, "{stats}");
     assert_eq!(stats["business_duplicates"], 4, "{stats}");
     assert_eq!(total(&stats), points, "{stats}");
-    // The in-process subscription credited the same orders, and the other source's.
+    // The in-process subscription credited the same orders, and the other source's, once it
+    // is done (it runs beside the forwarder: its own pace).
+    until_status_in(&app, "strict", "s-1", "points", "completed").await;
+    for i in 0..20 {
+        until_status(&app, &format!("a-e{i}"), "points", "completed").await;
+    }
     assert_eq!(
         app.balance("c0").await,
         stats["balances"]["c0"].as_i64().unwrap() + 1000

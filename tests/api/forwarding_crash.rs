@@ -45,12 +45,12 @@ admin_token = "{ADMIN_TOKEN}"
 
 [consumers]
 workers = 2
-lease_seconds = 4
+lease_seconds = 8
 backoff_base_ms = 10
 backoff_max_ms = 200
 
 [downstream]
-timeout_ms = 1000
+timeout_ms = 2000
 
 [[sources]]
 name = "shop"
@@ -62,7 +62,7 @@ name = "billing"
 kind = "http"
 url = "{url}"
 signing_secret = "{SW_SECRET}"
-timeout_ms = 1500
+timeout_ms = 3500
 concurrency = 16
 max_attempts = 100
 "#
