@@ -134,8 +134,7 @@ pub async fn forward(
         Err(_) => String::new(),
     };
     let (unknown, result) = match status.as_u16() {
-        // Said not to be processed: safe to send again in either mode.
-        408 | 429 => (false, "4xx"),
+        // Refused (408 and 429 say not processed): safe to send again in either mode.
         400..=499 => (false, "4xx"),
         300..=399 => (false, "3xx"),
         _ => (true, "5xx"),

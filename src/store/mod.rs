@@ -6,6 +6,7 @@
 //! invariants (one row per event key, one credit per order, fenced completion) are enforced by
 //! the database inside that transaction, never by a read followed by a write.
 
+mod claims;
 pub mod copy;
 pub mod postgres;
 mod rejection;
@@ -17,6 +18,7 @@ mod types;
 
 use std::sync::Arc;
 
+pub use claims::*;
 pub use rejection::*;
 pub use request_types::*;
 pub use types::*;

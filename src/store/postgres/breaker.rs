@@ -32,10 +32,11 @@ pub(super) fn claim(
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<SubscriptionClaim> {
-    let mut gate = gate(db, sub, false, now)?;
-    if gate == Gate::Probe {
-        gate = gate_locked(db, sub, now)?;
+    let mut state = gate(db, sub, false, now)?;
+    if state == Gate::Probe {
+        state = gate(db, sub, true, now)?;
     }
+    let gate = state;
     let Some(limit) = gate.limit(limit) else {
         return Ok(SubscriptionClaim {
             claims: Vec::new(),
@@ -51,10 +52,6 @@ pub(super) fn claim(
         )?;
     }
     Ok(SubscriptionClaim { claims, gate })
-}
-
-fn gate_locked(db: &mut Db<'_>, sub: i64, now: i64) -> StoreResult<Gate> {
-    gate(db, sub, true, now)
 }
 
 /// See [`crate::store::Store::open_breaker`].

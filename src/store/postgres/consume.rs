@@ -39,103 +39,6 @@ fn claim_due_sql() -> String {
     )
 }
 
-/// The advisory lock (of a transaction) that orders webhooks' inserts and the fan-out: an
-/// insert of a lane-0 event holds it shared from before its `seq` is taken to its commit (see
-/// `ingest`), and [`fan_out_limit`] takes it exclusively for a moment. Locks of this kind are
-/// per database.
-pub(super) const INGEST_LOCK: i64 = 0x7765_6268_6f6f_6b6c;
-
-/// The lock a node takes, for its transaction, to fan events out: one fan-out at a time, so
-/// that two nodes never read the same cursor. Another claim waits for it (for the rest of the
-/// holder's short transaction) rather than skip the fan-out: a worker that found nothing would
-/// rest until the next poll while events wait (seen: six workers where one did all the work).
-/// Taken with `pg_advisory_xact_lock`, no row written, in a statement of its own before the
-/// fan-out's: the fan-out's snapshot, taken after the lock, sees the cursor as the previous
-/// holder committed it (a snapshot taken before could see an older cursor, and fan the same
-/// events out again: seen as a duplicate state key with six workers).
-const FAN_OUT_LOCK: i64 = 0x7765_6268_6f6f_6b66;
-
-/// How far the fan-out may go, read in its own short transaction before the claim's: `None`
-/// when nothing was stored after the cursor. Else the highest `seq` handed out so far, read
-/// once no webhook insert is in flight (the exclusive [`INGEST_LOCK`]): every lane-0 event up to
-/// it is committed or rolled back, and a later one gets a higher `seq`. Inserts wait for this
-/// moment; it is taken only when there is something new.
-pub(super) fn fan_out_limit(db: &mut Db<'_>) -> StoreResult<Option<i64>> {
-    let behind: bool = db
-        .query_one(
-            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)
-                    > (SELECT after_seq FROM queue_cursor)",
-            &[],
-        )?
-        .try_get(0)?;
-    if !behind {
-        return Ok(None);
-    }
-    db.execute(&format!("SELECT pg_advisory_xact_lock({INGEST_LOCK})"), &[])?;
-    // Read after the lock: the sequence is not versioned, so this is what was handed out.
-    let limit: i64 = db
-        .query_one(
-            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)",
-            &[],
-        )?
-        .try_get(0)?;
-    Ok(Some(limit))
-}
-
-/// The fan-out of the next lane-0 events after the cursor, up to `$4` (see
-/// [`fan_out_limit`]): a state row per live subscription whose route matches (claimed for the
-/// ones `claims_now`, an expression on `u`, picks; pending for the others), and the cursor
-/// moved past them, in one statement. $1 worker, $2 lease, $3 limit, $4 the highest `seq` it may take.
-fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
-    format!(
-        "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
-         cur AS MATERIALIZED (SELECT after_seq FROM queue_cursor WHERE id = 0),
-         scanned AS MATERIALIZED (
-            SELECT l.seq, l.lane, l.source, l.event_type, l.received_at FROM event_log l, cur
-             WHERE l.seq > cur.after_seq AND l.seq <= $4
-             ORDER BY l.seq LIMIT $3
-         ), batch AS MATERIALIZED (
-            SELECT * FROM scanned WHERE lane = 0
-         ), moved AS (
-            -- Past the last event scanned; when fewer than the limit were, past `$4`: numbers
-            -- taken by duplicates and rolled-back inserts leave gaps the cursor must pass too.
-            UPDATE queue_cursor q
-               SET after_seq = greatest(q.after_seq,
-                   CASE WHEN (SELECT count(*) FROM scanned) < $3 THEN $4
-                        ELSE (SELECT max(seq) FROM scanned) END)
-             WHERE q.id = 0 AND EXISTS (SELECT 1 FROM cur)
-         ), fanned AS (
-            INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
-                                     claimed_until, claimed_by, claim_token)
-            SELECT b.seq, u.id, u.lane,
-                   CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
-                   CASE WHEN {claims_now} THEN 1 ELSE 0 END,
-                   b.received_at,
-                   CASE WHEN {claims_now} THEN (SELECT ms FROM clock) + $2 END,
-                   CASE WHEN {claims_now} THEN $1 END,
-                   CASE WHEN {claims_now} THEN gen_random_uuid()::text END
-              FROM batch b CROSS JOIN subscriptions u
-             WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq AND {}
-            RETURNING seq, sub, status, attempts, attempts - budget_floor AS used, claim_token
-         )
-         SELECT seq, sub, attempts, used, claim_token FROM fanned
-          WHERE status = 'claimed'",
-        routes.by_id("b.")
-    )
-}
-
-/// The state rows of one submitted request (lane 1), written when it is stored: pending, due
-/// now, for each live subscription whose route takes it. $1 seq.
-pub(super) fn fan_out_one_sql(routes: &Routes) -> String {
-    format!(
-        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
-         SELECT l.seq, u.id, u.lane, 'pending', l.received_at
-           FROM event_log l CROSS JOIN subscriptions u
-          WHERE l.seq = $1 AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {}",
-        routes.by_id("l.")
-    )
-}
-
 /// Turns the subscriptions take at being claimed first.
 static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
@@ -212,11 +115,14 @@ pub(super) fn claim(
     };
     if let (Some(claims_now), Some(to), true) = (claims_now, fan_out_to, room > 0) {
         db.execute(
-            &format!("SELECT pg_advisory_xact_lock({FAN_OUT_LOCK})"),
+            &format!(
+                "SELECT pg_advisory_xact_lock({})",
+                super::fan_out::FAN_OUT_LOCK
+            ),
             &[],
         )?;
         let room = i64::try_from(room).unwrap_or(i64::MAX);
-        let sql = fan_out_sql(routes, &claims_now);
+        let sql = super::fan_out::fan_out_sql(routes, &claims_now);
         for r in db.query(&sql, &[&worker, &lease_ms, &room, &to])? {
             claims.push(picked(&r)?);
         }

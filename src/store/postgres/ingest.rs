@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::QUEUED_CHANNEL;
-use super::consume::INGEST_LOCK;
+use super::fan_out::INGEST_LOCK;
 use super::session::Db;
 use super::subscriptions::Routes;
 use crate::store::{InsertOutcome, Lane, NewDelivery, StoreError, StoreResult};
@@ -23,7 +23,7 @@ fn insert_sql() -> String {
                       content_type, ord)
          ), ordered AS MATERIALIZED (
             -- Held from before the first `seq` is taken to the commit (see
-            -- `consume::fan_out_limit`): every inserted row waits for it.
+            -- `fan_out::fan_out_limit`): every inserted row waits for it.
             SELECT pg_advisory_xact_lock_shared({INGEST_LOCK})
          ), inserted AS (
             INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
@@ -97,7 +97,7 @@ pub(super) fn insert_all(
         // are written by the claim that fans it out.
         if batch[ord as usize].lane == Lane::CallOut {
             let seq: i64 = row.try_get(1)?;
-            db.execute(&super::consume::fan_out_one_sql(routes), &[&seq])?;
+            db.execute(&super::fan_out::fan_out_one_sql(routes), &[&seq])?;
         }
     }
     let queued = !rows.is_empty();

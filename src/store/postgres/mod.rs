@@ -18,6 +18,7 @@ mod consume;
 mod copy;
 mod errors;
 mod events;
+mod fan_out;
 mod finish;
 mod hold;
 mod ingest;
@@ -115,10 +116,10 @@ impl PostgresStore {
         })
     }
 
-    /// How far an in-process claim may fan events out (see `consume::fan_out_limit`).
+    /// How far an in-process claim may fan events out (see `fan_out::fan_out_limit`).
     fn fan_out_limit(&self, lane: Lane) -> StoreResult<Option<i64>> {
         match lane {
-            Lane::InProcess => self.tx(consume::fan_out_limit),
+            Lane::InProcess => self.tx(fan_out::fan_out_limit),
             Lane::CallOut => Ok(None),
         }
     }

@@ -93,7 +93,7 @@ pub(super) fn insert_all(
             Some(seq) => {
                 if d.lane == Lane::CallOut {
                     // Claimed through the index of due work, not the log's cursor.
-                    tx.prepare_cached(&super::consume::fan_out_one_sql(&routes.by_id))?
+                    tx.prepare_cached(&super::fan_out::fan_out_one_sql(&routes.by_id))?
                         .execute(params![seq])?;
                 }
                 InsertOutcome::Queued

@@ -19,6 +19,7 @@ mod copy;
 mod customers;
 mod durable;
 mod events;
+mod fan_out;
 mod finish;
 mod ingest;
 mod migrations;
@@ -43,7 +44,8 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use super::{StoreError, StoreResult};
 use checkpoint::Checkpointer;
 
-pub use consume::{IN_PROCESS_CLAIMS_NOW, claim_sql, fan_out_sql};
+pub use consume::claim_sql;
+pub use fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out_sql};
 
 /// The fan-out statement for the subscriptions a database holds now (for the query-plan
 /// tests): [`fan_out_sql`] over their routes.

@@ -1,0 +1,92 @@
+//! The fan-out (migration 0011): an event of lane 0 after the cursor has no state row; the
+//! first claim that reaches it gives it one state row per live subscription whose route
+//! matches, in one `INSERT … SELECT`, and moves the cursor past it.
+
+use rusqlite::{Transaction, params};
+
+use super::consume::{CLAIMED, claimed};
+use super::subscriptions::Routes;
+use crate::store::{Claimed, StoreResult};
+
+/// Whether a subscription's fanned-out state row starts claimed, for a lane-0 claim: the
+/// in-process ones that are not paused.
+pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0)";
+
+/// The fan-out of the lane-0 events in `(?3, ?4]`: a state row for each live subscription whose
+/// route (`routes`, an expression picked by `u.id`) matches and that took the event (added
+/// before it was stored). Due since the event was received. The rows that `claims_now` (an
+/// expression on `u`) picks start claimed, the others pending.
+pub fn fan_out_sql(routes: &str, claims_now: &str) -> String {
+    format!(
+        "INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
+                         claimed_until, claimed_by, claim_token)
+SELECT l.seq, u.id, u.lane,
+       CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
+       CASE WHEN {claims_now} THEN 1 ELSE 0 END,
+       l.received_at,
+       CASE WHEN {claims_now} THEN ?2 END,
+       CASE WHEN {claims_now} THEN ?1 END,
+       CASE WHEN {claims_now} THEN lower(hex(randomblob(16))) END
+  FROM event_log l CROSS JOIN subscriptions u
+ WHERE l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0
+   AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
+ ORDER BY l.seq, u.id
+RETURNING {CLAIMED}, status"
+    )
+}
+
+/// The state rows of one submitted request (lane 1), stored with it: pending, due now, for
+/// each live subscription whose route matches (the `downstream` ones).
+pub(super) fn fan_out_one_sql(routes: &str) -> String {
+    format!(
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
+SELECT l.seq, u.id, u.lane, 'pending', l.received_at
+  FROM event_log l JOIN subscriptions u
+    ON u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
+ WHERE l.seq = ?1"
+    )
+}
+
+/// Fan out the next `room` lane-0 events after the cursor and move the cursor past them, in
+/// one transaction: the claims of those events (the rows that started claimed).
+///
+/// The cursor moves to the last event fanned out; if there were fewer than `room`, none of
+/// lane 0's events is left anywhere in the log, and it moves to the last `seq` (writes are
+/// serialised, so no event can appear behind it). It only ever moves forward.
+pub(super) fn fan_out(
+    tx: &Transaction<'_>,
+    routes: &Routes,
+    claims_now: &str,
+    worker: &str,
+    claimed_until: i64,
+    room: usize,
+) -> StoreResult<Vec<Claimed>> {
+    let cursor: i64 = tx
+        .prepare_cached("SELECT after_seq FROM queue_cursors WHERE lane = 0")?
+        .query_row([], |r| r.get(0))?;
+    let (found, last): (i64, Option<i64>) = tx
+        .prepare_cached(&format!(
+            "SELECT count(*), max(seq) FROM (SELECT seq FROM event_log
+              WHERE seq > ?1 AND lane = 0 ORDER BY seq LIMIT {room})"
+        ))?
+        .query_row([cursor], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut claims = Vec::new();
+    if let Some(last) = last {
+        let mut fan = tx.prepare_cached(&fan_out_sql(&routes.by_id, claims_now))?;
+        let mut rows = fan.query(params![worker, claimed_until, cursor, last])?;
+        while let Some(row) = rows.next()? {
+            if row.get::<_, String>(6)? == "claimed" {
+                claims.push(claimed(row)?);
+            }
+        }
+    }
+    let to = if (found as usize) < room {
+        tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM event_log")?
+            .query_row([], |r| r.get(0))?
+    } else {
+        last.unwrap_or(cursor)
+    };
+    tx.prepare_cached("UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0 AND after_seq < ?1")?
+        .execute(params![to])?;
+    Ok(claims)
+}
