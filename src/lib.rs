@@ -30,6 +30,7 @@ pub mod forward;
 pub mod handlers;
 pub mod ingest;
 pub mod metrics;
+pub mod pull;
 pub mod rejections;
 pub mod retention;
 pub mod routes;

@@ -42,6 +42,7 @@ pub struct Metrics {
     subscription_paused: Family<Labels, Gauge>,
     subscription_probing: Family<Labels, Gauge>,
     forwards: Family<Labels, Counter>,
+    pulls: Family<Labels, Counter>,
     purged: Counter,
     rejections_dropped: Counter,
     tombstones: Gauge,
@@ -98,6 +99,7 @@ impl Metrics {
             subscription_paused: Family::default(),
             subscription_probing: Family::default(),
             forwards: Family::default(),
+            pulls: Family::default(),
             purged: Counter::default(),
             rejections_dropped: Counter::default(),
             tombstones: Gauge::default(),
@@ -168,6 +170,11 @@ impl Metrics {
             m.forwards.clone(),
         );
         registry.register(
+            "webhook_inbox_pulls",
+            "Events of pull subscriptions claimed by clients and acknowledged, by subscription and action (claimed, done, retry, fail, release, lease_lost)",
+            m.pulls.clone(),
+        );
+        registry.register(
             "webhook_inbox_subscription_probing",
             "1 while an http subscription's circuit breaker is open (its endpoint failed; one probe per interval)",
             m.subscription_probing.clone(),
@@ -229,6 +236,16 @@ impl Metrics {
             .get_or_create(&vec![
                 ("subscription", subscription.to_string()),
                 ("result", result.into()),
+            ])
+            .clone()
+    }
+
+    /// The counter of one `pull` subscription's action (see `webhook_inbox_pulls`).
+    pub fn pull_counter(&self, subscription: &str, action: &'static str) -> Counter {
+        self.pulls
+            .get_or_create(&vec![
+                ("subscription", subscription.to_string()),
+                ("action", action.into()),
             ])
             .clone()
     }

@@ -49,6 +49,8 @@ pub struct Application {
     pool_options: PoolOptions,
     /// One per `http` subscription: started with the workers.
     forwarders: Vec<Arc<crate::forward::Forwarder>>,
+    /// Ends the long polls of `pull` clients at shutdown.
+    stop_polls: tokio::sync::watch::Sender<bool>,
     purge_every: Duration,
     /// This node's share of its database, while it runs (see [`Store::hold`]).
     _held: Hold,
@@ -139,7 +141,17 @@ impl Application {
                 );
                 target.signing_secrets.push(secret);
             }
+            if sub.kind == crate::subscriptions::Kind::Pull && sub.token.is_none() {
+                let (token, path) = crate::config::subscription_token(&settings, &sub.name)?;
+                tracing::info!(
+                    subscription = %sub.name,
+                    file = %path.display(),
+                    "pull clients use the generated token kept in this file"
+                );
+                sub.token = Some(token);
+            }
         }
+        crate::subscriptions::check_tokens(&subscriptions, &settings)?;
         let ids = store
             .sync_subscriptions(&subscriptions, crate::domain::time::now_ms())
             .context("applying the config's subscriptions")?;
@@ -211,6 +223,13 @@ impl Application {
             &settings.rejections,
             Arc::clone(&metrics),
         );
+        let pullers = subscriptions
+            .iter()
+            .zip(&ids)
+            .filter_map(|(sub, &id)| crate::pull::Puller::new(id, sub.clone(), &metrics))
+            .map(Arc::new)
+            .collect();
+        let (stop_polls, stopping) = tokio::sync::watch::channel(false);
         let state = web::Data::new(AppState {
             settings: Arc::clone(&settings),
             store,
@@ -220,6 +239,8 @@ impl Application {
             queued,
             worker_name: name,
             rejections,
+            pullers,
+            stopping,
         });
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
@@ -248,6 +269,7 @@ impl Application {
             state,
             pool_options,
             forwarders,
+            stop_polls,
             purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
             _held: held,
             tls,
@@ -301,6 +323,9 @@ impl Application {
             tracing::info!("shutting down: no new deliveries or claims");
             // The purge stops after its current batch (a batch is one short transaction).
             let _ = stop_purge.send(true);
+            // Long polls answer (with what they have, usually nothing) instead of holding
+            // the graceful stop up.
+            let _ = self.stop_polls.send(true);
             // Both at once: stop accepting and claiming; in-flight requests and handlers finish.
             let (_, ()) = tokio::join!(handle.stop(true), pool.shutdown());
         };

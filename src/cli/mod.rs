@@ -1,4 +1,4 @@
-//! The command line: `serve`, `migrate`, `sign`, `events`, `replay`, `loadgen`, `backup`, `copy`, and
+//! The command line: `serve`, `migrate`, `sign`, `events`, `listen`, `replay`, `loadgen`, `backup`, `copy`, and
 //! `completions`/`man` for shells and manuals. `main.rs` only calls
 //! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
 //! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
@@ -7,6 +7,7 @@ mod backup;
 pub mod client;
 mod copy;
 mod events;
+mod listen;
 mod loadgen;
 mod manual;
 mod purge;
@@ -59,6 +60,9 @@ enum Command {
     /// The user's consumers: list, pause, resume, backfill, through the HTTP API.
     #[command(subcommand)]
     Subscriptions(subscriptions::SubscriptionsCommand),
+    /// Forward a pull subscription's events to a local URL, signed, without opening a port
+    /// (a developer's laptop).
+    Listen(listen::ListenArgs),
     /// Redeliver a replay file (from `events export`), re-signed with fresh timestamps.
     Replay(replay::ReplayArgs),
     /// Send unique signed deliveries at a fixed concurrency; report throughput and latency.
@@ -129,6 +133,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(command) => events::run(cli.config.as_deref(), command),
         Command::Rejections(command) => rejections::run(cli.config.as_deref(), command),
         Command::Subscriptions(command) => subscriptions::run(cli.config.as_deref(), command),
+        Command::Listen(args) => listen::run(cli.config.as_deref(), args),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Backup(args) => backup::run(cli.config.as_deref(), args),

@@ -94,6 +94,14 @@ pub fn subscription_secret(settings: &Settings, name: &str) -> anyhow::Result<(S
     Ok((secret, path))
 }
 
+/// The bearer token of a `pull` subscription that names none: generated once, kept in
+/// `<data dir>/subscription-<name>-token` (its clients are given it).
+pub fn subscription_token(settings: &Settings, name: &str) -> anyhow::Result<(Secret, PathBuf)> {
+    let path = crate::subscriptions::token_file(&data_dir(settings), name);
+    let token = kept_secret(&path, || hex::encode(random_bytes::<24>()))?;
+    Ok((token, path))
+}
+
 /// Add the `demo` source with its kept secret.
 pub fn add_demo_source(settings: &mut Settings) -> anyhow::Result<PathBuf> {
     let path = data_dir(settings).join("demo-secret");

@@ -18,6 +18,7 @@ pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, RejectionSettings, any_contains};
 pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, subscription_secret,
+    subscription_token,
 };
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};

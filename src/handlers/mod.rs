@@ -140,7 +140,8 @@ impl Registry {
     }
 
     /// The handler of a subscription kind. The kinds that reach the user's own code (`http`,
-    /// `pull`) have no handler here: the config refuses them until they are built.
+    /// `pull`) have no handler here: their events are claimed by their forwarders and clients,
+    /// never by the workers that call these.
     pub fn for_kind(&self, kind: crate::subscriptions::Kind) -> &Arc<dyn Handler> {
         use crate::subscriptions::Kind;
         match kind {

@@ -11,7 +11,7 @@ use subtle::ConstantTimeEq;
 use super::{ApiError, AppState};
 use crate::signature::Secret;
 
-fn bearer(req: &HttpRequest) -> Option<&str> {
+pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get("Authorization")?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())

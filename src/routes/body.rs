@@ -40,7 +40,7 @@ pub async fn read_limited(
 }
 
 /// Syntax errors are `invalid_json` (400); JSON of the wrong shape is `invalid_request` (422)
-/// with serde's message, which names the field. An empty body reads as `{}`.
+/// with serde's message, after the field's path (`results[2].outcome: …`). An empty body reads as `{}`.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let value: serde_json::Value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::json!({})
@@ -48,5 +48,19 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::InvalidJson(format!("the body is not JSON: {e}")))?
     };
-    serde_json::from_value(value).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+    // Every body is an object of named fields (serde would also read a struct from an array,
+    // by position, with a message that names no field).
+    if !value.is_object() {
+        return Err(ApiError::InvalidRequest(
+            "the body must be a JSON object".into(),
+        ));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::InvalidRequest(if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        })
+    })
 }

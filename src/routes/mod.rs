@@ -8,6 +8,7 @@ mod health;
 mod loyalty;
 mod openapi;
 pub mod paging;
+mod pull;
 mod purge;
 mod rejected;
 mod rejections;
@@ -50,6 +51,10 @@ pub struct AppState {
     pub worker_name: String,
     /// Refused deliveries, kept for `GET /rejections`.
     pub rejections: Rejections,
+    /// The `pull` subscriptions, whose clients claim over HTTP.
+    pub pullers: Vec<Arc<crate::pull::Puller>>,
+    /// Turns `true` when the service starts shutting down: long polls answer at once.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Run a store call on the blocking pool, keeping the request's span.
@@ -93,6 +98,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/subscriptions/{name}").route(web::get().to(subscriptions::show)))
     .service(resource("/subscriptions/{name}/pause").route(web::post().to(subscriptions::pause)))
     .service(resource("/subscriptions/{name}/resume").route(web::post().to(subscriptions::resume)))
+    .service(resource("/subscriptions/{name}/claim").route(web::post().to(pull::claim)))
+    .service(resource("/subscriptions/{name}/ack").route(web::post().to(pull::ack)))
+    .service(resource("/subscriptions/{name}/extend").route(web::post().to(pull::extend)))
     .service(
         resource("/subscriptions/{name}/backfill").route(web::post().to(subscriptions::backfill)),
     )

@@ -16,7 +16,7 @@ use crate::store::SubscriptionInfo;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionView {
     name: String,
-    /// `http`, `loyalty-credit`, `audit`, `downstream` (`pull` in a later version).
+    /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     kind: String,
     route: RouteView,
     /// `active`, `paused` (claims nothing; its events wait), `probing` (an `http`

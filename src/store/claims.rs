@@ -95,6 +95,8 @@ pub struct Claimed {
     pub event_type: String,
     pub payload: Vec<u8>,
     pub content_type: Option<String>,
+    /// When the event was first received (unix ms).
+    pub received_at: i64,
     /// Claims used since the last fresh budget, this one included.
     pub budget_used: i64,
     pub claimed_until: i64,

@@ -112,6 +112,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<()>;
     /// A call went through: claims flow again.
     fn close_breaker(&self, sub: i64) -> StoreResult<()>;
+    /// Move the lease of each claim still held to `lease_ms` from now, and say until when
+    /// (unix ms); `None` for a claim no longer held (finished, swept, or its lease ran out),
+    /// fenced as a worker's own transitions are. For `pull` clients that need longer.
+    fn extend_claims(
+        &self,
+        claims: &[ClaimRef],
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Option<i64>>>;
 
     // Ingest.
     /// Insert deliveries in one transaction (one fsync); each gets its own outcome. Later items

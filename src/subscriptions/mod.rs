@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 mod settings;
 
-pub use settings::{SubscriptionSettings, from_settings, valid_name};
+pub use settings::{SubscriptionSettings, check_tokens, from_settings, valid_name};
 
 use crate::config::{ConsumerSettings, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
@@ -134,6 +134,14 @@ pub struct Subscription {
     pub backoff_max_ms: u64,
     /// Where a subscription of kind `http` forwards its events; `None` for every other kind.
     pub http: Option<HttpTarget>,
+    /// The bearer token of a `pull` subscription's routes; `None` for every other kind, and
+    /// until the service fills a generated one in from `data/` ([`token_file`]).
+    pub token: Option<crate::signature::Secret>,
+}
+
+/// Where a `pull` subscription's generated token is kept, under the data directory.
+pub fn token_file(data_dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    data_dir.join(format!("subscription-{name}-token"))
 }
 
 /// The endpoint of an `http` subscription and how it is called (SPEC section 13).
@@ -179,6 +187,7 @@ pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec
         backoff_base_ms: c.backoff_base_ms,
         backoff_max_ms: c.backoff_max_ms,
         http: None,
+        token: None,
     };
     vec![
         with(

@@ -50,6 +50,8 @@ impl OneOrMany {
 const MAX_CONCURRENCY: usize = 1024;
 const DEFAULT_CONCURRENCY: usize = 8;
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// The shortest `token` of a `pull` subscription.
+const MIN_TOKEN_LEN: usize = 16;
 
 fn invalid(i: usize, field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -66,6 +68,30 @@ pub fn valid_name(name: &str) -> bool {
         .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && name.len() <= 63
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Refuse a `pull` subscription's token that is also the admin token, a submission token or
+/// another subscription's: each token opens its own routes and no others. Run once every
+/// token is known (generated ones included).
+pub fn check_tokens(subs: &[Subscription], settings: &Settings) -> Result<(), ConfigError> {
+    let mut seen: Vec<&str> = std::iter::once(&settings.admin_token)
+        .chain(&settings.submission_tokens)
+        .map(Secret::expose)
+        .collect();
+    for sub in subs {
+        if let Some(token) = &sub.token {
+            if seen.contains(&token.expose()) {
+                return Err(ConfigError::Invalid {
+                    key: format!("subscriptions.{}.token", sub.name),
+                    message: "is also the admin token, a submission token or another \
+                              subscription's token: give each its own"
+                        .into(),
+                });
+            }
+            seen.push(token.expose());
+        }
+    }
+    Ok(())
 }
 
 /// The config's subscriptions, validated, or the implicit three when it names none.
@@ -108,19 +134,6 @@ fn one(
     consumers: &ConsumerSettings,
     downstream_mode: DeliveryMode,
 ) -> Result<Subscription, ConfigError> {
-    // The pull kind comes with its own issue; until it is built, naming it is refused rather
-    // than leaving its events waiting forever.
-    if s.kind == Kind::Pull {
-        return Err(invalid(
-            i,
-            "kind",
-            format!(
-                "kind `{}` is not available in this version (http, loyalty-credit, audit and \
-                 downstream are)",
-                s.kind.as_str()
-            ),
-        ));
-    }
     let only = |field: &str, set: bool, kind: &str| {
         if set {
             Err(invalid(i, field, format!("is for kind `{kind}` only")))
@@ -224,6 +237,19 @@ fn one(
         Kind::Http => Some(http_target(i, s, consumers)?),
         _ => None,
     };
+    let token = match &s.token {
+        Some(token) if token.len() < MIN_TOKEN_LEN || token.chars().any(char::is_whitespace) => {
+            return Err(invalid(
+                i,
+                "token",
+                format!(
+                    "must be at least {MIN_TOKEN_LEN} characters without spaces (omit it to have \
+                     one generated and kept under the data directory)"
+                ),
+            ));
+        }
+        token => token.as_deref().map(Secret::new),
+    };
     Ok(Subscription {
         name: s.name.clone(),
         kind: s.kind,
@@ -237,6 +263,7 @@ fn one(
         backoff_base_ms,
         backoff_max_ms,
         http,
+        token,
     })
 }
 

@@ -114,9 +114,14 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "exceed",
         ),
         (
-            sub("name = \"a\"\nkind = \"pull\""),
-            "subscriptions[0].kind",
-            "not available",
+            sub("name = \"a\"\nkind = \"pull\"\ntoken = \"short\""),
+            "subscriptions[0].token",
+            "at least 16",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"pull\"\nconcurrency = 2"),
+            "subscriptions[0].concurrency",
+            "http",
         ),
         (
             sub("name = \"a\"\nkind = \"http\""),

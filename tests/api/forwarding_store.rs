@@ -22,6 +22,7 @@ fn subscriptions() -> [Subscription; 2] {
         backoff_base_ms: 1,
         backoff_max_ms: 4,
         http,
+        token: None,
     };
     let target = HttpTarget {
         url: "http://127.0.0.1:9/hooks".into(),

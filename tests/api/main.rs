@@ -47,6 +47,7 @@ mod postgres_tls;
 mod powercut;
 mod process;
 mod properties;
+mod pull;
 mod purge_walks;
 mod queue;
 mod receiver;

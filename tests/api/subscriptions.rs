@@ -509,6 +509,7 @@ fn six_workers_released_together_handle_each_event_once_per_subscription(
         backoff_base_ms: 1,
         backoff_max_ms: 4,
         http: None,
+        token: None,
     };
     let subs = [
         sub("points", Kind::LoyaltyCredit),

@@ -48,6 +48,9 @@ pub const BEARER: &str = "bearer";
         super::subscriptions::pause,
         super::subscriptions::resume,
         super::subscriptions::backfill,
+        super::pull::claim,
+        super::pull::ack,
+        super::pull::extend,
         super::requests::create,
         super::requests::get,
         super::requests::add_document,
@@ -68,6 +71,7 @@ pub const BEARER: &str = "bearer";
     tags(
         (name = "ingest", description = "Deliveries from providers"),
         (name = "ops", description = "Events, consumers and refused deliveries, admin token"),
+        (name = "pull", description = "Pull subscriptions: the user's workers claim events and ack them, with the subscription's own token"),
         (name = "requests", description = "The submission API: build a request, submit it once"),
         (name = "open", description = "Health, metrics, this document, the pages"),
     )

@@ -145,7 +145,8 @@ pub(super) fn claim(
         &[&seqs, &subs, &attempts, &worker, &now],
     )?;
     let events = db.query(
-        "SELECT l.seq, l.source, l.event_id, l.event_type, p.payload, p.content_type
+        "SELECT l.seq, l.source, l.event_id, l.event_type, p.payload, p.content_type,
+                l.received_at
            FROM event_log l JOIN event_payloads p ON p.seq = l.seq
           WHERE l.seq = ANY($1)",
         &[&seqs],
@@ -176,6 +177,7 @@ pub(super) fn claim(
                 budget_used,
                 payload: r.try_get(4)?,
                 content_type: r.try_get(5)?,
+                received_at: r.try_get(6)?,
                 // In the caller's clock, for the handler's "does the lease cover the call"
                 // check: the database's lease began after `now`, so it ends no earlier.
                 claimed_until: now + lease_ms,
@@ -238,6 +240,36 @@ pub(super) fn fenced(
     params.extend_from_slice(set);
     let moved: i64 = db.query_one(sql, &params)?.try_get(0)?;
     Ok(moved == 1)
+}
+
+/// Longer leases for claims still held, in one statement, on the database's clock. `now`
+/// (the caller's) is the base of the answer, as for a claim's `claimed_until`.
+pub(super) fn extend(
+    db: &mut Db<'_>,
+    claims: &[ClaimRef],
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<Vec<Option<i64>>> {
+    let seqs: Vec<i64> = claims.iter().map(|c| c.seq).collect();
+    let tokens: Vec<&str> = claims.iter().map(|c| c.claim_token.as_str()).collect();
+    let moved = db.query(
+        &format!(
+            "UPDATE event_state s SET claimed_until = {NOW_MS} + $3
+               FROM unnest($1::bigint[], $2::text[]) AS t (seq, token)
+              WHERE s.seq = t.seq AND s.claim_token = t.token AND s.status = 'claimed'
+                AND s.claimed_until > {NOW_MS}
+             RETURNING s.claim_token"
+        ),
+        &[&seqs, &tokens, &lease_ms],
+    )?;
+    let held: std::collections::HashSet<String> = moved
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    Ok(claims
+        .iter()
+        .map(|c| held.contains(&c.claim_token).then_some(now + lease_ms))
+        .collect())
 }
 
 /// Shutdown: claims whose handler never started go back to pending, due now.

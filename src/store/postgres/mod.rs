@@ -367,6 +367,15 @@ impl Store for PostgresStore {
         self.tx(|db| breaker::close(db, sub))
     }
 
+    fn extend_claims(
+        &self,
+        claims: &[ClaimRef],
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Option<i64>>> {
+        self.tx(|db| consume::extend(db, claims, lease_ms, now))
+    }
+
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
         self.tx(|db| subscriptions::set_paused(db, name, paused))
     }

@@ -69,6 +69,7 @@ pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
         event_type: String::new(),
         payload: Vec::new(),
         content_type: None,
+        received_at: 0,
         budget_used: r.get(2)?,
         claimed_until: r.get::<_, Option<i64>>(4)?.unwrap_or_default(),
     })
@@ -154,7 +155,7 @@ pub(super) fn claim_for(
         )?);
     }
     let mut event = tx.prepare_cached(
-        "SELECT source, event_id, event_type, payload, content_type FROM event_log
+        "SELECT source, event_id, event_type, payload, content_type, received_at FROM event_log
           WHERE seq = ?1",
     )?;
     for c in &mut claims {
@@ -164,8 +165,16 @@ pub(super) fn claim_for(
             c.event_type,
             c.payload,
             c.content_type,
+            c.received_at,
         ) = event.query_row([c.claim.seq], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?;
     }
     let mut history = tx.prepare_cached(
@@ -318,6 +327,30 @@ pub(super) fn release(tx: &Transaction<'_>, claims: &[ClaimRef], now: i64) -> St
         }
     }
     Ok(released)
+}
+
+/// Longer leases for claims still held (fenced as a worker's own transitions are).
+pub(super) fn extend(
+    tx: &Transaction<'_>,
+    claims: &[ClaimRef],
+    until: i64,
+    now: i64,
+) -> StoreResult<Vec<Option<i64>>> {
+    let mut stmt = tx.prepare_cached(
+        "UPDATE event_state SET claimed_until = ?3
+          WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed' AND claimed_until > ?4
+         RETURNING claimed_until",
+    )?;
+    let mut extended = Vec::with_capacity(claims.len());
+    for claim in claims {
+        extended.push(
+            stmt.query_row(params![claim.seq, claim.claim_token, until, now], |r| {
+                r.get(0)
+            })
+            .optional()?,
+        );
+    }
+    Ok(extended)
 }
 
 /// Expired leases: each goes where `decide` says (the rule is the consumer's), through a

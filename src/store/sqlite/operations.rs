@@ -188,6 +188,15 @@ impl Store for SqliteStore {
         self.write(|tx| breaker::close(tx, sub))
     }
 
+    fn extend_claims(
+        &self,
+        claims: &[ClaimRef],
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Option<i64>>> {
+        self.consumer_write(|tx| consume::extend(tx, claims, now + lease_ms, now))
+    }
+
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
         self.write(|tx| subscriptions::set_paused(tx, name, paused))
     }

@@ -1,0 +1,358 @@
+//! Subscriptions of kind `pull` (SPEC section 13): the user's workers claim events over HTTP
+//! with leases and acknowledge them, as an SQS or pgmq consumer does.
+//!
+//! A claim is the same claim as a forwarder's (`Store::claim_subscription`: one transaction,
+//! fenced by a fresh claim token, which also fans new events out). What a client holds is a
+//! token that names the claim: the event's sequence, its attempt and budget, the store's claim
+//! token, and a MAC under a key derived from the subscription's own bearer token. So an ack
+//! needs no read before its fenced write, a token that was never issued (or was altered) is
+//! refused before anything changes, and any node that shares the config reads any node's
+//! tokens.
+//!
+//! Long polls wait on the same wake-up as idle workers (ingest in this process; `LISTEN` on
+//! PostgreSQL), with a short poll for work that becomes due by time (retries). A claim made for
+//! a client that is gone by the time it commits is given back at once.
+
+pub mod body;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::{Notify, oneshot, watch};
+
+use crate::consumer::Backoff;
+use crate::domain::time::now_ms;
+use crate::store::{
+    AttemptResult, ClaimRef, Claimed, Next, Outcome, Store, StoreError, StoreResult,
+};
+use crate::subscriptions::Subscription;
+
+/// The most events one claim returns.
+pub const MAX_CLAIM: usize = 1_000;
+/// Leases a client may ask for: at least a second, at most 12 hours.
+pub const LEASE_MS: std::ops::RangeInclusive<i64> = 1_000..=43_200_000;
+/// The longest long poll.
+pub const MAX_WAIT_MS: u64 = 60_000;
+/// How often a long poll looks again without being woken: work that becomes due by time (a
+/// retry's backoff) wakes nobody.
+const POLL: Duration = Duration::from_millis(500);
+/// How often a waiting client is sent a byte of whitespace (see [`Waited::Heartbeat`]).
+const HEARTBEAT: Duration = Duration::from_millis(100);
+
+/// One `pull` subscription as its routes serve it.
+pub struct Puller {
+    pub id: i64,
+    pub sub: Subscription,
+    token_digest: [u8; 32],
+    key: [u8; 32],
+    backoff: Backoff,
+    /// `webhook_inbox_pulls_total` of this subscription, by action.
+    counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
+}
+
+/// The actions of `webhook_inbox_pulls_total`.
+const ACTIONS: [&str; 6] = ["claimed", "done", "retry", "fail", "release", "lease_lost"];
+
+/// What a client says of one claimed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AckOutcome {
+    /// Handled: completed.
+    Done,
+    /// Not handled: again after the subscription's backoff (or `retry_after_ms`), until its
+    /// `max_attempts`.
+    Retry,
+    /// Will never be handled: failed now, for ops to see and retry.
+    Fail,
+    /// Not started (a client shutting down): back to pending, due now, without backoff.
+    Release,
+}
+
+impl AckOutcome {
+    fn action(self) -> &'static str {
+        match self {
+            AckOutcome::Done => "done",
+            AckOutcome::Retry => "retry",
+            AckOutcome::Fail => "fail",
+            AckOutcome::Release => "release",
+        }
+    }
+}
+
+/// A claim named by a client's token, as far as finishing it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub claim: ClaimRef,
+    pub budget_used: i64,
+}
+
+type Mac256 = Hmac<Sha256>;
+
+impl Puller {
+    /// `None` for a subscription that is not of kind `pull` or has no token yet.
+    pub fn new(id: i64, sub: Subscription, metrics: &crate::metrics::Metrics) -> Option<Puller> {
+        let token = sub.token.as_ref()?.expose().to_string();
+        let token_digest = Sha256::digest(token.as_bytes()).into();
+        let key = Sha256::new()
+            .chain_update(b"webhook-inbox pull claims\0")
+            .chain_update(token.as_bytes())
+            .finalize()
+            .into();
+        let counters = ACTIONS
+            .iter()
+            .map(|a| (*a, metrics.pull_counter(&sub.name, a)))
+            .collect();
+        Some(Puller {
+            id,
+            backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
+            sub,
+            token_digest,
+            key,
+            counters,
+        })
+    }
+
+    /// Whether `given` is this subscription's token (compared as digests, in constant time).
+    pub fn authorizes(&self, given: &str) -> bool {
+        bool::from(Sha256::digest(given.as_bytes()).ct_eq(&self.token_digest))
+    }
+
+    /// Count `n` of one action in `webhook_inbox_pulls_total`.
+    pub fn count(&self, action: &str, n: usize) {
+        if let Some((_, counter)) = self.counters.iter().find(|(a, _)| *a == action) {
+            counter.inc_by(n as u64);
+        }
+    }
+
+    fn mac(&self, seq: i64, attempt: i64, budget: i64, claim_token: &str) -> Mac256 {
+        let mut mac = Mac256::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(
+            format!(
+                "{}\0{seq}\0{attempt}\0{budget}\0{claim_token}",
+                self.sub.name
+            )
+            .as_bytes(),
+        );
+        mac
+    }
+
+    /// The token a client acks `claim` with.
+    pub fn token(&self, claim: &Claimed) -> String {
+        let c = &claim.claim;
+        let mac = self.mac(c.seq, c.attempt, claim.budget_used, &c.claim_token);
+        let tag = mac.finalize().into_bytes();
+        format!(
+            "{}.{}.{}.{}.{}",
+            c.seq,
+            c.attempt,
+            claim.budget_used,
+            c.claim_token,
+            hex::encode(&tag[..16])
+        )
+    }
+
+    /// The claim a token names; `None` for a token this subscription never issued.
+    pub fn held(&self, token: &str) -> Option<Held> {
+        let mut parts = token.split('.');
+        let seq = parts.next()?.parse().ok()?;
+        let attempt = parts.next()?.parse().ok()?;
+        let budget_used = parts.next()?.parse().ok()?;
+        let claim_token = parts.next()?;
+        let tag = hex::decode(parts.next()?).ok()?;
+        if parts.next().is_some() || tag.len() != 16 {
+            return None;
+        }
+        self.mac(seq, attempt, budget_used, claim_token)
+            .verify_truncated_left(&tag)
+            .ok()?;
+        Some(Held {
+            claim: ClaimRef {
+                // Not needed to finish a claim without an effect: the fence finds the row by
+                // its sequence and claim token.
+                source: String::new(),
+                event_id: String::new(),
+                seq,
+                subscription: self.id,
+                claim_token: claim_token.to_string(),
+                attempt,
+            },
+            budget_used,
+        })
+    }
+
+    /// Where an ack leaves its event.
+    pub fn next(
+        &self,
+        held: &Held,
+        outcome: AckOutcome,
+        error: Option<&str>,
+        retry_after_ms: Option<i64>,
+        now: i64,
+    ) -> Next {
+        let error = error.unwrap_or("the client gave no reason");
+        match outcome {
+            AckOutcome::Done => Next::Complete {
+                effect: None,
+                outcome: Outcome::Delivered,
+            },
+            AckOutcome::Release => Next::Retry {
+                at: now,
+                error: "released by the client before it was handled".into(),
+            },
+            AckOutcome::Fail => Next::Fail {
+                error: format!("failed by the client: {error}"),
+                result: AttemptResult::PermanentError,
+                abandoned: false,
+            },
+            AckOutcome::Retry if held.budget_used >= i64::from(self.sub.max_attempts) => {
+                Next::Fail {
+                    error: format!("{error} (gave up after {} attempts)", held.budget_used),
+                    result: AttemptResult::RetryableError,
+                    abandoned: false,
+                }
+            }
+            AckOutcome::Retry => {
+                let backoff = self.backoff.delay_ms(held.budget_used);
+                Next::Retry {
+                    at: now + backoff.max(retry_after_ms.unwrap_or(0)),
+                    error: error.to_string(),
+                }
+            }
+        }
+    }
+
+    /// The counter an ack's result adds to.
+    pub fn acked(&self, outcome: AckOutcome, applied: bool) {
+        self.count(
+            if applied {
+                outcome.action()
+            } else {
+                "lease_lost"
+            },
+            1,
+        );
+    }
+}
+
+/// How a long poll ends early: the service is shutting down.
+pub type Stopping = watch::Receiver<bool>;
+
+/// What a waiting claim yields, step by step.
+pub enum Waited {
+    /// Nothing yet: a byte of whitespace goes to the client, so that a client that has gone
+    /// away is noticed (the write fails and the wait is dropped) before work is claimed for it.
+    Heartbeat,
+    /// The end of the wait: the claims (none at the end of the wait, or at shutdown).
+    Claims(Vec<Claimed>),
+}
+
+/// A long poll's request, for [`wait_for_claims`].
+pub struct Wait {
+    pub store: Arc<dyn Store>,
+    pub puller: Arc<Puller>,
+    pub worker: String,
+    pub max: usize,
+    pub lease_ms: i64,
+    pub until: tokio::time::Instant,
+    pub queued: Arc<Notify>,
+    pub stopping: Stopping,
+}
+
+struct WaitState {
+    wait: Wait,
+    /// Registered before each claim, so that work queued meanwhile wakes this poll.
+    woken: Pin<Box<tokio::sync::futures::OwnedNotified>>,
+    claim_next: bool,
+    last_claim: tokio::time::Instant,
+    done: bool,
+}
+
+/// A long poll as a stream of steps, to be written to the client as they come: a heartbeat
+/// at least every [`HEARTBEAT`], and a claim after each wake-up (work committed in this process
+/// or, on PostgreSQL, in another), every [`POLL`] (work due by time), and at the end.
+///
+/// After a wake-up the stream first yields a heartbeat and claims only when polled again, that
+/// is once the server has written the heartbeat: a client gone by then fails that write, the
+/// stream is dropped, and nothing is claimed for it. (A handler that is not streaming is not
+/// told of a disconnect at all.)
+pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
+    let woken = Box::pin(Arc::clone(&wait.queued).notified_owned());
+    let state = WaitState {
+        last_claim: tokio::time::Instant::now(),
+        wait,
+        woken,
+        claim_next: false,
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
+        if s.done {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let stopping = *s.wait.stopping.borrow();
+        if stopping {
+            s.done = true;
+            return Some((Waited::Claims(Vec::new()), s));
+        }
+        let last = now >= s.wait.until;
+        if s.claim_next || last || now - s.last_claim >= POLL {
+            s.claim_next = false;
+            s.last_claim = now;
+            s.woken = Box::pin(Arc::clone(&s.wait.queued).notified_owned());
+            s.woken.as_mut().enable();
+            let w = &s.wait;
+            match claim_once(&w.store, w.puller.id, &w.worker, w.max, w.lease_ms).await {
+                Ok(claims) if !claims.is_empty() || last => {
+                    s.done = true;
+                    return Some((Waited::Claims(claims), s));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, subscription = %w.puller.sub.name, "a waiting claim failed");
+                    s.done = true;
+                    return Some((Waited::Claims(Vec::new()), s));
+                }
+            }
+        }
+        let nap = HEARTBEAT.min(s.wait.until.saturating_duration_since(now));
+        tokio::select! {
+            _ = s.woken.as_mut() => s.claim_next = true,
+            _ = tokio::time::sleep(nap) => {}
+            _ = s.wait.stopping.changed() => {}
+        }
+        Some((Waited::Heartbeat, s))
+    })
+}
+
+/// One claim on the blocking pool. If the caller is gone by the time it commits (the client
+/// disconnected and its request was dropped), its claims go back at once rather than waiting
+/// out their leases.
+pub async fn claim_once(
+    store: &Arc<dyn Store>,
+    sub: i64,
+    worker: &str,
+    max: usize,
+    lease_ms: i64,
+) -> StoreResult<Vec<Claimed>> {
+    let (sent, received) = oneshot::channel();
+    let store = Arc::clone(store);
+    let worker = worker.to_string();
+    tokio::task::spawn_blocking(move || {
+        let claimed = store
+            .claim_subscription(&worker, sub, max, lease_ms, now_ms())
+            .map(|c| c.claims);
+        if let Err(Ok(claims)) = sent.send(claimed) {
+            let refs: Vec<ClaimRef> = claims.iter().map(|c| c.claim.clone()).collect();
+            if let Err(e) = store.release(&refs, now_ms()) {
+                tracing::warn!(error = %e, "cannot give back a gone client's claims");
+            }
+        }
+    });
+    received
+        .await
+        .map_err(|_| StoreError::Internal(anyhow::anyhow!("the claim's task ended abnormally")))?
+}

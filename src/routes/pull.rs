@@ -1,0 +1,428 @@
+//! The routes of `pull` subscriptions (SPEC section 13): claim, ack, extend, each behind the
+//! subscription's own token (never the admin token).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::openapi::ErrorBody;
+use super::{ApiError, AppState, blocking};
+use crate::domain::time::{now_ms, rfc3339};
+use crate::pull::{self, AckOutcome, Held, Puller};
+use crate::store::{Finish, Finished};
+
+/// The longest `error` an ack may carry.
+const MAX_ERROR_LEN: usize = 4_096;
+/// Requests are small: tokens and numbers.
+const BODY_LIMIT: usize = 1 << 20;
+
+/// The named pull subscription, if the request carries its token.
+fn puller(req: &HttpRequest, state: &AppState, name: &str) -> Result<Arc<Puller>, ApiError> {
+    let puller = state
+        .pullers
+        .iter()
+        .find(|p| p.sub.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("no pull subscription is named `{name}`")))?;
+    match super::auth::bearer(req) {
+        Some(token) if puller.authorizes(token) => Ok(Arc::clone(puller)),
+        _ => Err(ApiError::Unauthorized),
+    }
+}
+
+fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
+    ApiError::InvalidRequest(format!("{field}: {message}"))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    /// At most this many events (1 to 1,000; default 100).
+    max: Option<u64>,
+    /// The lease, in ms (1,000 to 43,200,000; default the service's `consumers.lease_seconds`).
+    lease_ms: Option<i64>,
+    /// Wait up to this long for work (0 to 60,000 ms; default 0: answer at once).
+    wait_ms: Option<u64>,
+}
+
+/// One claimed event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimView {
+    /// Names this claim in `ack` and `extend`.
+    token: String,
+    source: String,
+    event_id: String,
+    #[serde(rename = "type")]
+    event_type: String,
+    /// Claims of this event by this subscription so far, this one included.
+    attempt: i64,
+    #[schema(format = DateTime)]
+    received_at: String,
+    /// Ack before this time, or the event is claimed again (at-most-once: abandoned).
+    #[schema(format = DateTime)]
+    lease_until: String,
+    #[schema(required = true)]
+    content_type: Option<String>,
+    /// A body whose content type says JSON: the JSON value itself, byte for byte; any other
+    /// UTF-8 body: a string. Absent when `body_base64` is set.
+    #[schema(value_type = Option<Object>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<Box<serde_json::value::RawValue>>,
+    /// The bytes, for a body that is not UTF-8, or declared JSON but not exactly one JSON
+    /// value (invalid, or with whitespace around it, which an embedded value would lose).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_base64: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Claims {
+    claims: Vec<ClaimView>,
+}
+
+/// Claim due events of the subscription, each leased to the caller until it is acked, its
+/// lease is extended, or the lease runs out (then it is claimed again; an `at-most-once`
+/// subscription abandons it). With `wait_ms`, the answer comes as soon as work is committed,
+/// or with no claims at the end of the wait (or when the service shuts down).
+#[utoipa::path(post, path = "/subscriptions/{name}/claim",
+    operation_id = "claimEvents", tag = "pull", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    request_body(content = ClaimRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The claims, possibly none", body = Claims),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no pull subscription has that name", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a field out of range, named", body = ErrorBody),
+    ))]
+pub async fn claim(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let puller = puller(&req, &state, &path)?;
+    let body = super::body::read_limited(&req, payload, BODY_LIMIT).await?;
+    let asked: ClaimRequest = super::body::parse_json(&body)?;
+    let max = asked.max.unwrap_or(100);
+    if !(1..=pull::MAX_CLAIM as u64).contains(&max) {
+        return Err(invalid(
+            "max",
+            format!("must be between 1 and {}", pull::MAX_CLAIM),
+        ));
+    }
+    let lease_ms = asked
+        .lease_ms
+        .unwrap_or_else(|| state.settings.consumers.lease_ms());
+    if !pull::LEASE_MS.contains(&lease_ms) {
+        return Err(invalid(
+            "lease_ms",
+            format!(
+                "must be between {} and {}",
+                pull::LEASE_MS.start(),
+                pull::LEASE_MS.end()
+            ),
+        ));
+    }
+    let wait_ms = asked.wait_ms.unwrap_or(0);
+    if wait_ms > pull::MAX_WAIT_MS {
+        return Err(invalid(
+            "wait_ms",
+            format!("must be between 0 and {}", pull::MAX_WAIT_MS),
+        ));
+    }
+    let worker = format!("{}-pull-{}", state.worker_name, puller.sub.name);
+    let max = max as usize;
+    let claims = pull::claim_once(&state.store, puller.id, &worker, max, lease_ms).await?;
+    if !claims.is_empty() || wait_ms == 0 {
+        return Ok(HttpResponse::Ok().json(render(&puller, claims)));
+    }
+    // Nothing yet: wait, streaming whitespace until the answer (see `pull::wait_for_claims`).
+    let wait = pull::Wait {
+        store: Arc::clone(&state.store),
+        puller: Arc::clone(&puller),
+        worker,
+        max,
+        lease_ms,
+        until: tokio::time::Instant::now() + Duration::from_millis(wait_ms),
+        queued: Arc::clone(&state.queued),
+        stopping: state.stopping.clone(),
+    };
+    let body = pull::wait_for_claims(wait).map(move |step| {
+        Ok::<_, std::convert::Infallible>(match step {
+            pull::Waited::Heartbeat => web::Bytes::from_static(b" "),
+            pull::Waited::Claims(claims) => {
+                let answer = render(&puller, claims);
+                web::Bytes::from(serde_json::to_vec(&answer).unwrap_or_default())
+            }
+        })
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .streaming(body))
+}
+
+/// The answer to a claim (and the count of what it claimed).
+fn render(puller: &Puller, claims: Vec<crate::store::Claimed>) -> Claims {
+    puller.count("claimed", claims.len());
+    let claims = claims
+        .into_iter()
+        .map(|c| {
+            let shown = pull::body::encode(c.content_type.as_deref(), &c.payload);
+            ClaimView {
+                token: puller.token(&c),
+                source: c.claim.source,
+                event_id: c.claim.event_id,
+                event_type: c.event_type,
+                attempt: c.claim.attempt,
+                received_at: rfc3339(c.received_at),
+                lease_until: rfc3339(c.claimed_until),
+                content_type: c.content_type,
+                body: shown.body,
+                body_base64: shown.body_base64,
+            }
+        })
+        .collect();
+    Claims { claims }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    /// 1 to 1,000 results.
+    results: Vec<AckItem>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckItem {
+    token: String,
+    outcome: AckOutcome,
+    /// Why, for `retry` and `fail`: kept in the event's history (at most 4,096 characters).
+    error: Option<String>,
+    /// For `retry`: not before this many ms (0 to 30 days); the backoff when it is longer.
+    retry_after_ms: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AckResult {
+    token: String,
+    /// `false`: the claim was no longer held (its lease ran out, or it was acked already);
+    /// nothing changed for this event, and the rest of the batch was applied.
+    applied: bool,
+    /// Where the event went: `completed`, `pending` (a retry or release), `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
+    /// `lease_lost` when not applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AckResults {
+    results: Vec<AckResult>,
+}
+
+/// The tokens of a request, checked before anything changes: each must have been issued by
+/// this subscription.
+fn held_all<'a>(
+    puller: &Puller,
+    tokens: impl Iterator<Item = (String, &'a str)>,
+) -> Result<Vec<Held>, ApiError> {
+    tokens
+        .map(|(field, token)| {
+            puller
+                .held(token)
+                .ok_or_else(|| invalid(&field, "is not a claim token of this subscription"))
+        })
+        .collect()
+}
+
+fn check_count(field: &str, n: usize) -> Result<(), ApiError> {
+    if n == 0 || n > pull::MAX_CLAIM {
+        return Err(invalid(
+            field,
+            format!("must hold 1 to {} entries", pull::MAX_CLAIM),
+        ));
+    }
+    Ok(())
+}
+
+/// Say what became of claimed events, fenced by each claim: `done` completes, `retry` comes
+/// back after the backoff (failed once the subscription's `max_attempts` are spent), `fail`
+/// fails it for ops, `release` gives it back untouched. A claim no longer held answers
+/// `applied: false` without failing the rest of the batch.
+#[utoipa::path(post, path = "/subscriptions/{name}/ack",
+    operation_id = "ackEvents", tag = "pull", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    request_body(content = AckRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "One result per entry, in order", body = AckResults),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no pull subscription has that name", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a field out of range or a token never issued, named; nothing changed", body = ErrorBody),
+    ))]
+pub async fn ack(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let puller = puller(&req, &state, &path)?;
+    let body = super::body::read_limited(&req, payload, BODY_LIMIT).await?;
+    let asked: AckRequest = super::body::parse_json(&body)?;
+    check_count("results", asked.results.len())?;
+    for (i, item) in asked.results.iter().enumerate() {
+        if item.error.as_ref().is_some_and(|e| e.len() > MAX_ERROR_LEN) {
+            return Err(invalid(
+                &format!("results[{i}].error"),
+                format!("must be at most {MAX_ERROR_LEN} bytes"),
+            ));
+        }
+        if item
+            .retry_after_ms
+            .is_some_and(|ms| !(0..=crate::config::MAX_BACKOFF_MS as i64).contains(&ms))
+        {
+            return Err(invalid(
+                &format!("results[{i}].retry_after_ms"),
+                format!("must be between 0 and {}", crate::config::MAX_BACKOFF_MS),
+            ));
+        }
+    }
+    let held = held_all(
+        &puller,
+        asked
+            .results
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("results[{i}].token"), r.token.as_str())),
+    )?;
+    let now = now_ms();
+    let items: Vec<Finish> = held
+        .iter()
+        .zip(&asked.results)
+        .map(|(h, r)| Finish {
+            claim: h.claim.clone(),
+            next: puller.next(h, r.outcome, r.error.as_deref(), r.retry_after_ms, now),
+        })
+        .collect();
+    let finished = blocking(&state, move |s| s.finish(&items, now)).await?;
+    if asked
+        .results
+        .iter()
+        .any(|r| matches!(r.outcome, AckOutcome::Release | AckOutcome::Retry))
+    {
+        state.queued.notify_waiters();
+    }
+    let results = asked
+        .results
+        .into_iter()
+        .zip(finished)
+        .map(|(r, f)| {
+            let status = match f {
+                Finished::LeaseLost => None,
+                Finished::Completed { .. } => Some("completed"),
+                Finished::Retrying => Some("pending"),
+                Finished::Failed => Some("failed"),
+            };
+            puller.acked(r.outcome, status.is_some());
+            AckResult {
+                token: r.token,
+                applied: status.is_some(),
+                status,
+                reason: status.is_none().then_some("lease_lost"),
+            }
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(AckResults { results }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    /// 1 to 1,000 claim tokens.
+    tokens: Vec<String>,
+    /// The new lease, from now, in ms (1,000 to 43,200,000).
+    lease_ms: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtendResult {
+    token: String,
+    extended: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    lease_until: Option<String>,
+    /// `lease_lost` when not extended: the claim was acked, or its lease ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtendResults {
+    results: Vec<ExtendResult>,
+}
+
+/// Move claims' leases to `lease_ms` from now, for a client that needs longer. A claim no
+/// longer held is not extended (`lease_lost`); the others are.
+#[utoipa::path(post, path = "/subscriptions/{name}/extend",
+    operation_id = "extendClaims", tag = "pull", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    request_body(content = ExtendRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "One result per token, in order", body = ExtendResults),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no pull subscription has that name", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: a field out of range or a token never issued, named; nothing changed", body = ErrorBody),
+    ))]
+pub async fn extend(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let puller = puller(&req, &state, &path)?;
+    let body = super::body::read_limited(&req, payload, BODY_LIMIT).await?;
+    let asked: ExtendRequest = super::body::parse_json(&body)?;
+    check_count("tokens", asked.tokens.len())?;
+    if !pull::LEASE_MS.contains(&asked.lease_ms) {
+        return Err(invalid(
+            "lease_ms",
+            format!(
+                "must be between {} and {}",
+                pull::LEASE_MS.start(),
+                pull::LEASE_MS.end()
+            ),
+        ));
+    }
+    let held = held_all(
+        &puller,
+        asked
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("tokens[{i}]"), t.as_str())),
+    )?;
+    let claims: Vec<_> = held.into_iter().map(|h| h.claim).collect();
+    let lease_ms = asked.lease_ms;
+    let until = blocking(&state, move |s| {
+        s.extend_claims(&claims, lease_ms, now_ms())
+    })
+    .await?;
+    let results = asked
+        .tokens
+        .into_iter()
+        .zip(until)
+        .map(|(token, until)| ExtendResult {
+            token,
+            extended: until.is_some(),
+            lease_until: until.map(rfc3339),
+            reason: until.is_none().then_some("lease_lost"),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(ExtendResults { results }))
+}
