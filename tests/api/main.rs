@@ -48,6 +48,7 @@ mod powercut;
 mod process;
 mod properties;
 mod pull;
+mod pull_consumers;
 mod purge_walks;
 mod queue;
 mod receiver;
