@@ -248,13 +248,14 @@ impl Listener {
     /// One event to the local URL, signed; its ack, and its line on stdout.
     async fn forward(&self, claim: &Claim, timeout: Duration) -> Value {
         let started = Instant::now();
-        let outcome = match self.post(claim, timeout).await {
-            Ok(status) if status.is_success() => Ok(status.as_u16().to_string()),
-            Ok(status) => Err(format!("the endpoint answered {status}")),
-            Err(e) => Err(e),
-        };
-        let answer = match &outcome {
-            Ok(code) | Err(code) => code.clone(),
+        // (the answer on the line, the error of a retry)
+        let (answer, error) = match self.post(claim, timeout).await {
+            Ok(status) if status.is_success() => (status.as_u16().to_string(), None),
+            Ok(status) => (
+                status.as_u16().to_string(),
+                Some(format!("the endpoint answered {status}")),
+            ),
+            Err((word, error)) => (word.to_string(), Some(error)),
         };
         println!(
             "{}  {}  {}  {}  {}  {} ms",
@@ -265,23 +266,30 @@ impl Listener {
             answer,
             started.elapsed().as_millis()
         );
-        match outcome {
-            Ok(_) => json!({"token": claim.token, "outcome": "done"}),
-            Err(error) => json!({"token": claim.token, "outcome": "retry", "error": error}),
+        match error {
+            None => json!({"token": claim.token, "outcome": "done"}),
+            Some(error) => json!({"token": claim.token, "outcome": "retry", "error": error}),
         }
     }
 
-    async fn post(&self, claim: &Claim, timeout: Duration) -> Result<reqwest::StatusCode, String> {
+    /// The call; an error is a word for the line and the reason for the retry.
+    async fn post(
+        &self,
+        claim: &Claim,
+        timeout: Duration,
+    ) -> Result<reqwest::StatusCode, (&'static str, String)> {
         let ct = claim.content_type.as_deref();
         let body =
-            crate::pull::body::decode(ct, claim.body.as_deref(), claim.body_base64.as_deref())?;
+            crate::pull::body::decode(ct, claim.body.as_deref(), claim.body_base64.as_deref())
+                .map_err(|e| ("unreadable", e))?;
         let id = webhook_id(&claim.source, &claim.event_id);
         let headers = signed_headers(
             std::slice::from_ref(&self.secret),
             &id,
             &body,
             now_ms() / 1000,
-        )?;
+        )
+        .map_err(|e| ("unsigned", e))?;
         let mut req = self
             .http
             .post(self.target.clone())
@@ -302,9 +310,9 @@ impl Listener {
             .map(|r| r.status())
             .map_err(|e| {
                 if e.is_timeout() {
-                    "timeout".to_string()
+                    ("timeout", "the endpoint did not answer in time".to_string())
                 } else {
-                    format!("connection: {}", e.without_url())
+                    ("unreachable", format!("{}", e.without_url()))
                 }
             })
     }

@@ -39,7 +39,7 @@ pub const LEASE_MS: std::ops::RangeInclusive<i64> = 1_000..=43_200_000;
 pub const MAX_WAIT_MS: u64 = 60_000;
 /// How often a long poll looks again without being woken: work that becomes due by time (a
 /// retry's backoff) wakes nobody.
-const POLL: Duration = Duration::from_millis(500);
+const POLL: Duration = Duration::from_secs(1);
 /// How often a waiting client is sent a byte of whitespace (see [`Waited::Heartbeat`]).
 const HEARTBEAT: Duration = Duration::from_millis(100);
 

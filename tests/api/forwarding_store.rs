@@ -40,8 +40,75 @@ fn subscriptions() -> [Subscription; 2] {
 
 crate::stores::store_tests!(
     forwarders_and_workers_released_together_claim_each_event_once,
-    an_open_breakers_probe_goes_to_one_claimer
+    an_open_breakers_probe_goes_to_one_claimer,
+    extending_holds_only_live_claims
 );
+
+/// `extend_claims` (the pull kind's `extend`) moves the lease of a claim still held, and
+/// nothing else: not a finished claim, not a token that is not the claim's, not a lease that
+/// ran out.
+fn extending_holds_only_live_claims(kind: crate::stores::StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let subs = subscriptions();
+    let ids = h.store.sync_subscriptions(&subs, now_ms()).unwrap();
+    let billing = ids[1];
+    let deliveries: Vec<_> = (0..3)
+        .map(|i| {
+            (
+                "shop",
+                format!("x-{i}"),
+                "order.completed",
+                order_body(&format!("x{i}"), "c", 1),
+            )
+        })
+        .collect();
+    let refs: Vec<_> = deliveries
+        .iter()
+        .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
+        .collect();
+    h.insert(&refs);
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.extend(
+            h.store
+                .claim_subscription("p", billing, 3 - held.len(), 30_000, now_ms())
+                .unwrap()
+                .claims,
+        );
+        if held.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(held.len(), 3);
+    let refs: Vec<_> = held.iter().map(|c| c.claim.clone()).collect();
+    let now = now_ms();
+    let until = h.store.extend_claims(&refs[..2], 60_000, now).unwrap();
+    assert_eq!(until, vec![Some(now + 60_000), Some(now + 60_000)]);
+    let done = Finish {
+        claim: refs[0].clone(),
+        next: Next::Complete {
+            effect: None,
+            outcome: Outcome::Delivered,
+        },
+    };
+    h.store.finish(&[done], now_ms()).unwrap();
+    let mut forged = refs[2].clone();
+    forged.claim_token = "not-the-token".into();
+    let until = h.store.extend_claims(
+        &[refs[0].clone(), refs[1].clone(), forged],
+        60_000,
+        now_ms(),
+    );
+    let until = until.unwrap();
+    assert_eq!((until[0], until[1].is_some(), until[2]), (None, true, None));
+    // A lease that ran out is not extended, even before the sweeper takes it back.
+    h.store.extend_claims(&refs[2..], 1_000, now_ms()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    assert_eq!(
+        h.store.extend_claims(&refs[2..], 60_000, now_ms()).unwrap(),
+        vec![None]
+    );
+}
 
 /// Four forwarder threads claiming `billing` and two in-process workers (which fan the same
 /// events out and claim `points`), released together: each event is claimed once for

@@ -129,10 +129,17 @@ async fn eight_killed_consumers_apply_every_event_once() {
         }
         let view = app.get("/subscriptions/orders").await.body;
         let c = &view["counts"];
-        if ingest.is_none() && c["completed"] == EVENTS as i64 && c["pending"] == 0 && c["claimed"] == 0 {
+        if ingest.is_none()
+            && c["completed"] == EVENTS as i64
+            && c["pending"] == 0
+            && c["claimed"] == 0
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "not all done within the deadline: {view}");
+        assert!(
+            Instant::now() < deadline,
+            "not all done within the deadline: {view}"
+        );
     }
     for mut child in consumers {
         let _ = child.kill();
@@ -144,7 +151,10 @@ async fn eight_killed_consumers_apply_every_event_once() {
     assert_eq!(view["counts"]["failed"], 0, "{view}");
     let conn = rusqlite::Connection::open(&db).unwrap();
     let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    assert_eq!(count("SELECT count(*) FROM processed_events"), EVENTS as i64);
+    assert_eq!(
+        count("SELECT count(*) FROM processed_events"),
+        EVENTS as i64
+    );
     assert_eq!(count("SELECT count(*) FROM loyalty_credits"), ORDERS as i64);
     assert_eq!(
         count("SELECT count(*) FROM processed_events WHERE outcome = 'business_duplicate'"),
