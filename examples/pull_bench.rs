@@ -131,7 +131,8 @@ fn wake(args: &[String]) {
                 let answered = Instant::now();
                 let claims = c["claims"].as_array().unwrap().clone();
                 assert_eq!(claims.len(), 1, "the poll ended without the event");
-                let results = json!({"results": [{"token": claims[0]["token"], "outcome": "done"}]});
+                let results =
+                    json!({"results": [{"token": claims[0]["token"], "outcome": "done"}]});
                 pull.call("ack", &results);
                 answered
             })

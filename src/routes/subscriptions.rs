@@ -32,6 +32,29 @@ pub struct SubscriptionView {
     /// When it was added: it takes the events stored after that (older ones by a backfill).
     #[schema(format = DateTime)]
     created_at: String,
+    /// Ordering per key: the JSON pointer of the key, and what a failed event does (`hold`:
+    /// its key waits; `skip`: its key goes on). Absent for an unordered subscription.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ordered_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_failure: Option<&'static str>,
+    /// In `GET /subscriptions/{name}` of an ordered subscription that holds: the keys held by a
+    /// failed event (the oldest 100), until ops retry it to completion or skip it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held_keys: Option<Vec<HeldKeyView>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeldKeyView {
+    key: String,
+    /// The failed event that holds it.
+    source: String,
+    event_id: String,
+    #[schema(format = DateTime)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_at: Option<String>,
+    /// Later events of the key waiting behind it.
+    waiting: i64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -94,7 +117,30 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         lag: s.counts.pending + s.counts.claimed,
         oldest_pending_seconds: s.counts.lag_seconds(now),
         created_at: rfc3339(s.created_at),
+        ordered_by: None,
+        on_failure: None,
+        held_keys: None,
     }
+}
+
+/// The config's ordering of each subscription, by name.
+fn orderings(state: &AppState) -> Vec<(String, crate::subscriptions::Ordering)> {
+    crate::subscriptions::from_settings(&state.settings)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|s| Some((s.name, s.ordering?)))
+        .collect()
+}
+
+fn with_ordering(
+    mut view: SubscriptionView,
+    orderings: &[(String, crate::subscriptions::Ordering)],
+) -> SubscriptionView {
+    if let Some((_, o)) = orderings.iter().find(|(n, _)| *n == view.name) {
+        view.ordered_by = Some(o.pointer.clone());
+        view.on_failure = Some(o.on_failure.as_str());
+    }
+    view
 }
 
 /// Every subscription: live ones in the config's order, removed ones after.
@@ -104,17 +150,36 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let subs = blocking(&state, |s| s.subscriptions(true)).await?;
-    let subscriptions: Vec<_> = subs.iter().map(|s| view(s, now)).collect();
+    let orderings = orderings(&state);
+    let subscriptions: Vec<_> = subs
+        .iter()
+        .map(|s| with_ordering(view(s, now), &orderings))
+        .collect();
     Ok(HttpResponse::Ok().json(SubscriptionList { subscriptions }))
 }
 
 async fn one(state: &AppState, name: String) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let subs = blocking(state, |s| s.subscriptions(true)).await?;
-    match subs.iter().find(|s| s.name == name && !s.removed) {
-        Some(s) => Ok(HttpResponse::Ok().json(view(s, now))),
-        None => Err(not_found(&name)),
+    let Some(s) = subs.iter().find(|s| s.name == name && !s.removed) else {
+        return Err(not_found(&name));
+    };
+    let mut view = with_ordering(view(s, now), &orderings(state));
+    if view.on_failure == Some("hold") {
+        let held = blocking(state, move |s| s.held_keys(&name, 100)).await?;
+        view.held_keys = Some(
+            held.into_iter()
+                .map(|h| HeldKeyView {
+                    key: h.key,
+                    source: h.source,
+                    event_id: h.event_id,
+                    failed_at: h.failed_at.map(rfc3339),
+                    waiting: h.waiting,
+                })
+                .collect(),
+        );
     }
+    Ok(HttpResponse::Ok().json(view))
 }
 
 fn not_found(name: &str) -> ApiError {

@@ -179,6 +179,18 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> StoreResult<RetryOutcome>;
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize>;
+    /// Skip `subscription`'s state of an event (one that holds its key in an ordered
+    /// subscription): a failed or pending state becomes completed with outcome `skipped`, with
+    /// an attempt by `ops` in its history, so that the later events of its key go on.
+    fn skip(
+        &self,
+        source: &str,
+        event_id: &str,
+        subscription: &str,
+        now: i64,
+    ) -> StoreResult<SkipOutcome>;
+    /// The keys of an ordered subscription held by a failed event, the oldest first.
+    fn held_keys(&self, subscription: &str, limit: usize) -> StoreResult<Vec<HeldKey>>;
     /// The balance and one page of credits, newest first, paged like events.
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount>;
 

@@ -14,6 +14,49 @@ pub struct Live {
     pub route: Route,
     /// It takes the events stored after this seq.
     pub start_after_seq: i64,
+    /// Ordering per key (`ordered_by`), if any.
+    pub ordered: Option<Ordered>,
+}
+
+/// An ordered subscription's key (object keys from the top of the body) and failure rule.
+#[derive(Debug, Clone)]
+pub struct Ordered {
+    pub path: Vec<String>,
+    pub on_failure: crate::subscriptions::OnFailure,
+}
+
+impl Ordered {
+    /// From the `subscriptions` row's `ordered_by` and `on_failure` (checked at start).
+    pub fn from_row(ordered_by: Option<String>, on_failure: &str) -> Option<Ordered> {
+        let path = crate::subscriptions::Ordering::parse_pointer(&ordered_by?).ok()?;
+        Some(Ordered {
+            path,
+            on_failure: crate::subscriptions::OnFailure::parse(on_failure),
+        })
+    }
+
+    /// The condition a due state `s` of an ordered subscription meets to be claimed: it has
+    /// no key, or no earlier state of its key is unfinished (not completed; with `skip`, not
+    /// failed either). `indexed`: SQLite's hint for the inner lookup.
+    pub fn may_claim_sql(&self, indexed: &str) -> String {
+        let unfinished = match self.on_failure {
+            crate::subscriptions::OnFailure::Hold => "e.status <> 'completed'",
+            crate::subscriptions::OnFailure::Skip => {
+                "e.status <> 'completed' AND e.status <> 'failed'"
+            }
+        };
+        format!(
+            "(s.order_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM event_state e {indexed}
+                 WHERE e.sub = s.sub AND e.order_key = s.order_key AND e.order_key IS NOT NULL
+                   AND e.seq < s.seq AND {unfinished}))"
+        )
+    }
+}
+
+/// The store's ordered subscription of `id`, if it is one.
+pub fn ordered(live: &[Live], id: i64) -> Option<&Ordered> {
+    live.iter().find(|l| l.id == id)?.ordered.as_ref()
 }
 
 /// Text as an SQL string literal.

@@ -269,6 +269,28 @@ impl StatusCounts {
 }
 
 #[derive(Debug, Clone)]
+pub enum SkipOutcome {
+    /// No such event, or no state of it in that subscription.
+    NotFound,
+    /// Completed with outcome `skipped`.
+    Skipped(Box<EventRecord>),
+    /// Its state is claimed (in flight) or completed already: nothing changed.
+    Refused(Status),
+}
+
+/// A key of an ordered subscription (`on_failure = "hold"`) held by a failed event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldKey {
+    pub key: String,
+    pub source: String,
+    pub event_id: String,
+    /// When it failed (unix ms).
+    pub failed_at: Option<i64>,
+    /// Later events of the key waiting behind it.
+    pub waiting: i64,
+}
+
+#[derive(Debug, Clone)]
 pub enum RetryOutcome {
     NotFound,
     /// Moved to pending (or unchanged when it already was pending or claimed).

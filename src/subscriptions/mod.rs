@@ -137,6 +137,78 @@ pub struct Subscription {
     /// The bearer token of a `pull` subscription's routes; `None` for every other kind, and
     /// until the service fills a generated one in from `data/` ([`token_file`]).
     pub token: Option<crate::signature::Secret>,
+    /// Ordering per key (`ordered_by`); `None`: events are handled in any order.
+    pub ordering: Option<Ordering>,
+}
+
+/// What a failed event of an ordered subscription does to the later events of its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// They wait until ops retry it to completion or skip it.
+    #[default]
+    Hold,
+    /// They go on.
+    Skip,
+}
+
+impl OnFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Hold => "hold",
+            OnFailure::Skip => "skip",
+        }
+    }
+
+    pub fn parse(s: &str) -> OnFailure {
+        if s == "skip" {
+            OnFailure::Skip
+        } else {
+            OnFailure::Hold
+        }
+    }
+}
+
+/// Events of one key (the value at a JSON pointer into the body) are handled one at a time, in
+/// the order they were stored (SPEC section 13, "Ordering").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ordering {
+    /// As configured, e.g. `/data/customer_id`.
+    pub pointer: String,
+    /// Its segments, unescaped: object keys from the top of the body.
+    pub path: Vec<String>,
+    pub on_failure: OnFailure,
+}
+
+impl Ordering {
+    /// The object keys a JSON pointer names (RFC 6901: `/a/b`, `~1` for `/`, `~0` for `~`).
+    /// Array positions are refused: a key is a field of an object, the same on every store.
+    pub fn parse_pointer(pointer: &str) -> Result<Vec<String>, String> {
+        let Some(rest) = pointer.strip_prefix('/') else {
+            return Err("must be a JSON pointer into the body, such as `/data/customer_id`".into());
+        };
+        rest.split('/')
+            .map(|raw| {
+                let segment = raw.replace("~1", "/").replace("~0", "~");
+                if segment.is_empty() || raw.replace("~1", "").replace("~0", "").contains('~') {
+                    Err(format!(
+                        "`{pointer}`: an empty segment or a `~` not followed by 0 or 1"
+                    ))
+                } else if segment.chars().all(|c| c.is_ascii_digit()) {
+                    Err(format!(
+                        "`{pointer}`: `{segment}` looks like an array position; a key is a \
+                         field of an object"
+                    ))
+                } else if segment.chars().any(|c| c.is_control() || c == '"') {
+                    Err(format!(
+                        "`{pointer}`: a segment with a quote or a control character"
+                    ))
+                } else {
+                    Ok(segment)
+                }
+            })
+            .collect()
+    }
 }
 
 /// Where a `pull` subscription's generated token is kept, under the data directory.
@@ -188,6 +260,7 @@ pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec
         backoff_max_ms: c.backoff_max_ms,
         http: None,
         token: None,
+        ordering: None,
     };
     vec![
         with(

@@ -27,6 +27,8 @@ pub struct SubscriptionSettings {
     pub backoff_base_ms: Option<u64>,
     pub backoff_max_ms: Option<u64>,
     pub token: Option<String>,
+    pub ordered_by: Option<String>,
+    pub on_failure: Option<super::OnFailure>,
 }
 
 /// `signing_secret`: one secret, or several while a rotation runs (each signs every call).
@@ -237,6 +239,7 @@ fn one(
         Kind::Http => Some(http_target(i, s, consumers)?),
         _ => None,
     };
+    let ordering = ordering(i, s)?;
     let token = match &s.token {
         Some(token) if token.len() < MIN_TOKEN_LEN || token.chars().any(char::is_whitespace) => {
             return Err(invalid(
@@ -264,7 +267,35 @@ fn one(
         backoff_max_ms,
         http,
         token,
+        ordering,
     })
+}
+
+/// `ordered_by` (a JSON pointer into the body) and `on_failure`, checked.
+fn ordering(i: usize, s: &SubscriptionSettings) -> Result<Option<super::Ordering>, ConfigError> {
+    let Some(pointer) = &s.ordered_by else {
+        if s.on_failure.is_some() {
+            return Err(invalid(
+                i,
+                "on_failure",
+                "is for an ordered subscription (ordered_by) only",
+            ));
+        }
+        return Ok(None);
+    };
+    if s.kind == Kind::Downstream {
+        return Err(invalid(
+            i,
+            "ordered_by",
+            "the submission API's requests are not ordered by key",
+        ));
+    }
+    let path = super::Ordering::parse_pointer(pointer).map_err(|m| invalid(i, "ordered_by", m))?;
+    Ok(Some(super::Ordering {
+        pointer: pointer.clone(),
+        path,
+        on_failure: s.on_failure.unwrap_or_default(),
+    }))
 }
 
 /// The endpoint of an `http` subscription, checked: a URL to call, secrets that are Standard

@@ -23,6 +23,7 @@ fn subscriptions() -> [Subscription; 2] {
         backoff_max_ms: 4,
         http,
         token: None,
+        ordering: None,
     };
     let target = HttpTarget {
         url: "http://127.0.0.1:9/hooks".into(),

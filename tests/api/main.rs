@@ -38,6 +38,7 @@ mod listen;
 mod loyalty;
 mod nodes;
 mod ops;
+mod ordering;
 mod panics;
 mod pg_restart;
 mod pgdb;

@@ -54,9 +54,26 @@ impl Lcg {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_killed_consumers_apply_every_event_once() {
+    killed_consumers(false).await;
+}
+
+/// The same on a subscription ordered by customer: besides, each customer's events were
+/// applied in the order they were stored, although eight copies claimed them and were killed
+/// mid-key (a killed copy's claim holds its key until its lease runs out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_killed_consumers_apply_each_customers_events_in_order() {
+    killed_consumers(true).await;
+}
+
+async fn killed_consumers(ordered: bool) {
     if !crate::requires::available("python3", crate::requires::command("python3")) {
         return;
     }
+    let ordering = if ordered {
+        "ordered_by = \"/data/customer_id\"\n"
+    } else {
+        ""
+    };
     // Short leases and a sweep every second: a killed copy's claims come back quickly. Enough
     // attempts that the kills never spend an event's budget.
     let app = Arc::new(
@@ -64,7 +81,9 @@ async fn eight_killed_consumers_apply_every_event_once() {
             |c| {
                 *c = c.replace("lease_seconds = 30", "lease_seconds = 4");
                 c.push_str("\n[downstream]\ntimeout_ms = 1000\n");
-                pull_config("max_attempts = 100\nbackoff_base_ms = 10\nbackoff_max_ms = 100")(c);
+                pull_config(&format!(
+                    "{ordering}max_attempts = 100\nbackoff_base_ms = 10\nbackoff_max_ms = 100"
+                ))(c);
             },
             BuildOptions::default(),
         )
@@ -172,6 +191,49 @@ async fn eight_killed_consumers_apply_every_event_once() {
         balances.insert(customer, balance);
     }
     assert_eq!(balances, expected);
+    if ordered {
+        // The order each customer's events were applied in (the consumers' dedup rows, in
+        // insertion order) is the order they were stored in (the server's `seq`).
+        let server = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
+        let seq_of: HashMap<String, i64> = server
+            .prepare("SELECT event_id, seq FROM event_log")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let customer_of: HashMap<String, String> = conn
+            .prepare("SELECT event_id, customer_id FROM loyalty_credits")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut last: HashMap<String, i64> = HashMap::new();
+        let mut applied = conn
+            .prepare("SELECT event_id FROM processed_events ORDER BY rowid")
+            .unwrap();
+        let ids: Vec<String> = applied
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut checked = 0;
+        for id in ids {
+            // Business duplicates credit nothing: their customer is their order's.
+            let Some(customer) = customer_of.get(&id) else {
+                continue;
+            };
+            let seq = seq_of[&id];
+            let before = last.insert(customer.clone(), seq).unwrap_or(0);
+            assert!(
+                seq > before,
+                "{customer}: {id} (seq {seq}) applied after seq {before}"
+            );
+            checked += 1;
+        }
+        assert_eq!(checked, ORDERS);
+    }
     // Every event's state is completed, acknowledged by a client (`delivered`).
     let completed = app.count(
         "SELECT count(*) FROM event_state s JOIN subscriptions u ON u.id = s.sub

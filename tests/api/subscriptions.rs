@@ -510,6 +510,7 @@ fn six_workers_released_together_handle_each_event_once_per_subscription(
         backoff_max_ms: 4,
         http: None,
         token: None,
+        ordering: None,
     };
     let subs = [
         sub("points", Kind::LoyaltyCredit),

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::session::Db;
 use super::subscriptions::Routes;
 use super::{NOW_MS, QUEUED_CHANNEL};
+use crate::store::routes::{Ordered, ordered as ordered_sub};
 use crate::store::{
     AttemptResult, ClaimFor, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane,
     LoyaltyAccount, LoyaltyCredit, Page, StoreResult,
@@ -20,13 +21,20 @@ use crate::store::{
 /// The due work of one subscription: `picked` is materialised, since a locking subquery that
 /// the planner could run again (as the inner side of a nested loop) would lock and claim more
 /// rows than the limit. $1 worker, $2 lease, $3 subscription, $4 limit.
-fn claim_due_sql() -> String {
+///
+/// An ordered subscription's due states are taken only by key (see
+/// `routes::Ordered::may_claim_sql`): at most one per key, the earliest unfinished. Two claims
+/// at once can only hold a key back, never take two of its states: the later state's
+/// condition sees the earlier one unfinished (pending or claimed) whichever commits first.
+fn claim_due_sql(ordered: Option<&Ordered>) -> String {
+    let may = ordered.map_or(String::new(), |o| format!("AND {}", o.may_claim_sql("")));
     format!(
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
      picked AS MATERIALIZED (
-        SELECT seq, sub FROM event_state
-         WHERE sub = $3 AND status = 'pending' AND next_attempt_at <= (SELECT ms FROM clock)
-         ORDER BY next_attempt_at, seq
+        SELECT s.seq, s.sub FROM event_state s
+         WHERE s.sub = $3 AND s.status = 'pending' AND s.next_attempt_at <= (SELECT ms FROM clock)
+               {may}
+         ORDER BY s.next_attempt_at, s.seq
          LIMIT $4
            FOR UPDATE SKIP LOCKED
      )
@@ -58,6 +66,7 @@ fn picked(r: &postgres::Row) -> StoreResult<Picked> {
 /// The due work of `subs`, in turns, up to `limit` claims in all.
 fn claim_due(
     db: &mut Db<'_>,
+    routes: &Routes,
     subs: &[i64],
     worker: &str,
     limit: usize,
@@ -72,7 +81,8 @@ fn claim_due(
         }
         let sub = subs[(turn + i) % subs.len()];
         let room = i64::try_from(room).unwrap_or(i64::MAX);
-        for r in db.query(&claim_due_sql(), &[&worker, &lease_ms, &sub, &room])? {
+        let sql = claim_due_sql(ordered_sub(&routes.live, sub));
+        for r in db.query(&sql, &[&worker, &lease_ms, &sub, &room])? {
             claims.push(picked(&r)?);
         }
     }
@@ -106,12 +116,17 @@ pub(super) fn claim(
         ClaimFor::Subscription(sub) => vec![sub],
     };
     let mut claims: Vec<Picked> = Vec::new();
-    claim_due(db, &subs, worker, limit, lease_ms, &mut claims)?;
+    claim_due(db, routes, &subs, worker, limit, lease_ms, &mut claims)?;
     let room = limit - claims.len();
     let claims_now = match whose {
-        ClaimFor::Lane(Lane::InProcess) => Some("(u.lane = 0 AND NOT u.paused)".to_string()),
+        // An ordered subscription's rows start pending: claimed below, by key.
+        ClaimFor::Lane(Lane::InProcess) => {
+            Some("(u.lane = 0 AND NOT u.paused AND u.ordered_by IS NULL)".to_string())
+        }
         ClaimFor::Lane(Lane::CallOut) => None,
-        ClaimFor::Subscription(sub) => Some(format!("(u.id = {sub} AND NOT u.paused)")),
+        ClaimFor::Subscription(sub) => Some(format!(
+            "(u.id = {sub} AND NOT u.paused AND u.ordered_by IS NULL)"
+        )),
     };
     if let (Some(claims_now), Some(to), true) = (claims_now, fan_out_to, room > 0) {
         db.execute(
@@ -128,8 +143,16 @@ pub(super) fn claim(
         }
         if let ClaimFor::Subscription(_) = whose {
             // Another node's fan-out, committed while this one waited for the lock, may have
-            // given this subscription pending rows: this statement's snapshot sees them.
-            claim_due(db, &subs, worker, limit, lease_ms, &mut claims)?;
+            // given this subscription pending rows: this statement's snapshot sees them. (An
+            // ordered one's new rows too.)
+            claim_due(db, routes, &subs, worker, limit, lease_ms, &mut claims)?;
+        } else {
+            let ordered: Vec<i64> = subs
+                .iter()
+                .copied()
+                .filter(|&s| ordered_sub(&routes.live, s).is_some())
+                .collect();
+            claim_due(db, routes, &ordered, worker, limit, lease_ms, &mut claims)?;
         }
     }
     if claims.is_empty() {

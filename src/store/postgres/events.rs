@@ -14,7 +14,11 @@ use crate::store::{
 
 type Values = Vec<Box<dyn ToSql + Sync>>;
 
-fn get(db: &mut Db<'_>, source: &str, event_id: &str) -> StoreResult<Option<EventRecord>> {
+pub(super) fn get(
+    db: &mut Db<'_>,
+    source: &str,
+    event_id: &str,
+) -> StoreResult<Option<EventRecord>> {
     db.query_opt(
         &format!("SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND event_id = $2"),
         &[&source, &event_id],
@@ -68,7 +72,7 @@ pub(super) fn detail(
 
 /// Each event's state in each subscription; an event not fanned out yet shows as pending in
 /// each live subscription that will take it.
-fn fill_subscriptions(
+pub(super) fn fill_subscriptions(
     db: &mut Db<'_>,
     routes: &Routes,
     events: &mut [EventRecord],

@@ -74,20 +74,22 @@ pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
              WHERE q.id = 0 AND EXISTS (SELECT 1 FROM cur)
          ), fanned AS (
             INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
-                                     claimed_until, claimed_by, claim_token)
+                                     claimed_until, claimed_by, claim_token, order_key)
             SELECT b.seq, u.id, u.lane,
                    CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
                    CASE WHEN {claims_now} THEN 1 ELSE 0 END,
                    b.received_at,
                    CASE WHEN {claims_now} THEN (SELECT ms FROM clock) + $2 END,
                    CASE WHEN {claims_now} THEN $1 END,
-                   CASE WHEN {claims_now} THEN gen_random_uuid()::text END
+                   CASE WHEN {claims_now} THEN gen_random_uuid()::text END,
+                   {}
               FROM batch b CROSS JOIN subscriptions u
              WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq AND {}
             RETURNING seq, sub, status, attempts, attempts - budget_floor AS used, claim_token
          )
          SELECT seq, sub, attempts, used, claim_token FROM fanned
           WHERE status = 'claimed'",
+        routes.keys_by_id("(SELECT p.payload FROM event_payloads p WHERE p.seq = b.seq)"),
         routes.by_id("b.")
     )
 }

@@ -32,6 +32,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "breakers",
         include_str!("../../../migrations/postgres/0004_breakers.sql"),
     ),
+    (
+        5,
+        "ordering",
+        include_str!("../../../migrations/postgres/0005_ordering.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

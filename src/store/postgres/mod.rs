@@ -24,6 +24,7 @@ mod hold;
 mod ingest;
 mod listen;
 mod migrations;
+mod ordering;
 mod purge;
 mod rejections;
 mod requests;
@@ -42,11 +43,11 @@ use r2d2::Pool;
 use super::copy::{Cell, Row, Table};
 use super::{
     AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
-    EventFilter, EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
-    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
-    PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
-    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
-    SubscriptionInfo,
+    EventFilter, EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder,
+    InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection,
+    Page, PurgeBatch, PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord,
+    RetryOutcome, SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    SubscriptionClaim, SubscriptionInfo,
 };
 use crate::config::redact_credentials;
 use crate::subscriptions::Subscription;
@@ -392,6 +393,16 @@ impl Store for PostgresStore {
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
         let routes = self.routes()?;
         self.tx(|db| events::retry_failed(db, &routes, filter, now))
+    }
+
+    fn skip(&self, source: &str, event_id: &str, sub: &str, _now: i64) -> StoreResult<SkipOutcome> {
+        let routes = self.routes()?;
+        self.tx(|db| ordering::skip(db, &routes, source, event_id, sub))
+    }
+
+    fn held_keys(&self, subscription: &str, limit: usize) -> StoreResult<Vec<HeldKey>> {
+        let routes = self.routes()?;
+        self.tx(|db| ordering::held_keys(db, &routes, subscription, limit))
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {

@@ -32,6 +32,28 @@ impl Routes {
             .collect();
         format!("(CASE u.id{arms} ELSE false END)")
     }
+
+    /// The order key of the body `payload` (an expression) for subscription `u`: NULL but for
+    /// ordered ones (see `webhook_inbox_order_key`, migration 0005).
+    pub fn keys_by_id(&self, payload: &str) -> String {
+        let arms: String = self
+            .live
+            .iter()
+            .filter_map(|s| Some((s.id, s.ordered.as_ref()?)))
+            .map(|(id, o)| {
+                let path: Vec<String> = o.path.iter().map(|k| routes::quote(k)).collect();
+                format!(
+                    " WHEN {id} THEN webhook_inbox_order_key({payload}, ARRAY[{}]::text[])",
+                    path.join(", ")
+                )
+            })
+            .collect();
+        if arms.is_empty() {
+            "NULL::text".into()
+        } else {
+            format!("(CASE u.id{arms} ELSE NULL END)")
+        }
+    }
 }
 
 /// A glob (`*`, `?`) as a `LIKE` pattern with `\` as its escape.
@@ -68,7 +90,8 @@ fn route_of(r: &postgres::Row, at: usize) -> StoreResult<Route> {
 
 pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
     let rows = db.query(
-        "SELECT id, name, lane, sources, types, except_types, start_after_seq
+        "SELECT id, name, lane, sources, types, except_types, start_after_seq, ordered_by,
+                on_failure
            FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
         &[],
     )?;
@@ -81,6 +104,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                 lane: r.try_get(2)?,
                 route: route_of(r, 3)?,
                 start_after_seq: r.try_get(6)?,
+                ordered: routes::Ordered::from_row(r.try_get(7)?, r.try_get(8)?),
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
@@ -115,6 +139,16 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
                 ],
             )?
             .try_get(0)?;
+        db.execute(
+            "UPDATE subscriptions SET ordered_by = $2, on_failure = $3 WHERE id = $1",
+            &[
+                &id,
+                &s.ordering.as_ref().map(|o| o.pointer.as_str()),
+                &s.ordering
+                    .as_ref()
+                    .map_or("hold", |o| o.on_failure.as_str()),
+            ],
+        )?;
         ids.push(id);
     }
     // One no longer named keeps its row while it has a history; one that never took an event

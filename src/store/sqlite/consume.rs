@@ -17,6 +17,7 @@ use crate::store::{
 
 use super::fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out};
 use super::subscriptions::Routes;
+use crate::store::routes::{Ordered, ordered as ordered_sub};
 
 /// The claim, as state transitions: due work moves to `claimed` and is returned, in the
 /// statements that change it.
@@ -40,13 +41,22 @@ use super::subscriptions::Routes;
 /// claimed event keeps `next_attempt_at`, the time it became due, for the lag gauge; terminal
 /// transitions clear it.
 pub fn claim_sql(sub: i64, limit: usize) -> String {
+    claim_sql_for(sub, limit, None)
+}
+
+/// [`claim_sql`], for an ordered subscription with its condition on each due state (see
+/// `routes::Ordered::may_claim_sql`): at most one state per key, the earliest unfinished.
+pub(super) fn claim_sql_for(sub: i64, limit: usize, ordered: Option<&Ordered>) -> String {
+    let may = ordered.map_or(String::new(), |o| {
+        format!("AND {}", o.may_claim_sql("INDEXED BY events_ordered"))
+    });
     format!(
         "UPDATE event_state
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
         attempts = attempts + 1, claim_token = lower(hex(randomblob(16)))
-  WHERE rowid IN (SELECT rowid FROM event_state INDEXED BY events_due
-                   WHERE status = 'pending' AND sub = {sub} AND next_attempt_at <= ?3
-                   ORDER BY next_attempt_at LIMIT {limit})
+  WHERE rowid IN (SELECT s.rowid FROM event_state s INDEXED BY events_due
+                   WHERE s.status = 'pending' AND s.sub = {sub} AND s.next_attempt_at <= ?3 {may}
+                   ORDER BY s.next_attempt_at LIMIT {limit})
 RETURNING {CLAIMED}"
     )
 }
@@ -132,17 +142,24 @@ pub(super) fn claim_for(
             break;
         }
         let sub = subs[(turn + i) % subs.len()];
-        let mut stmt = tx.prepare_cached(&claim_sql(sub, room))?;
-        let got = stmt.query_map(params![worker, claimed_until, now], claimed)?;
-        for c in got {
-            claims.push(c?);
-        }
+        claim_due(
+            tx,
+            routes,
+            sub,
+            room,
+            worker,
+            claimed_until,
+            now,
+            &mut claims,
+        )?;
     }
     let room = limit - claims.len();
     let claims_now = match whose {
         ClaimFor::Lane(Lane::InProcess) => Some(IN_PROCESS_CLAIMS_NOW.to_string()),
         ClaimFor::Lane(Lane::CallOut) => None,
-        ClaimFor::Subscription(sub) => Some(format!("(u.id = {sub} AND u.paused = 0)")),
+        ClaimFor::Subscription(sub) => Some(format!(
+            "(u.id = {sub} AND u.paused = 0 AND u.ordered_by IS NULL)"
+        )),
     };
     if let Some(claims_now) = claims_now.filter(|_| room > 0) {
         claims.extend(fan_out(
@@ -153,6 +170,22 @@ pub(super) fn claim_for(
             claimed_until,
             room,
         )?);
+        // An ordered subscription's new rows start pending: claimed here, by key.
+        for &sub in &subs {
+            let room = limit - claims.len();
+            if room > 0 && ordered_sub(&routes.live, sub).is_some() {
+                claim_due(
+                    tx,
+                    routes,
+                    sub,
+                    room,
+                    worker,
+                    claimed_until,
+                    now,
+                    &mut claims,
+                )?;
+            }
+        }
     }
     let mut event = tx.prepare_cached(
         "SELECT source, event_id, event_type, payload, content_type, received_at FROM event_log
@@ -191,6 +224,26 @@ pub(super) fn claim_for(
         ])?;
     }
     Ok(claims)
+}
+
+/// Up to `room` due states of `sub`, claimed (by key, for an ordered subscription).
+#[allow(clippy::too_many_arguments)]
+fn claim_due(
+    tx: &Transaction<'_>,
+    routes: &Routes,
+    sub: i64,
+    room: usize,
+    worker: &str,
+    claimed_until: i64,
+    now: i64,
+    claims: &mut Vec<Claimed>,
+) -> StoreResult<()> {
+    let sql = claim_sql_for(sub, room, ordered_sub(&routes.live, sub));
+    let mut stmt = tx.prepare_cached(&sql)?;
+    for c in stmt.query_map(params![worker, claimed_until, now], claimed)? {
+        claims.push(c?);
+    }
+    Ok(())
 }
 
 /// The statements a batch runs, each taken from the connection's cache once per batch.

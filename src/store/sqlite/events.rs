@@ -11,7 +11,11 @@ use crate::store::{
     StoreError, StoreResult, SubscriptionState,
 };
 
-fn get(conn: &Connection, source: &str, event_id: &str) -> StoreResult<Option<EventRecord>> {
+pub(super) fn get(
+    conn: &Connection,
+    source: &str,
+    event_id: &str,
+) -> StoreResult<Option<EventRecord>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE source = ?1 AND event_id = ?2"
@@ -62,7 +66,7 @@ pub(super) fn detail(
 
 /// Each event's state in each subscription, in subscription order; an event not fanned out
 /// yet (pending, no state row) shows as pending in each live subscription that will take it.
-fn fill_subscriptions(
+pub(super) fn fill_subscriptions(
     conn: &Connection,
     routes: &Routes,
     events: &mut [EventRecord],

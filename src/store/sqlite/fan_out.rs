@@ -10,23 +10,25 @@ use crate::store::{Claimed, StoreResult};
 
 /// Whether a subscription's fanned-out state row starts claimed, for a lane-0 claim: the
 /// in-process ones that are not paused.
-pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0)";
+/// An ordered subscription's rows start pending: its claim decides, by key.
+pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0 AND u.ordered_by IS NULL)";
 
 /// The fan-out of the lane-0 events in `(?3, ?4]`: a state row for each live subscription whose
 /// route (`routes`, an expression picked by `u.id`) matches and that took the event (added
 /// before it was stored). Due since the event was received. The rows that `claims_now` (an
 /// expression on `u`) picks start claimed, the others pending.
-pub fn fan_out_sql(routes: &str, claims_now: &str) -> String {
+pub fn fan_out_sql(routes: &str, keys: &str, claims_now: &str) -> String {
     format!(
         "INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
-                         claimed_until, claimed_by, claim_token)
+                         claimed_until, claimed_by, claim_token, order_key)
 SELECT l.seq, u.id, u.lane,
        CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
        CASE WHEN {claims_now} THEN 1 ELSE 0 END,
        l.received_at,
        CASE WHEN {claims_now} THEN ?2 END,
        CASE WHEN {claims_now} THEN ?1 END,
-       CASE WHEN {claims_now} THEN lower(hex(randomblob(16))) END
+       CASE WHEN {claims_now} THEN lower(hex(randomblob(16))) END,
+       {keys}
   FROM event_log l CROSS JOIN subscriptions u
  WHERE l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0
    AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
@@ -72,7 +74,8 @@ pub(super) fn fan_out(
         .query_row([cursor], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let mut claims = Vec::new();
     if let Some(last) = last {
-        let mut fan = tx.prepare_cached(&fan_out_sql(&routes.by_id, claims_now))?;
+        let sql = fan_out_sql(&routes.by_id, &routes.keys_by_id, claims_now);
+        let mut fan = tx.prepare_cached(&sql)?;
         let mut rows = fan.query(params![worker, claimed_until, cursor, last])?;
         while let Some(row) = rows.next()? {
             if row.get::<_, String>(6)? == "claimed" {

@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "breakers",
         include_str!("../../../migrations/sqlite/0012_breakers.sql"),
     ),
+    (
+        13,
+        "ordering",
+        include_str!("../../../migrations/sqlite/0013_ordering.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

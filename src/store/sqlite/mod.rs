@@ -24,6 +24,7 @@ mod finish;
 mod ingest;
 mod migrations;
 mod operations;
+mod ordering;
 mod purge;
 mod rejections;
 mod requests;
@@ -51,11 +52,16 @@ pub use fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out_sql};
 /// tests): [`fan_out_sql`] over their routes.
 pub fn fan_out_statement(conn: &Connection) -> anyhow::Result<String> {
     let routes = subscriptions::load(conn).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(fan_out_sql(&routes.by_id, IN_PROCESS_CLAIMS_NOW))
+    Ok(fan_out_sql(
+        &routes.by_id,
+        &routes.keys_by_id,
+        IN_PROCESS_CLAIMS_NOW,
+    ))
 }
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;
+pub(crate) use ordering::SKIPPED_BY_OPS;
 
 /// Set to `1`, the store skips the fdatasync that makes commits durable: for the power-loss
 /// test only (docs/power-loss.md), never for users. Not a setting, so not in the config.

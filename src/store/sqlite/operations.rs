@@ -3,16 +3,16 @@
 //! of the sibling modules.
 
 use super::{
-    SqliteStore, breaker, consume, copy, events, finish, ingest, migrations, purge, rejections,
-    requests, stats, subscriptions,
+    SqliteStore, breaker, consume, copy, events, finish, ingest, migrations, ordering, purge,
+    rejections, requests, stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
+    EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
     LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
     PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
-    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
+    SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
     SubscriptionInfo,
 };
 use crate::subscriptions::Subscription;
@@ -213,6 +213,16 @@ impl Store for SqliteStore {
     fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
         let routes = self.routes()?;
         self.write(|tx| events::retry_failed(tx, &routes, filter, now))
+    }
+
+    fn skip(&self, source: &str, event_id: &str, sub: &str, now: i64) -> StoreResult<SkipOutcome> {
+        let routes = self.routes()?;
+        self.write(|tx| ordering::skip(tx, &routes, source, event_id, sub, now))
+    }
+
+    fn held_keys(&self, subscription: &str, limit: usize) -> StoreResult<Vec<HeldKey>> {
+        let routes = self.routes()?;
+        self.read(|c| ordering::held_keys(c, &routes, subscription, limit))
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {

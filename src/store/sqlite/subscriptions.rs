@@ -15,6 +15,8 @@ pub(super) use crate::store::routes::Live;
 pub(super) struct Routes {
     pub live: Vec<Live>,
     pub by_id: String,
+    /// The order key of an event `l` for subscription `u`: NULL but for ordered ones.
+    pub keys_by_id: String,
 }
 
 impl Routes {
@@ -43,7 +45,8 @@ fn route_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Route> {
 pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
     let live = conn
         .prepare_cached(
-            "SELECT id, name, lane, sources, types, except_types, start_after_seq
+            "SELECT id, name, lane, sources, types, except_types, start_after_seq, ordered_by,
+                    on_failure
                FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
         )?
         .query_map([], |r| {
@@ -53,6 +56,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
                 lane: r.get(2)?,
                 route: route_of(r, 3)?,
                 start_after_seq: r.get(6)?,
+                ordered: routes::Ordered::from_row(r.get(7)?, &r.get::<_, String>(8)?),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -65,7 +69,34 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
     } else {
         format!("CASE u.id{arms} ELSE 0 END")
     };
-    Ok(Routes { live, by_id })
+    let key_arms: String = live
+        .iter()
+        .filter_map(|s| Some((s.id, s.ordered.as_ref()?)))
+        .map(|(id, o)| format!(" WHEN {id} THEN {}", key_sql(&o.path)))
+        .collect();
+    let keys_by_id = if key_arms.is_empty() {
+        "NULL".into()
+    } else {
+        format!("CASE u.id{key_arms} ELSE NULL END")
+    };
+    Ok(Routes {
+        live,
+        by_id,
+        keys_by_id,
+    })
+}
+
+/// The order key of the body of `l`: the value at `path` as text, NULL when the body is not
+/// JSON or has no such field (a body is never refused here: it only has no key).
+fn key_sql(path: &[String]) -> String {
+    let json_path: String = std::iter::once("$".to_string())
+        .chain(path.iter().map(|k| format!(".\"{k}\"")))
+        .collect();
+    format!(
+        "(CASE WHEN json_valid(CAST(l.payload AS TEXT))
+               THEN CAST(json_extract(CAST(l.payload AS TEXT), {}) AS TEXT) END)",
+        routes::quote(&json_path)
+    )
 }
 
 /// Make the table the config's list (see `Store::sync_subscriptions`).
@@ -117,6 +148,16 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
                 |r| r.get(0),
             )?,
         };
+        tx.prepare_cached(
+            "UPDATE subscriptions SET ordered_by = ?2, on_failure = ?3 WHERE id = ?1",
+        )?
+        .execute(params![
+            id,
+            s.ordering.as_ref().map(|o| o.pointer.as_str()),
+            s.ordering
+                .as_ref()
+                .map_or("hold", |o| o.on_failure.as_str())
+        ])?;
         ids.push(id);
     }
     // One no longer named keeps its row while it has a history to read; one that never took
