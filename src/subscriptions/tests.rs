@@ -114,6 +114,36 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "exceed",
         ),
         (
+            sub("name = \"a\"\nkind = \"audit\"\nordered_by = \"data.id\""),
+            "subscriptions[0].ordered_by",
+            "JSON pointer",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nordered_by = \"/items/0\""),
+            "subscriptions[0].ordered_by",
+            "array position",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nordered_by = \"/a//b\""),
+            "subscriptions[0].ordered_by",
+            "empty segment",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\non_failure = \"skip\""),
+            "subscriptions[0].on_failure",
+            "ordered",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"downstream\"\nordered_by = \"/id\""),
+            "subscriptions[0].ordered_by",
+            "not ordered",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nordered_by = \"/d\"\non_failure = \"later\""),
+            "subscriptions[0].on_failure",
+            "unknown variant",
+        ),
+        (
             sub("name = \"a\"\nkind = \"pull\"\ntoken = \"short\""),
             "subscriptions[0].token",
             "at least 16",
@@ -246,4 +276,12 @@ fn an_http_subscription_takes_its_defaults_and_every_secret() {
     // The URL may hold credentials: a refused config never echoes it.
     let bad = "[[subscriptions]]\nname = \"b\"\nkind = \"http\"\nurl = \"ftp://u:hunter2@h/\"\n";
     assert!(!refused(bad).contains("hunter2"));
+}
+
+/// A pointer's segments are unescaped as RFC 6901 says.
+#[test]
+fn ordered_by_reads_a_json_pointer() {
+    let path = super::Ordering::parse_pointer("/data/a~1b/c~0d").unwrap();
+    assert_eq!(path, ["data", "a/b", "c~d"]);
+    assert!(super::Ordering::parse_pointer("/x~2").is_err());
 }

@@ -39,6 +39,7 @@ mod loyalty;
 mod nodes;
 mod ops;
 mod ordering;
+mod ordering_nodes;
 mod panics;
 mod pg_restart;
 mod pgdb;

@@ -356,3 +356,113 @@ async fn a_retry_keeps_its_place_and_keyless_events_wait_for_nothing() {
     );
     app.stop().await;
 }
+
+/// An in-process kind keeps the order too: an order its handler refuses holds its customer's
+/// later orders until ops skip it.
+#[tokio::test]
+async fn an_in_process_subscription_holds_a_key_behind_a_failed_event() {
+    let app = spawn_app_with(
+        |c| {
+            c.push_str(
+                "\n[[subscriptions]]\nname = \"points\"\nkind = \"loyalty-credit\"\n\
+                 types = [\"order.completed\"]\nordered_by = \"/data/customer_id\"\n",
+            )
+        },
+        BuildOptions::default(),
+    )
+    .await;
+    // No order_id: the credit fails it (permanently), and c1's next order waits.
+    let bad = json!({"type": "order.completed", "data": {"customer_id": "c1", "points": 5}});
+    app.deliver("shop", "bad", &bad.to_string()).await;
+    app.deliver("shop", "good", &order_body("o-good", "c1", 7))
+        .await;
+    app.deliver("shop", "other", &order_body("o-other", "c2", 3))
+        .await;
+    app.drain().await;
+    assert_eq!(app.balance("c2").await, 3);
+    let held = app.get("/subscriptions/points").await.body;
+    assert_eq!(held["held_keys"][0]["event_id"], "bad", "{held}");
+    assert_eq!(
+        app.event("shop", "good").await["subscriptions"][0]["status"],
+        "pending"
+    );
+    let r = app
+        .admin_post("/events/shop/bad/skip?subscription=points", None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    app.drain().await;
+    assert_eq!(app.balance("c1").await, 7);
+    app.stop().await;
+}
+
+/// An `http` subscription forwards each key's events in order, at concurrency 8, through an
+/// endpoint that fails some calls: the example receiver applied each customer's orders in the
+/// order they were stored.
+#[tokio::test]
+async fn an_http_subscription_forwards_each_key_in_order() {
+    use crate::endpoint::{Endpoint, receiver_available};
+    if !receiver_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = Endpoint::start(dir.path(), SW_SECRET);
+    let url = endpoint.hook_url();
+    let app = spawn_app_with(
+        move |c| {
+            *c = c.replace("workers = 0", "workers = 1");
+            c.push_str(&format!(
+                "\n[[subscriptions]]\nname = \"billing\"\nkind = \"http\"\nsources = [\"shop\"]\n\
+                 url = \"{url}\"\nsigning_secret = \"{SW_SECRET}\"\nconcurrency = 8\n\
+                 timeout_ms = 2000\nordered_by = \"/data/customer_id\"\nmax_attempts = 50\n"
+            ))
+        },
+        BuildOptions {
+            idle_poll: Some(Duration::from_millis(50)),
+            ..BuildOptions::default()
+        },
+    )
+    .await;
+    endpoint.set_mode("500", Some(15), None).await;
+    for i in 0..60 {
+        let body = order_body(&format!("o{i}"), &format!("c{}", i % 4), 1);
+        app.deliver("shop", &format!("e{i}"), &body).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = app.get("/subscriptions/billing").await.body["counts"].clone();
+        if c["completed"] == 60 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not delivered: {c}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let receiver = rusqlite::Connection::open(dir.path().join("receiver.db")).unwrap();
+    let applied: Vec<(String, String)> = receiver
+        .prepare(
+            "SELECT p.event_id, c.customer_id FROM processed_events p
+               JOIN loyalty_credits c ON c.webhook_id = p.webhook_id ORDER BY p.rowid",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(applied.len(), 60);
+    let server = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for (id, customer) in applied {
+        let seq: i64 = server
+            .query_row(
+                "SELECT seq FROM event_log WHERE event_id = ?1",
+                [&id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let before = last.insert(customer.clone(), seq).unwrap_or(0);
+        assert!(
+            seq > before,
+            "{customer}: {id} (seq {seq}) after seq {before}"
+        );
+    }
+    app.stop().await;
+}
