@@ -25,6 +25,10 @@ pub enum EventsCommand {
     /// Retry one event, or every failed event matching a filter (`--failed`).
     #[command(after_help = RESOLUTION_HELP)]
     Retry(RetryArgs),
+    /// Skip one subscription's state of an event (the failed event that holds its key in an
+    /// ordered subscription): completed as `skipped`, and the key goes on.
+    #[command(after_help = RESOLUTION_HELP)]
+    Skip(SkipArgs),
     /// Write matching events as a replay file (JSON lines) for `webhook-inbox replay`.
     #[command(after_help = RESOLUTION_HELP)]
     Export(ExportArgs),
@@ -97,6 +101,17 @@ pub struct ShowArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct SkipArgs {
+    source: String,
+    event_id: String,
+    /// The ordered subscription whose state is skipped.
+    #[arg(long)]
+    subscription: String,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
 pub struct ExportArgs {
     #[command(flatten)]
     filter: FilterArgs,
@@ -112,6 +127,7 @@ pub fn run(config: Option<&Path>, command: EventsCommand) -> anyhow::Result<()> 
         EventsCommand::List(args) => list(config, args),
         EventsCommand::Show(args) => show(config, args),
         EventsCommand::Retry(args) => retry::run(config, args),
+        EventsCommand::Skip(args) => skip(config, args),
         EventsCommand::Export(args) => export(config, args),
         EventsCommand::Purge(args) => purge::run(config, args),
     }
@@ -172,6 +188,21 @@ fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
     if let Value::String(cursor) = &next {
         eprintln!("more events: add --cursor {cursor} for the next page, or --all");
     }
+    Ok(())
+}
+
+fn skip(config: Option<&Path>, args: SkipArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(&args.remote, config)?;
+    let path = format!(
+        "/events/{}/{}/skip",
+        segment(&args.source),
+        segment(&args.event_id)
+    );
+    client.post(&path, &[("subscription", args.subscription.clone())], None)?;
+    println!(
+        "{}/{} skipped in {}: the later events of its key go on",
+        args.source, args.event_id, args.subscription
+    );
     Ok(())
 }
 

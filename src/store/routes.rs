@@ -54,6 +54,23 @@ impl Ordered {
     }
 }
 
+/// How many events a claim fans out: as many as it may claim, since the rows of the claimer's
+/// subscriptions start claimed; but at least [`ORDERED_FAN_OUT`] for an ordered subscription's
+/// own claim, whose rows all start pending (its claim picks by key): else a client claiming a
+/// few at a time behind a held key would fan out a few blocked events per claim, and the other
+/// keys' events behind them would wait for as many claims.
+pub fn fan_out_room(live: &[Live], whose: crate::store::ClaimFor, room: usize) -> usize {
+    match whose {
+        crate::store::ClaimFor::Subscription(sub) if ordered(live, sub).is_some() => {
+            room.max(ORDERED_FAN_OUT)
+        }
+        _ => room,
+    }
+}
+
+/// See [`fan_out_room`].
+pub const ORDERED_FAN_OUT: usize = 512;
+
 /// The store's ordered subscription of `id`, if it is one.
 pub fn ordered(live: &[Live], id: i64) -> Option<&Ordered> {
     live.iter().find(|l| l.id == id)?.ordered.as_ref()

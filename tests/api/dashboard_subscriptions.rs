@@ -134,3 +134,64 @@ fn dashboard_pauses_resumes_and_retries_per_subscription() {
         }).await;
     });
 }
+
+/// An ordered subscription whose failed event holds its key: the view says so under its row,
+/// and the link opens that event, whose Skip lets the key go on.
+#[test]
+fn dashboard_shows_keys_held_by_a_failed_event() {
+    if !browser_found() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ordered = "\n[[subscriptions]]\nname = \"points\"\nkind = \"loyalty-credit\"\n\
+                   types = [\"order.completed\"]\nordered_by = \"/data/customer_id\"\n";
+    let (config, settings) = write_config(dir.path(), port, ordered, "workers = 0");
+    let server = ServerProcess::start(dir.path(), &config, port, "server.log");
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let base = server.base.clone();
+    let bad = r#"{"type":"order.completed","data":{"customer_id":"c-9","points":5}}"#;
+    assert_eq!(send_signed(&client, &base, &settings, "evt_bad", bad), 200);
+    let later = order_body("ord-9", "c-9", 7);
+    assert_eq!(
+        send_signed(&client, &base, &settings, "evt_later", &later),
+        200
+    );
+    run_consumers(&client, &base);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let page = base.clone();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("held-keys", 1280, |c| async move {
+        let base = page;
+        c.goto(&format!("{base}/ui/")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        click(&c, "nav a[href='#subscriptions']").await;
+        wait_until(&c, "return !!document.querySelector('#subscriptions-body tr.held[data-held=\"points\"]');", "the held keys of points").await;
+        let held = js(&c, "return document.querySelector('#subscriptions-body tr.held').textContent;").await;
+        assert!(held.as_str().unwrap().contains("c-9 held by shop/evt_bad (1 waiting)"), "{held}");
+        let route = js(&c, "return document.querySelector('#subscriptions-body tr[data-name=\"points\"] td[data-label=\"Route\"]').textContent;").await;
+        assert!(route.as_str().unwrap().ends_with("ordered by /data/customer_id"), "{route}");
+        screenshot(&c, "subscriptions-held-1280").await;
+        click(&c, "#subscriptions-body tr.held a").await;
+        wait_until(&c, "return location.hash === '#event/shop/evt_bad' && document.querySelectorAll('#event-subscriptions tbody tr').length === 1;", "the holding event").await;
+        }).await;
+    });
+    // Skipped (as ops would from the API or CLI), the key goes on.
+    let skip = client
+        .post(format!(
+            "{base}/events/shop/evt_bad/skip?subscription=points"
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(skip.status(), 200);
+    run_consumers(&client, &base);
+    assert_eq!(
+        rt.block_on(state_in(&base, "evt_later", "points")),
+        "completed"
+    );
+}

@@ -1,6 +1,7 @@
 // The subscriptions view (#subscriptions): each of the user's consumers with its kind, route,
-// state, counts and lag, and Pause / Resume behind a confirmation. Names and routes come from
-// the server's config; they only ever become text.
+// state, counts and lag, and Pause / Resume behind a confirmation. Under an ordered one that
+// holds, the keys held by a failed event, each linked to that event (Retry or Skip it there).
+// Names, routes and keys come from the server; they only ever become text.
 
 import { api } from './api.js';
 import { h, $, clear, say, age, confirmDialog } from './dom.js';
@@ -10,6 +11,25 @@ function routeText(route) {
   let text = `${list(route.sources, 'every source')} · ${list(route.types, 'every type')}`;
   if (route.except_types?.length) text += ` except ${route.except_types.join(', ')}`;
   return text;
+}
+
+function ordering(sub) {
+  if (!sub.ordered_by) return '';
+  return ` · ordered by ${sub.ordered_by}${sub.on_failure === 'skip' ? ' (failures skipped)' : ''}`;
+}
+
+// The keys a failed event holds, as one row under its subscription's.
+function heldRow(sub, held) {
+  const items = held.map((k) => h('li', {},
+    h('span', { class: 'mono', text: k.key }), ' held by ',
+    h('a', { href: `#event/${encodeURIComponent(k.source)}/${encodeURIComponent(k.event_id)}`,
+      class: 'mono', text: `${k.source}/${k.event_id}` }),
+    ` (${k.waiting} waiting)`));
+  return h('tr', { class: 'held', 'data-held': sub.name },
+    h('td', { colspan: '10' },
+      h('span', { text: `${sub.name}: ${held.length} key${held.length === 1 ? '' : 's'} held ` +
+        '(retry the failed event, or skip it, to let its key go on)' }),
+      h('ul', {}, ...items)));
 }
 
 function stateBadge(state) {
@@ -52,7 +72,7 @@ function row(sub) {
   return h('tr', { 'data-name': sub.name },
     h('td', { 'data-label': 'Name' }, h('span', { class: 'mono', text: sub.name })),
     h('td', { 'data-label': 'Kind', text: sub.kind }),
-    h('td', { 'data-label': 'Route', text: routeText(sub.route) }),
+    h('td', { 'data-label': 'Route', text: routeText(sub.route) + ordering(sub) }),
     h('td', { 'data-label': 'State' }, stateBadge(sub.state)),
     h('td', { 'data-label': 'Pending', text: String(c.pending) }),
     h('td', { 'data-label': 'Claimed', text: String(c.claimed) }),
@@ -69,7 +89,15 @@ export async function show(message) {
   const status = $('subscriptions-status');
   try {
     const { subscriptions } = await api('/subscriptions');
-    clear($('subscriptions-body'), ...subscriptions.map(row));
+    const rows = [];
+    for (const sub of subscriptions) {
+      rows.push(row(sub));
+      if (sub.on_failure === 'hold' && sub.state !== 'removed') {
+        const { held_keys: held } = await api(`/subscriptions/${encodeURIComponent(sub.name)}`);
+        if (held?.length) rows.push(heldRow(sub, held));
+      }
+    }
+    clear($('subscriptions-body'), ...rows);
     say(status, message ?? (subscriptions.length ? '' : 'No subscriptions.'));
   } catch (e) {
     say(status, `Could not load the subscriptions: ${e.message}`, true);

@@ -136,6 +136,7 @@ pub(super) fn claim(
             ),
             &[],
         )?;
+        let room = crate::store::routes::fan_out_room(&routes.live, whose, room);
         let room = i64::try_from(room).unwrap_or(i64::MAX);
         let sql = super::fan_out::fan_out_sql(routes, &claims_now);
         for r in db.query(&sql, &[&worker, &lease_ms, &room, &to])? {

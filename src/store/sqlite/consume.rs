@@ -17,7 +17,7 @@ use crate::store::{
 
 use super::fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out};
 use super::subscriptions::Routes;
-use crate::store::routes::{Ordered, ordered as ordered_sub};
+use crate::store::routes::ordered as ordered_sub;
 
 /// The claim, as state transitions: due work moves to `claimed` and is returned, in the
 /// statements that change it.
@@ -41,22 +41,13 @@ use crate::store::routes::{Ordered, ordered as ordered_sub};
 /// claimed event keeps `next_attempt_at`, the time it became due, for the lag gauge; terminal
 /// transitions clear it.
 pub fn claim_sql(sub: i64, limit: usize) -> String {
-    claim_sql_for(sub, limit, None)
-}
-
-/// [`claim_sql`], for an ordered subscription with its condition on each due state (see
-/// `routes::Ordered::may_claim_sql`): at most one state per key, the earliest unfinished.
-pub(super) fn claim_sql_for(sub: i64, limit: usize, ordered: Option<&Ordered>) -> String {
-    let may = ordered.map_or(String::new(), |o| {
-        format!("AND {}", o.may_claim_sql("INDEXED BY events_ordered"))
-    });
     format!(
         "UPDATE event_state
     SET status = 'claimed', claimed_by = ?1, claimed_until = ?2,
         attempts = attempts + 1, claim_token = lower(hex(randomblob(16)))
-  WHERE rowid IN (SELECT s.rowid FROM event_state s INDEXED BY events_due
-                   WHERE s.status = 'pending' AND s.sub = {sub} AND s.next_attempt_at <= ?3 {may}
-                   ORDER BY s.next_attempt_at LIMIT {limit})
+  WHERE rowid IN (SELECT rowid FROM event_state INDEXED BY events_due
+                   WHERE status = 'pending' AND sub = {sub} AND next_attempt_at <= ?3
+                   ORDER BY next_attempt_at LIMIT {limit})
 RETURNING {CLAIMED}"
     )
 }
@@ -162,13 +153,14 @@ pub(super) fn claim_for(
         )),
     };
     if let Some(claims_now) = claims_now.filter(|_| room > 0) {
+        let fan_room = crate::store::routes::fan_out_room(&routes.live, whose, room);
         claims.extend(fan_out(
             tx,
             routes,
             &claims_now,
             worker,
             claimed_until,
-            room,
+            fan_room,
         )?);
         // An ordered subscription's new rows start pending: claimed here, by key.
         for &sub in &subs {
@@ -238,8 +230,11 @@ fn claim_due(
     now: i64,
     claims: &mut Vec<Claimed>,
 ) -> StoreResult<()> {
-    let sql = claim_sql_for(sub, room, ordered_sub(&routes.live, sub));
-    let mut stmt = tx.prepare_cached(&sql)?;
+    if let Some(o) = ordered_sub(&routes.live, sub) {
+        let claim = (worker, claimed_until, now);
+        return super::ordering::claim(tx, sub, o, room, claim, claims);
+    }
+    let mut stmt = tx.prepare_cached(&claim_sql(sub, room))?;
     for c in stmt.query_map(params![worker, claimed_until, now], claimed)? {
         claims.push(c?);
     }
