@@ -75,7 +75,7 @@ fn claim_due(
 ) -> StoreResult<()> {
     let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
     for i in 0..subs.len() {
-        let room = limit - claims.len();
+        let room = limit.saturating_sub(claims.len());
         if room == 0 {
             break;
         }

@@ -164,7 +164,7 @@ pub(super) fn claim_for(
         )?);
         // An ordered subscription's new rows start pending: claimed here, by key.
         for &sub in &subs {
-            let room = limit - claims.len();
+            let room = limit.saturating_sub(claims.len());
             if room > 0 && ordered_sub(&routes.live, sub).is_some() {
                 claim_due(
                     tx,
