@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt as _;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
-use super::openapi::ErrorBody;
-use super::{ApiError, AppState, blocking};
+mod types;
+
+pub use types::*;
+
 use crate::domain::time::{now_ms, rfc3339};
 use crate::pull::{self, AckOutcome, Held, Puller};
+use crate::routes::openapi::ErrorBody;
+use crate::routes::{ApiError, AppState, blocking};
 use crate::store::{Finish, Finished};
 
 /// The longest `error` an ack may carry.
@@ -27,7 +29,7 @@ fn puller(req: &HttpRequest, state: &AppState, name: &str) -> Result<Arc<Puller>
         .iter()
         .find(|p| p.sub.name == name)
         .ok_or_else(|| ApiError::NotFound(format!("no pull subscription is named `{name}`")))?;
-    match super::auth::bearer(req) {
+    match crate::routes::auth::bearer(req) {
         Some(token) if puller.authorizes(token) => Ok(Arc::clone(puller)),
         _ => Err(ApiError::Unauthorized),
     }
@@ -37,49 +39,30 @@ fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
     ApiError::InvalidRequest(format!("{field}: {message}"))
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ClaimRequest {
-    /// At most this many events (1 to 1,000; default 100).
-    max: Option<u64>,
-    /// The lease, in ms (1,000 to 43,200,000; default the service's `consumers.lease_seconds`).
-    lease_ms: Option<i64>,
-    /// Wait up to this long for work (0 to 60,000 ms; default 0: answer at once).
-    wait_ms: Option<u64>,
+/// The named subscription (its token checked first) and the request's JSON body.
+async fn read<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    name: &str,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<(Arc<Puller>, T), ApiError> {
+    let puller = puller(req, state, name)?;
+    let body = crate::routes::body::read_limited(req, payload, BODY_LIMIT).await?;
+    Ok((puller, crate::routes::body::parse_json(&body)?))
 }
 
-/// One claimed event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ClaimView {
-    /// Names this claim in `ack` and `extend`.
-    token: String,
-    source: String,
-    event_id: String,
-    #[serde(rename = "type")]
-    event_type: String,
-    /// Claims of this event by this subscription so far, this one included.
-    attempt: i64,
-    #[schema(format = DateTime)]
-    received_at: String,
-    /// Ack before this time, or the event is claimed again (at-most-once: abandoned).
-    #[schema(format = DateTime)]
-    lease_until: String,
-    #[schema(required = true)]
-    content_type: Option<String>,
-    /// A body whose content type says JSON: the JSON value itself, byte for byte; any other
-    /// UTF-8 body: a string. Absent when `body_base64` is set.
-    #[schema(value_type = Option<Object>)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    body: Option<Box<serde_json::value::RawValue>>,
-    /// The bytes, for a body that is not UTF-8, or declared JSON but not exactly one JSON
-    /// value (invalid, or with whitespace around it, which an embedded value would lose).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    body_base64: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Claims {
-    claims: Vec<ClaimView>,
+fn check_lease(lease_ms: i64) -> Result<(), ApiError> {
+    if pull::LEASE_MS.contains(&lease_ms) {
+        return Ok(());
+    }
+    Err(invalid(
+        "lease_ms",
+        format!(
+            "must be between {} and {}",
+            pull::LEASE_MS.start(),
+            pull::LEASE_MS.end()
+        ),
+    ))
 }
 
 /// Claim due events of the subscription, each leased to the caller until it is acked, its
@@ -103,9 +86,7 @@ pub async fn claim(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let puller = puller(&req, &state, &path)?;
-    let body = super::body::read_limited(&req, payload, BODY_LIMIT).await?;
-    let asked: ClaimRequest = super::body::parse_json(&body)?;
+    let (puller, asked): (_, ClaimRequest) = read(&req, &path, payload, &state).await?;
     let max = asked.max.unwrap_or(100);
     if !(1..=pull::MAX_CLAIM as u64).contains(&max) {
         return Err(invalid(
@@ -116,16 +97,7 @@ pub async fn claim(
     let lease_ms = asked
         .lease_ms
         .unwrap_or_else(|| state.settings.consumers.lease_ms());
-    if !pull::LEASE_MS.contains(&lease_ms) {
-        return Err(invalid(
-            "lease_ms",
-            format!(
-                "must be between {} and {}",
-                pull::LEASE_MS.start(),
-                pull::LEASE_MS.end()
-            ),
-        ));
-    }
+    check_lease(lease_ms)?;
     let wait_ms = asked.wait_ms.unwrap_or(0);
     if wait_ms > pull::MAX_WAIT_MS {
         return Err(invalid(
@@ -188,43 +160,6 @@ fn render(puller: &Puller, claims: Vec<crate::store::Claimed>) -> Claims {
     Claims { claims }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckRequest {
-    /// 1 to 1,000 results.
-    results: Vec<AckItem>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckItem {
-    token: String,
-    outcome: AckOutcome,
-    /// Why, for `retry` and `fail`: kept in the event's history (at most 4,096 characters).
-    error: Option<String>,
-    /// For `retry`: not before this many ms (0 to 30 days); the backoff when it is longer.
-    retry_after_ms: Option<i64>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AckResult {
-    token: String,
-    /// `false`: the claim was no longer held (its lease ran out, or it was acked already);
-    /// nothing changed for this event, and the rest of the batch was applied.
-    applied: bool,
-    /// Where the event went: `completed`, `pending` (a retry or release), `failed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<&'static str>,
-    /// `lease_lost` when not applied.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AckResults {
-    results: Vec<AckResult>,
-}
-
 /// The tokens of a request, checked before anything changes: each must have been issued by
 /// this subscription.
 fn held_all<'a>(
@@ -271,9 +206,7 @@ pub async fn ack(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let puller = puller(&req, &state, &path)?;
-    let body = super::body::read_limited(&req, payload, BODY_LIMIT).await?;
-    let asked: AckRequest = super::body::parse_json(&body)?;
+    let (puller, asked): (_, AckRequest) = read(&req, &path, payload, &state).await?;
     check_count("results", asked.results.len())?;
     for (i, item) in asked.results.iter().enumerate() {
         if item.error.as_ref().is_some_and(|e| e.len() > MAX_ERROR_LEN) {
@@ -340,32 +273,6 @@ pub async fn ack(
     Ok(HttpResponse::Ok().json(AckResults { results }))
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExtendRequest {
-    /// 1 to 1,000 claim tokens.
-    tokens: Vec<String>,
-    /// The new lease, from now, in ms (1,000 to 43,200,000).
-    lease_ms: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExtendResult {
-    token: String,
-    extended: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime)]
-    lease_until: Option<String>,
-    /// `lease_lost` when not extended: the claim was acked, or its lease ran out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExtendResults {
-    results: Vec<ExtendResult>,
-}
-
 /// Move claims' leases to `lease_ms` from now, for a client that needs longer. A claim no
 /// longer held is not extended (`lease_lost`); the others are.
 #[utoipa::path(post, path = "/subscriptions/{name}/extend",
@@ -385,20 +292,9 @@ pub async fn extend(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let puller = puller(&req, &state, &path)?;
-    let body = super::body::read_limited(&req, payload, BODY_LIMIT).await?;
-    let asked: ExtendRequest = super::body::parse_json(&body)?;
+    let (puller, asked): (_, ExtendRequest) = read(&req, &path, payload, &state).await?;
     check_count("tokens", asked.tokens.len())?;
-    if !pull::LEASE_MS.contains(&asked.lease_ms) {
-        return Err(invalid(
-            "lease_ms",
-            format!(
-                "must be between {} and {}",
-                pull::LEASE_MS.start(),
-                pull::LEASE_MS.end()
-            ),
-        ));
-    }
+    check_lease(asked.lease_ms)?;
     let held = held_all(
         &puller,
         asked
