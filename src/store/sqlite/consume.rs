@@ -232,7 +232,7 @@ fn claim_due(
 ) -> StoreResult<()> {
     if let Some(o) = ordered_sub(&routes.live, sub) {
         let claim = (worker, claimed_until, now);
-        return super::ordering::claim(tx, sub, o, room, claim, claims);
+        return super::ordering::claim(tx, routes, sub, o, room, claim, claims);
     }
     let mut stmt = tx.prepare_cached(&claim_sql(sub, room))?;
     for c in stmt.query_map(params![worker, claimed_until, now], claimed)? {

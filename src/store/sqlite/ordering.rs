@@ -13,6 +13,9 @@ use crate::store::{Claimed, HeldKey, SkipOutcome, Status, StoreResult};
 /// due states, not at all of them.
 const WINDOW: usize = 4;
 
+/// A claim reads an ordered subscription's whole backlog at most this often.
+const WHOLE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The claim of an ordered subscription's due states: each only if no earlier state of its key
 /// is unfinished (`Ordered::may_claim_sql`), so at most one per key, the earliest.
 ///
@@ -23,9 +26,12 @@ const WINDOW: usize = 4;
 /// `WINDOW × limit` due states: with many keys it fills there, and with few keys their heads
 /// are among the oldest. Only a window that holds nothing claimable while more is due (a
 /// failed event holding a key with more waiting events than the window, or every head in
-/// flight) sends it over the whole backlog, so that no key behind such a prefix waits for it.
+/// flight) sends it over the whole backlog, so that no key behind such a prefix waits for it;
+/// and at most every [`WHOLE_LOOK_EVERY`] (each such look claims up to the limit), since with
+/// every head in flight an idle claimer would otherwise read the backlog at every try.
 pub(super) fn claim(
     tx: &Transaction<'_>,
+    routes: &Routes,
     sub: i64,
     ordered: &Ordered,
     limit: usize,
@@ -51,10 +57,23 @@ pub(super) fn claim(
               LIMIT {window})"
         ))?
         .query_row([now], |r| r.get(0))?;
-    if usize::try_from(due).is_ok_and(|due| due == window) {
+    if usize::try_from(due).is_ok_and(|due| due == window) && whole_look_due(routes, sub) {
         run(&claim_sql(sub, limit, ordered, None), claims)?;
     }
     Ok(())
+}
+
+/// Whether a claim of `sub` may read the whole backlog now (and if so, it is noted).
+fn whole_look_due(routes: &Routes, sub: i64) -> bool {
+    let now = std::time::Instant::now();
+    let mut looks = routes.whole_looks.lock();
+    match looks.get(&sub) {
+        Some(last) if now.duration_since(*last) < WHOLE_LOOK_EVERY => false,
+        _ => {
+            looks.insert(sub, now);
+            true
+        }
+    }
 }
 
 /// The claim's statement, over the oldest `window` due states, or over all of them.

@@ -17,6 +17,10 @@ pub(super) struct Routes {
     pub by_id: String,
     /// The order key of an event `l` for subscription `u`: NULL but for ordered ones.
     pub keys_by_id: String,
+    /// When each ordered subscription's claim last read its whole backlog (see
+    /// `ordering::claim`).
+    pub whole_looks:
+        std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<i64, std::time::Instant>>>,
 }
 
 impl Routes {
@@ -83,6 +87,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
         live,
         by_id,
         keys_by_id,
+        whole_looks: Default::default(),
     })
 }
 
