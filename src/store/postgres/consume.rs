@@ -26,14 +26,34 @@ use crate::store::{
 /// `routes::Ordered::may_claim_sql`): at most one per key, the earliest unfinished. Two claims
 /// at once can only hold a key back, never take two of its states: the later state's
 /// condition sees the earlier one unfinished (pending or claimed) whichever commits first.
-fn claim_due_sql(ordered: Option<&Ordered>) -> String {
+///
+/// `window`: an ordered subscription's claim looks only at the oldest due states (see the
+/// SQLite store's `ordering::claim`, which this follows); `None` looks at all of them.
+fn claim_due_sql(ordered: Option<&Ordered>, window: Option<usize>) -> String {
     let may = ordered.map_or(String::new(), |o| format!("AND {}", o.may_claim_sql("")));
+    // The last due state of the window, if that many are due: the claim looks up to it.
+    let (bound, window) = match window {
+        Some(w) => (
+            format!(
+                "bound AS MATERIALIZED (
+                    SELECT w.next_attempt_at AS at, w.seq FROM event_state w
+                     WHERE w.sub = $3 AND w.status = 'pending'
+                       AND w.next_attempt_at <= (SELECT ms FROM clock)
+                     ORDER BY w.next_attempt_at, w.seq OFFSET {} LIMIT 1),",
+                w - 1
+            ),
+            "AND (NOT EXISTS (SELECT 1 FROM bound)
+                    OR (s.next_attempt_at, s.seq) <= (SELECT at, seq FROM bound))"
+                .to_string(),
+        ),
+        None => (String::new(), String::new()),
+    };
     format!(
-        "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
+        "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms), {bound}
      picked AS MATERIALIZED (
         SELECT s.seq, s.sub FROM event_state s
          WHERE s.sub = $3 AND s.status = 'pending' AND s.next_attempt_at <= (SELECT ms FROM clock)
-               {may}
+               {may} {window}
          ORDER BY s.next_attempt_at, s.seq
          LIMIT $4
            FOR UPDATE SKIP LOCKED
@@ -46,6 +66,10 @@ fn claim_due_sql(ordered: Option<&Ordered>) -> String {
      RETURNING s.seq, s.sub, s.attempts, s.attempts - s.budget_floor, s.claim_token"
     )
 }
+
+/// An ordered subscription's claim first looks at this many times its limit of the oldest due
+/// states (see `claim_due_sql`).
+const WINDOW: usize = 4;
 
 /// Turns the subscriptions take at being claimed first.
 static ROTATION: AtomicUsize = AtomicUsize::new(0);
@@ -80,10 +104,38 @@ fn claim_due(
             break;
         }
         let sub = subs[(turn + i) % subs.len()];
+        let ordered = ordered_sub(&routes.live, sub);
+        let window = ordered.map(|_| (room * WINDOW).max(64));
         let room = i64::try_from(room).unwrap_or(i64::MAX);
-        let sql = claim_due_sql(ordered_sub(&routes.live, sub));
-        for r in db.query(&sql, &[&worker, &lease_ms, &sub, &room])? {
+        let before = claims.len();
+        for r in db.query(
+            &claim_due_sql(ordered, window),
+            &[&worker, &lease_ms, &sub, &room],
+        )? {
             claims.push(picked(&r)?);
+        }
+        // An ordered subscription's window held nothing claimable: if it was full, look at
+        // the whole backlog (at most every `WHOLE_LOOK_EVERY`), so that no key waits behind
+        // a long held one.
+        if let Some(w) = window.filter(|_| claims.len() == before) {
+            let full: bool = db
+                .query_one(
+                    &format!(
+                        "SELECT count(*) = {w} FROM (SELECT 1 FROM event_state
+                          WHERE sub = $1 AND status = 'pending' AND next_attempt_at <= {NOW_MS}
+                          LIMIT {w}) x"
+                    ),
+                    &[&sub],
+                )?
+                .try_get(0)?;
+            if full && routes.whole_look_due(sub) {
+                for r in db.query(
+                    &claim_due_sql(ordered, None),
+                    &[&worker, &lease_ms, &sub, &room],
+                )? {
+                    claims.push(picked(&r)?);
+                }
+            }
         }
     }
     Ok(())

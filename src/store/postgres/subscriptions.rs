@@ -2,6 +2,9 @@
 //! the config, and each live one's route compiled to SQL for the fan-out, filters and backfill
 //! (as on SQLite; globs become `LIKE` patterns).
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use super::session::Db;
 use crate::store::routes;
 use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
@@ -12,9 +15,27 @@ pub(super) use crate::store::routes::Live;
 #[derive(Debug, Clone, Default)]
 pub(super) struct Routes {
     pub live: Vec<Live>,
+    /// When each ordered subscription's claim last read its whole backlog.
+    pub whole_looks: Arc<parking_lot::Mutex<std::collections::HashMap<i64, Instant>>>,
 }
 
+/// A claim reads an ordered subscription's whole backlog at most this often.
+const WHOLE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Routes {
+    /// Whether a claim of `sub` may read its whole backlog now (and if so, it is noted).
+    pub fn whole_look_due(&self, sub: i64) -> bool {
+        let now = Instant::now();
+        let mut looks = self.whole_looks.lock();
+        match looks.get(&sub) {
+            Some(last) if now.duration_since(*last) < WHOLE_LOOK_EVERY => false,
+            _ => {
+                looks.insert(sub, now);
+                true
+            }
+        }
+    }
+
     pub fn named(&self, name: &str) -> Option<&Live> {
         self.live.iter().find(|s| s.name == name)
     }
@@ -108,7 +129,10 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(Routes { live })
+    Ok(Routes {
+        live,
+        whole_looks: Arc::default(),
+    })
 }
 
 /// Make the table the config's list (see `Store::sync_subscriptions`). Several nodes starting
