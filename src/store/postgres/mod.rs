@@ -22,6 +22,7 @@ mod fan_out;
 mod finish;
 mod hold;
 mod ingest;
+mod leases;
 mod listen;
 mod migrations;
 mod ordering;
@@ -295,11 +296,11 @@ impl Store for PostgresStore {
     }
 
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
-        self.tx(|db| consume::release(db, claims, now))
+        self.tx(|db| leases::release(db, claims, now))
     }
 
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
-        self.tx(|db| consume::sweep(db, now, decide))
+        self.tx(|db| leases::sweep(db, now, decide))
     }
 
     fn retry(
@@ -374,7 +375,7 @@ impl Store for PostgresStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Option<i64>>> {
-        self.tx(|db| consume::extend(db, claims, lease_ms, now))
+        self.tx(|db| leases::extend(db, claims, lease_ms, now))
     }
 
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {

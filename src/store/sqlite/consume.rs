@@ -1,5 +1,5 @@
-//! The consumer side: claim, the fenced transitions (finishing a batch is in `finish`),
-//! release, sweep.
+//! The consumer side: claim and the fenced transitions (finishing a batch is in `finish`;
+//! release, extend and sweep in `leases`).
 //!
 //! Claiming is a state transition, not a read followed by a write: one UPDATE moves due pending
 //! rows to `claimed` and returns them. Every later transition is fenced by the claim token and
@@ -7,13 +7,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rusqlite::types::Null;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, ToSql, Transaction, params};
 
-use crate::store::{
-    AttemptResult, ClaimFor, ClaimRef, Claimed, DecideExpiry, ExpiredClaim, Expiry, Lane,
-    LoyaltyAccount, StoreResult,
-};
+use crate::store::{AttemptResult, ClaimFor, ClaimRef, Claimed, Lane, LoyaltyAccount, StoreResult};
 
 use super::fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out};
 use super::subscriptions::Routes;
@@ -306,12 +302,12 @@ pub(super) const FAIL: &str = fence!(
     "status = 'failed', last_error = ?4, abandoned = ?5, next_attempt_at = NULL",
     live
 );
-const RELEASE: &str = fence!("status = 'pending', next_attempt_at = ?3", live);
-const EXPIRED_FAIL: &str = fence!(
+pub(super) const RELEASE: &str = fence!("status = 'pending', next_attempt_at = ?3", live);
+pub(super) const EXPIRED_FAIL: &str = fence!(
     "status = 'failed', last_error = ?4, abandoned = ?5, next_attempt_at = NULL",
     expired
 );
-const EXPIRED_RETRY: &str = fence!(
+pub(super) const EXPIRED_RETRY: &str = fence!(
     "status = 'pending', next_attempt_at = ?3, last_error = ?4",
     expired
 );
@@ -355,105 +351,6 @@ pub(super) fn close_attempt(
             claim.subscription
         ])?;
     Ok(())
-}
-
-/// Shutdown: claims whose handler never started go back to pending, due now.
-pub(super) fn release(tx: &Transaction<'_>, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
-    let mut prepared = Prepared::new(tx);
-    let mut released = 0;
-    for claim in claims {
-        if fenced(&mut prepared, RELEASE, claim, now, &Null, &Null)? {
-            let why = "released at shutdown before the handler started";
-            close_attempt(
-                &mut prepared,
-                claim,
-                AttemptResult::RetryableError,
-                Some(why),
-                now,
-            )?;
-            released += 1;
-        }
-    }
-    Ok(released)
-}
-
-/// Longer leases for claims still held (fenced as a worker's own transitions are).
-pub(super) fn extend(
-    tx: &Transaction<'_>,
-    claims: &[ClaimRef],
-    until: i64,
-    now: i64,
-) -> StoreResult<Vec<Option<i64>>> {
-    let mut stmt = tx.prepare_cached(
-        "UPDATE event_state SET claimed_until = ?3
-          WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed' AND claimed_until > ?4
-         RETURNING claimed_until",
-    )?;
-    let mut extended = Vec::with_capacity(claims.len());
-    for claim in claims {
-        extended.push(
-            stmt.query_row(params![claim.seq, claim.claim_token, until, now], |r| {
-                r.get(0)
-            })
-            .optional()?,
-        );
-    }
-    Ok(extended)
-}
-
-/// Expired leases: each goes where `decide` says (the rule is the consumer's), through a
-/// transition fenced by the token read in this same write transaction.
-pub(super) fn sweep(
-    tx: &Transaction<'_>,
-    now: i64,
-    decide: DecideExpiry<'_>,
-) -> StoreResult<usize> {
-    let expired = tx
-        .prepare_cached(
-            "SELECT l.source, l.event_id, l.event_type, s.claim_token, s.attempts,
-                    s.attempts - s.budget_floor, s.seq, s.sub
-               FROM event_state s INDEXED BY events_leases JOIN event_log l ON l.seq = s.seq
-              WHERE s.status = 'claimed' AND s.claimed_until <= ?1",
-        )?
-        .query_map([now], |r| {
-            Ok(ExpiredClaim {
-                claim: ClaimRef {
-                    source: r.get(0)?,
-                    event_id: r.get(1)?,
-                    seq: r.get(6)?,
-                    subscription: r.get(7)?,
-                    claim_token: r.get(3)?,
-                    attempt: r.get(4)?,
-                },
-                event_type: r.get(2)?,
-                budget_used: r.get(5)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut prepared = Prepared::new(tx);
-    let mut swept = 0;
-    for expired in expired {
-        let claim = &expired.claim;
-        let held = match decide(&expired) {
-            Expiry::Retry { error } => {
-                fenced(&mut prepared, EXPIRED_RETRY, claim, now, &error, &Null)?
-            }
-            Expiry::Fail { error, abandoned } => {
-                fenced(&mut prepared, EXPIRED_FAIL, claim, now, &error, &abandoned)?
-            }
-        };
-        if held {
-            close_attempt(
-                &mut prepared,
-                claim,
-                AttemptResult::LeaseExpired,
-                Some("lease expired"),
-                now,
-            )?;
-            swept += 1;
-        }
-    }
-    Ok(swept)
 }
 
 /// The balance and one page of credits, newest first by the `seq` of the event that earned

@@ -22,6 +22,7 @@ mod events;
 mod fan_out;
 mod finish;
 mod ingest;
+mod leases;
 mod migrations;
 mod operations;
 mod ordering;

@@ -3,8 +3,8 @@
 //! of the sibling modules.
 
 use super::{
-    SqliteStore, breaker, consume, copy, events, finish, ingest, migrations, ordering, purge,
-    rejections, requests, stats, subscriptions,
+    SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
+    purge, rejections, requests, stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
@@ -113,11 +113,11 @@ impl Store for SqliteStore {
     }
 
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
-        self.consumer_write(|tx| consume::release(tx, claims, now))
+        self.consumer_write(|tx| leases::release(tx, claims, now))
     }
 
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
-        self.consumer_write(|tx| consume::sweep(tx, now, decide))
+        self.consumer_write(|tx| leases::sweep(tx, now, decide))
     }
 
     fn retry(
@@ -194,7 +194,7 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Option<i64>>> {
-        self.consumer_write(|tx| consume::extend(tx, claims, now + lease_ms, now))
+        self.consumer_write(|tx| leases::extend(tx, claims, now + lease_ms, now))
     }
 
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
