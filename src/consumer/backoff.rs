@@ -32,6 +32,31 @@ impl Backoff {
         };
         i64::try_from(jittered).unwrap_or(i64::MAX)
     }
+
+    /// Where a retryable failure leaves its event, the same for every kind of consumer: failed
+    /// once `budget_used` claims have spent `max_attempts`, else pending again after the backoff
+    /// (or after `retry_after_ms`, when the other side asked for longer).
+    pub fn retry_or_give_up(
+        &self,
+        budget_used: i64,
+        max_attempts: u32,
+        error: String,
+        retry_after_ms: Option<i64>,
+        now: i64,
+    ) -> crate::store::Next {
+        if budget_used >= i64::from(max_attempts) {
+            return crate::store::Next::Fail {
+                error: format!("{error} (gave up after {budget_used} attempts)"),
+                result: crate::store::AttemptResult::RetryableError,
+                abandoned: false,
+            };
+        }
+        let backoff = self.delay_ms(budget_used);
+        crate::store::Next::Retry {
+            at: now + backoff.max(retry_after_ms.unwrap_or(0)),
+            error,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -282,17 +282,9 @@ impl Consumer {
                 at: now_ms(),
                 error,
             },
-            Handled::Retryable(error) if event.budget_used >= i64::from(max_attempts) => {
-                Next::Fail {
-                    error: format!("{error} (gave up after {} attempts)", event.budget_used),
-                    result: AttemptResult::RetryableError,
-                    abandoned: false,
-                }
+            Handled::Retryable(error) => {
+                backoff.retry_or_give_up(event.budget_used, max_attempts, error, None, now_ms())
             }
-            Handled::Retryable(error) => Next::Retry {
-                at: now_ms() + backoff.delay_ms(event.budget_used),
-                error,
-            },
         }
     }
 

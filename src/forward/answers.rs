@@ -50,18 +50,13 @@ impl Forwarder {
                 abandoned: true,
             };
         }
-        if event.budget_used >= i64::from(self.sub.max_attempts) {
-            return Next::Fail {
-                error: format!("{error} (gave up after {} attempts)", event.budget_used),
-                result: AttemptResult::RetryableError,
-                abandoned: false,
-            };
-        }
-        let backoff = self.backoff.delay_ms(event.budget_used);
-        Next::Retry {
-            at: now + backoff.max(retry_after_ms.unwrap_or(0)),
-            error: error.clone(),
-        }
+        self.backoff.retry_or_give_up(
+            event.budget_used,
+            self.sub.max_attempts,
+            error.clone(),
+            retry_after_ms,
+            now,
+        )
     }
 
     /// What an answer says about the endpoint: a 410 pauses the subscription; a run of

@@ -208,20 +208,13 @@ impl Puller {
                 result: AttemptResult::PermanentError,
                 abandoned: false,
             },
-            AckOutcome::Retry if held.budget_used >= i64::from(self.sub.max_attempts) => {
-                Next::Fail {
-                    error: format!("{error} (gave up after {} attempts)", held.budget_used),
-                    result: AttemptResult::RetryableError,
-                    abandoned: false,
-                }
-            }
-            AckOutcome::Retry => {
-                let backoff = self.backoff.delay_ms(held.budget_used);
-                Next::Retry {
-                    at: now + backoff.max(retry_after_ms.unwrap_or(0)),
-                    error: error.to_string(),
-                }
-            }
+            AckOutcome::Retry => self.backoff.retry_or_give_up(
+                held.budget_used,
+                self.sub.max_attempts,
+                error.to_string(),
+                retry_after_ms,
+                now,
+            ),
         }
     }
 

@@ -7,6 +7,7 @@ mod events;
 mod health;
 mod loyalty;
 mod openapi;
+mod ordering;
 pub mod paging;
 mod pull;
 mod purge;
@@ -92,7 +93,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/purge").route(web::post().to(purge::purge)))
     .service(resource("/events/{source}/{event_id}").route(web::get().to(events::show)))
     .service(resource("/events/{source}/{event_id}/retry").route(web::post().to(events::retry)))
-    .service(resource("/events/{source}/{event_id}/skip").route(web::post().to(events::skip)))
+    .service(resource("/events/{source}/{event_id}/skip").route(web::post().to(ordering::skip)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
     .service(resource("/rejections").route(web::get().to(rejections::list)))
     .service(resource("/subscriptions").route(web::get().to(subscriptions::list)))

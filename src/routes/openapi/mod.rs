@@ -41,7 +41,7 @@ pub const BEARER: &str = "bearer";
         super::events::run,
         super::events::show,
         super::events::retry,
-        super::events::skip,
+        super::ordering::skip,
         super::loyalty::show,
         super::rejections::list,
         super::subscriptions::list,

@@ -1,0 +1,327 @@
+//! The `Store` trait on PostgreSQL: each operation as one transaction on a pooled connection
+//! (the helpers are in `mod.rs`), over the statements of the sibling modules.
+
+use std::sync::Arc;
+
+use super::{
+    PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
+    migrations, off_async, ordering, purge, rejections, requests, subscriptions,
+};
+use crate::store::copy::{Cell, Row, Table};
+use crate::store::{
+    AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
+    EventFilter, EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder,
+    InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection,
+    Page, PurgeBatch, PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord,
+    RetryOutcome, SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    SubscriptionClaim, SubscriptionInfo,
+};
+use crate::subscriptions::Subscription;
+
+impl Store for PostgresStore {
+    fn migrate(&self) -> StoreResult<Vec<u32>> {
+        off_async(|| {
+            let pool = self
+                .pool
+                .as_ref()
+                .expect("the pool lives as long as the store");
+            let mut conn = pool
+                .get()
+                .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
+            migrations::apply(&mut conn)
+        })
+        .inspect(|_| *self.routes.write() = None)
+    }
+
+    fn ready(&self) -> StoreResult<Readiness> {
+        self.tx(|db| {
+            // A standby (or a primary that lost its disk) answers reads but refuses writes.
+            let read_only: bool = db
+                .query_one(
+                    "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+                    &[],
+                )?
+                .try_get(0)?;
+            Ok(if read_only {
+                Readiness::NotWritable
+            } else if !migrations::is_current(db)? {
+                Readiness::NotMigrated
+            } else {
+                Readiness::Ready
+            })
+        })
+    }
+
+    fn on_queued(&self, wake: Arc<tokio::sync::Notify>) {
+        listen::start(self.connect.clone(), wake, Arc::clone(&self.stopping));
+    }
+
+    fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
+        let routes = self.routes()?;
+        self.tx(|db| ingest::insert_all(db, batch, &routes))
+    }
+
+    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
+        let routes = self.routes()?;
+        self.tx(|db| events::detail(db, &routes, source, event_id))
+    }
+
+    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
+        let routes = self.routes()?;
+        self.tx(|db| events::list(db, &routes, filter, page))
+    }
+
+    fn status_counts(&self) -> StoreResult<StatusCounts> {
+        self.tx(events::status_counts)
+    }
+
+    fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
+        self.tx(|db| events::received_per_minute(db, since))
+    }
+
+    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
+        let routes = self.routes()?;
+        self.tx(|db| events::export(db, &routes, filter, page))
+    }
+
+    fn claim(
+        &self,
+        worker: &str,
+        lane: Lane,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Claimed>> {
+        let routes = self.routes()?;
+        let to = self.fan_out_limit(lane)?;
+        self.tx(|db| {
+            let whose = ClaimFor::Lane(lane);
+            consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)
+        })
+    }
+
+    fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
+        self.finishing(|db, isolate| finish::finish_all(db, items, now, isolate))
+    }
+
+    fn finish_and_claim(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        lane: Lane,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
+        let routes = self.routes()?;
+        let to = self.fan_out_limit(lane)?;
+        self.finishing(|db, isolate| {
+            let finished = finish::finish_all(db, items, now, isolate)?;
+            let whose = ClaimFor::Lane(lane);
+            let claimed = consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)?;
+            Ok((finished, claimed))
+        })
+    }
+
+    fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
+        self.tx(|db| leases::release(db, claims, now))
+    }
+
+    fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
+        self.tx(|db| leases::sweep(db, now, decide))
+    }
+
+    fn retry(
+        &self,
+        source: &str,
+        event_id: &str,
+        subscription: Option<&str>,
+        force: bool,
+        now: i64,
+    ) -> StoreResult<RetryOutcome> {
+        let routes = self.routes()?;
+        let sub = match subscription {
+            Some(name) => match routes.named(name) {
+                Some(live) => Some(live.id),
+                None => return Ok(RetryOutcome::NotFound),
+            },
+            None => None,
+        };
+        self.tx(|db| events::retry(db, &routes, source, event_id, sub, force, now))
+    }
+
+    fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
+        let ids = self.tx(|db| subscriptions::sync(db, subs, now))?;
+        *self.routes.write() = None;
+        Ok(ids)
+    }
+
+    fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
+        Ok(self
+            .routes()?
+            .live
+            .iter()
+            .map(|s| (s.id, s.name.clone()))
+            .collect())
+    }
+
+    fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
+        self.tx(|db| subscriptions::list(db, completed))
+    }
+
+    fn claim_subscription(
+        &self,
+        worker: &str,
+        sub: i64,
+        limit: usize,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<SubscriptionClaim> {
+        let routes = self.routes()?;
+        let to = self.fan_out_limit(Lane::InProcess)?;
+        self.tx(|db| breaker::claim(db, &routes, to, worker, sub, limit, lease_ms, now))
+    }
+
+    fn open_breaker(
+        &self,
+        sub: i64,
+        after_probe: bool,
+        first_ms: i64,
+        max_ms: i64,
+        now: i64,
+    ) -> StoreResult<()> {
+        self.tx(|db| breaker::open(db, sub, after_probe, first_ms, max_ms, now))
+    }
+
+    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
+        self.tx(|db| breaker::close(db, sub))
+    }
+
+    fn extend_claims(
+        &self,
+        claims: &[ClaimRef],
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Option<i64>>> {
+        self.tx(|db| leases::extend(db, claims, lease_ms, now))
+    }
+
+    fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
+        self.tx(|db| subscriptions::set_paused(db, name, paused))
+    }
+
+    fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>> {
+        let routes = self.routes()?;
+        let Some(sub) = routes.named(name) else {
+            return Ok(None);
+        };
+        self.tx(|db| subscriptions::backfill(db, sub, since, now))
+            .map(Some)
+    }
+
+    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
+        let routes = self.routes()?;
+        self.tx(|db| events::retry_failed(db, &routes, filter, now))
+    }
+
+    fn skip(&self, source: &str, event_id: &str, sub: &str, _now: i64) -> StoreResult<SkipOutcome> {
+        let routes = self.routes()?;
+        self.tx(|db| ordering::skip(db, &routes, source, event_id, sub))
+    }
+
+    fn held_keys(&self, subscription: &str, limit: usize) -> StoreResult<Vec<HeldKey>> {
+        let routes = self.routes()?;
+        self.tx(|db| ordering::held_keys(db, &routes, subscription, limit))
+    }
+
+    fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
+        self.tx(|db| consume::loyalty(db, customer_id, page))
+    }
+
+    fn purge_batch(
+        &self,
+        cutoffs: &PurgeCutoffs,
+        after: i64,
+        limit: usize,
+        now: i64,
+    ) -> StoreResult<PurgeBatch> {
+        let (seqs, next_after) = self.tx(|db| purge::candidates(db, cutoffs, after, limit))?;
+        let purged = if seqs.is_empty() {
+            0
+        } else {
+            self.tx(|db| purge::purge(db, cutoffs, &seqs, now))?
+        };
+        Ok(PurgeBatch { purged, next_after })
+    }
+
+    fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts> {
+        self.tx(purge::counts)
+    }
+
+    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
+        self.tx(|db| requests::create(db, id, now))
+    }
+
+    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
+        self.tx(|db| requests::get(db, id))
+    }
+
+    fn add_document(
+        &self,
+        request_id: &str,
+        doc: &NewDocument,
+        now: i64,
+    ) -> StoreResult<AddDocument> {
+        self.tx(|db| requests::add_document(db, request_id, doc, now))
+    }
+
+    fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
+        let routes = self.routes()?;
+        self.tx(|db| requests::submit(db, &routes, id, now))
+    }
+
+    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
+        self.tx(|db| requests::documents(db, id))
+    }
+
+    fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
+        self.tx(|db| rejections::record(db, batch, keep, since))
+    }
+
+    fn rejections(
+        &self,
+        filter: &RejectionFilter,
+        page: Page,
+    ) -> StoreResult<Vec<RejectionRecord>> {
+        self.tx(|db| rejections::list(db, filter, page))
+    }
+
+    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
+        self.tx(|db| copy::rows(db, table, after, limit))
+    }
+
+    fn copy_count(&self, table: &Table) -> StoreResult<u64> {
+        self.tx(|db| copy::count(db, table))
+    }
+
+    fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64> {
+        self.tx(|db| copy::insert(db, table, rows))
+    }
+
+    fn copy_finished(&self) -> StoreResult<()> {
+        self.tx(copy::finished)
+    }
+
+    fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {
+        self.tx(|db| copy::mark(db, started_at))
+    }
+
+    fn unfinished_copy(&self) -> StoreResult<Option<i64>> {
+        self.tx(copy::unfinished)
+    }
+
+    /// An advisory lock on a connection of its own, outside the pool (see `hold`).
+    fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
+        off_async(|| hold::take(&self.connect, holder))
+    }
+}
