@@ -310,6 +310,112 @@ fn one_finish_batch_gives_each_event_its_own_result(kind: StoreKind) {
     assert_eq!(results(&h.detail("shop", "evt-3")), ["open"]);
 }
 
+/// A batch finished at once (one statement per phase on PostgreSQL): completions, a retry, a
+/// failure and a completion without effect side by side, two events of one order among them.
+/// Each gets its own result, the order is credited once, to the first of its events.
+fn one_finish_batch_of_every_transition_credits_a_shared_order_once(kind: StoreKind) {
+    use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
+    let h = Harness::on(kind, 5, 30);
+    let ids = ["evt-1", "evt-2", "evt-3", "evt-4", "evt-5", "evt-6"];
+    let deliveries: Vec<_> = ids
+        .iter()
+        .map(|id| ("shop", *id, ORDER, "{}".to_string()))
+        .collect();
+    h.insert(&deliveries);
+    let now = now_ms();
+    let mut claimed = Vec::new();
+    for _ in 0..10 {
+        claimed.extend(
+            h.store
+                .claim("w", Lane::InProcess, 10, 30_000, now)
+                .unwrap(),
+        );
+    }
+    claimed.sort_by_key(|c| c.claim.seq);
+    assert_eq!(claimed.len(), 6);
+    let credit = |order: &str, points| Next::Complete {
+        effect: Some(Effect::LoyaltyCredit {
+            consumer: "loyalty_credit",
+            order_id: order.into(),
+            customer_id: "c-1".into(),
+            points,
+        }),
+        outcome: Outcome::Credited,
+    };
+    let next = [
+        credit("o-1", 10),
+        Next::Retry {
+            at: now + 60_000,
+            error: "try later".into(),
+        },
+        credit("o-1", 20),
+        Next::Fail {
+            error: "bad".into(),
+            result: AttemptResult::PermanentError,
+            abandoned: false,
+        },
+        Next::Complete {
+            effect: None,
+            outcome: Outcome::Logged,
+        },
+        credit("o-2", 5),
+    ];
+    let items: Vec<Finish> = claimed
+        .into_iter()
+        .zip(next)
+        .map(|(c, next)| Finish {
+            claim: c.claim,
+            next,
+        })
+        .collect();
+    let ok = |outcome| Finished::Completed {
+        outcome,
+        result: AttemptResult::Ok,
+    };
+    assert_eq!(
+        h.store.finish(&items, now).unwrap(),
+        [
+            ok(Outcome::Credited),
+            Finished::Retrying,
+            ok(Outcome::DuplicateOrder),
+            Finished::Failed,
+            ok(Outcome::Logged),
+            ok(Outcome::Credited),
+        ]
+    );
+    assert_eq!(h.balance("c-1"), 15);
+    assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 2);
+    assert_eq!(h.count("SELECT count(*) FROM processed_events"), 3);
+    let outcome = |id| h.detail("shop", id).event.outcome;
+    assert_eq!(outcome("evt-1").as_deref(), Some("credited"));
+    assert_eq!(outcome("evt-3").as_deref(), Some("duplicate_order"));
+    assert_eq!(outcome("evt-5").as_deref(), Some("logged"));
+    let statuses: Vec<Status> = ids
+        .iter()
+        .map(|id| h.detail("shop", id).event.status)
+        .collect();
+    use Status::*;
+    assert_eq!(
+        statuses,
+        [Completed, Pending, Completed, Failed, Completed, Completed]
+    );
+    let each: Vec<Vec<String>> = ids
+        .iter()
+        .map(|id| results(&h.detail("shop", id)))
+        .collect();
+    assert_eq!(
+        each,
+        [
+            ["ok"],
+            ["retryable_error"],
+            ["ok"],
+            ["permanent_error"],
+            ["ok"],
+            ["ok"]
+        ]
+    );
+}
+
 fn a_transient_failure_is_retried_with_backoff_to_success(kind: StoreKind) {
     let h = Harness::on(kind, 5, 30);
     h.loyalty
@@ -419,6 +525,7 @@ store_tests!(
     a_bad_payload_fails_at_once_naming_the_field,
     an_effect_the_database_refuses_fails_that_event_alone,
     one_finish_batch_gives_each_event_its_own_result,
+    one_finish_batch_of_every_transition_credits_a_shared_order_once,
     a_transient_failure_is_retried_with_backoff_to_success,
     a_failure_that_persists_ends_failed_after_max_attempts,
     shutdown_releases_claims_whose_handler_never_started,

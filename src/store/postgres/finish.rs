@@ -1,6 +1,8 @@
 //! Finishing claimed events on PostgreSQL: the statements of [`FinishStatements`] over the
-//! batch's transaction. What they mean (the loyalty guard's outcomes, a refused effect) is
-//! decided in `store::rules`, the same for every store.
+//! batch's transaction, each one statement over arrays (`unnest`) for the whole batch, so a
+//! batch costs a handful of round trips rather than several per event. What they mean (the
+//! loyalty guard's outcomes, a refused effect) is decided in `store::rules`, the same for every
+//! store.
 //!
 //! Two nodes finishing events of the same order at once: the second `INSERT INTO
 //! loyalty_credits` waits on the unique key until the first commits, then inserts nothing
@@ -16,132 +18,227 @@
 //! in ascending customer order (deferred to the end of the batch's writes, in the same
 //! transaction): no two batches can wait on each other.
 
+use std::collections::{HashMap, HashSet};
+
 use super::NOW_MS;
 use super::errors::refused_by_a_constraint;
 use super::session::Db;
-use crate::store::rules::{self, FinishStatements};
+use crate::store::rules::{self, Credit, FinishStatements};
 use crate::store::{
     AttemptResult, ClaimRef, Effect, Finish, Finished, Next, Outcome, StoreError, StoreResult,
 };
 
-/// The worker's fenced transition: only while its token holds the event and its lease runs by
-/// the database's clock. $1 seq, $2 claim token, then the set's own values.
-fn live_fence(set: &str) -> String {
+/// The worker's fenced transition over a batch: each row only while its token holds the event
+/// and its lease runs by the database's clock. `u` is the batch (`seq`, `token` and the set's
+/// own columns) from `unnest`; answers the tokens whose fence held.
+fn live_fence(set: &str, columns: &str, types: &str) -> String {
     format!(
-        "UPDATE event_state SET {set}, claim_token = NULL, claimed_until = NULL, claimed_by = NULL
-          WHERE seq = $1 AND claim_token = $2 AND status = 'claimed'
-            AND claimed_until > {NOW_MS}"
+        "UPDATE event_state s SET {set}, claim_token = NULL, claimed_until = NULL,
+                                  claimed_by = NULL
+           FROM unnest($1::bigint[], $2::text[], {types}) AS u(seq, token, {columns})
+          WHERE s.seq = u.seq AND s.claim_token = u.token AND s.status = 'claimed'
+            AND s.claimed_until > {NOW_MS}
+         RETURNING u.token"
     )
 }
 
-/// The batch's transaction, the statements it runs and the time every write records.
+/// Which of `tokens` are among the `rows` a fenced statement answered.
+fn held(tokens: &[String], rows: &[postgres::Row]) -> StoreResult<Vec<bool>> {
+    let mut moved = HashSet::with_capacity(rows.len());
+    for row in rows {
+        moved.insert(row.try_get::<_, String>(0)?);
+    }
+    Ok(tokens.iter().map(|t| moved.contains(t)).collect())
+}
+
+/// Rows that an `INSERT … ON CONFLICT DO NOTHING RETURNING` answered, as keys to take one by
+/// one: the items carrying the same key take them in order, so that only as many items as rows
+/// were inserted count as first.
+struct Inserted(HashMap<Vec<String>, usize>);
+
+impl Inserted {
+    fn new(rows: &[postgres::Row], width: usize) -> StoreResult<Inserted> {
+        let mut keys = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let key = (0..width)
+                .map(|i| row.try_get::<_, String>(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            *keys.entry(key).or_insert(0) += 1;
+        }
+        Ok(Inserted(keys))
+    }
+
+    fn take(&mut self, key: Vec<String>) -> bool {
+        match self.0.get_mut(&key) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The seqs, subscriptions and tokens of `claims`, as statement arrays.
+fn claim_arrays<'a>(
+    claims: impl Iterator<Item = &'a ClaimRef>,
+) -> (Vec<i64>, Vec<i64>, Vec<String>) {
+    let mut arrays = (Vec::new(), Vec::new(), Vec::new());
+    for claim in claims {
+        arrays.0.push(claim.seq);
+        arrays.1.push(claim.subscription);
+        arrays.2.push(claim.claim_token.clone());
+    }
+    arrays
+}
+
+/// The batch's transaction and the time every write records.
 struct Statements<'d, 'c> {
     db: &'d mut Db<'c>,
     now: i64,
-    complete: String,
-    retry: String,
-    fail: String,
     /// Balance additions not yet written (`None`: written at once, as in the isolated rerun,
     /// where a refused addition must fail its own event inside its savepoint).
     balances: Option<Vec<(String, i64)>>,
 }
 
 impl Statements<'_, '_> {
-    fn add_now(&mut self, customer_id: &str, points: i64) -> StoreResult<()> {
+    /// Add to balances, in one statement: each customer once, in ascending order (the
+    /// module's lock order). A sum that would leave `bigint` is refused
+    /// (numeric_value_out_of_range): a refusal.
+    fn add(&mut self, additions: &[(String, i64)]) -> StoreResult<()> {
+        if additions.is_empty() {
+            return Ok(());
+        }
+        let (customers, points): (Vec<&str>, Vec<i64>) =
+            additions.iter().map(|(c, p)| (c.as_str(), *p)).unzip();
         self.db.execute(
-            "INSERT INTO loyalty_balances (customer_id, balance) VALUES ($1, $2)
+            "INSERT INTO loyalty_balances (customer_id, balance)
+             SELECT c, sum(p)::bigint FROM unnest($1::text[], $2::bigint[]) AS u(c, p)
+              GROUP BY c ORDER BY c
              ON CONFLICT (customer_id)
              DO UPDATE SET balance = loyalty_balances.balance + excluded.balance",
-            &[&customer_id, &points],
+            &[&customers, &points],
         )?;
         Ok(())
     }
 
-    /// Write the deferred balance additions, in ascending customer order.
+    /// Write the deferred balance additions.
     fn flush_balances(&mut self) -> StoreResult<()> {
-        let mut pending = self.balances.take().unwrap_or_default();
-        pending.sort_by(|a, b| a.0.cmp(&b.0));
-        for (customer_id, points) in pending {
-            self.add_now(&customer_id, points)?;
-        }
-        Ok(())
+        let pending = self.balances.take().unwrap_or_default();
+        self.add(&pending)
     }
 }
 
 impl FinishStatements for Statements<'_, '_> {
-    fn complete(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<bool> {
-        let moved = self.db.execute(
-            &self.complete,
-            &[&claim.seq, &claim.claim_token, &self.now, &outcome.as_str()],
+    fn complete(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<Vec<bool>> {
+        let (seqs, _, tokens) = claim_arrays(items.iter().map(|(c, _)| *c));
+        let outcomes: Vec<&str> = items.iter().map(|(_, o)| o.as_str()).collect();
+        let rows = self.db.query(
+            &live_fence(
+                "status = 'completed', completed_at = $4, outcome = u.outcome, \
+                 last_error = NULL, next_attempt_at = NULL",
+                "outcome",
+                "$3::text[]",
+            ),
+            &[&seqs, &tokens, &outcomes, &self.now],
         )?;
-        Ok(moved == 1)
+        held(&tokens, &rows)
     }
 
     /// Due at the database's now plus the backoff the consumer chose (`at - now` in its clock).
-    fn retry_at(&mut self, claim: &ClaimRef, at: i64, error: &str) -> StoreResult<bool> {
-        let delay = (at - self.now).max(0);
-        let moved = self.db.execute(
-            &self.retry,
-            &[&claim.seq, &claim.claim_token, &delay, &error],
+    fn retry_at(&mut self, items: &[(&ClaimRef, i64, &str)]) -> StoreResult<Vec<bool>> {
+        let (seqs, _, tokens) = claim_arrays(items.iter().map(|(c, _, _)| *c));
+        let delays: Vec<i64> = items
+            .iter()
+            .map(|(_, at, _)| (at - self.now).max(0))
+            .collect();
+        let errors: Vec<&str> = items.iter().map(|(_, _, e)| *e).collect();
+        let rows = self.db.query(
+            &live_fence(
+                &format!(
+                    "status = 'pending', next_attempt_at = {NOW_MS} + u.delay, \
+                     last_error = u.error"
+                ),
+                "delay, error",
+                "$3::bigint[], $4::text[]",
+            ),
+            &[&seqs, &tokens, &delays, &errors],
         )?;
-        Ok(moved == 1)
+        held(&tokens, &rows)
     }
 
-    fn fail(&mut self, claim: &ClaimRef, error: &str, abandoned: bool) -> StoreResult<bool> {
-        let moved = self.db.execute(
-            &self.fail,
-            &[&claim.seq, &claim.claim_token, &error, &abandoned],
+    fn fail(&mut self, items: &[(&ClaimRef, &str, bool)]) -> StoreResult<Vec<bool>> {
+        let (seqs, _, tokens) = claim_arrays(items.iter().map(|(c, _, _)| *c));
+        let errors: Vec<&str> = items.iter().map(|(_, e, _)| *e).collect();
+        let abandoned: Vec<bool> = items.iter().map(|(_, _, a)| *a).collect();
+        let rows = self.db.query(
+            &live_fence(
+                "status = 'failed', last_error = u.error, abandoned = u.abandoned, \
+                 next_attempt_at = NULL",
+                "error, abandoned",
+                "$3::text[], $4::boolean[]",
+            ),
+            &[&seqs, &tokens, &errors, &abandoned],
         )?;
-        Ok(moved == 1)
+        held(&tokens, &rows)
     }
 
-    fn set_outcome(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<()> {
+    fn set_outcomes(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<()> {
+        let (seqs, subs, _) = claim_arrays(items.iter().map(|(c, _)| *c));
+        let outcomes: Vec<&str> = items.iter().map(|(_, o)| o.as_str()).collect();
         self.db.execute(
-            "UPDATE event_state SET outcome = $2 WHERE seq = $1 AND sub = $3",
-            &[&claim.seq, &outcome.as_str(), &claim.subscription],
+            "UPDATE event_state s SET outcome = u.outcome
+               FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(seq, sub, outcome)
+              WHERE s.seq = u.seq AND s.sub = u.sub",
+            &[&seqs, &subs, &outcomes],
         )?;
         Ok(())
     }
 
-    fn close_attempt(
+    fn close_attempts(
         &mut self,
-        claim: &ClaimRef,
-        result: AttemptResult,
-        error: Option<&str>,
+        items: &[(&ClaimRef, AttemptResult, Option<&str>)],
     ) -> StoreResult<()> {
+        let (seqs, subs, _) = claim_arrays(items.iter().map(|(c, _, _)| *c));
+        let attempts: Vec<i64> = items.iter().map(|(c, _, _)| c.attempt).collect();
+        let results: Vec<&str> = items.iter().map(|(_, r, _)| r.as_str()).collect();
+        let errors: Vec<Option<&str>> = items.iter().map(|(_, _, e)| *e).collect();
         self.db.execute(
-            "UPDATE event_attempts SET finished_at = $3, result = $4, error = $5
-              WHERE event_seq = $1 AND sub = $6 AND attempt = $2",
-            &[
-                &claim.seq,
-                &claim.attempt,
-                &self.now,
-                &result.as_str(),
-                &error,
-                &claim.subscription,
-            ],
+            "UPDATE event_attempts a SET finished_at = $6, result = u.result, error = u.error
+               FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[])
+                    AS u(seq, sub, attempt, result, error)
+              WHERE a.event_seq = u.seq AND a.sub = u.sub AND a.attempt = u.attempt",
+            &[&seqs, &subs, &attempts, &results, &errors, &self.now],
         )?;
         Ok(())
     }
 
     fn mark_processed(
         &mut self,
-        consumer: &str,
-        claim: &ClaimRef,
+        items: &[(&str, &ClaimRef)],
         outcome: Outcome,
-    ) -> StoreResult<bool> {
-        let inserted = self.db.execute(
+    ) -> StoreResult<Vec<bool>> {
+        let consumers: Vec<&str> = items.iter().map(|(c, _)| *c).collect();
+        let sources: Vec<&str> = items.iter().map(|(_, c)| c.source.as_str()).collect();
+        let ids: Vec<&str> = items.iter().map(|(_, c)| c.event_id.as_str()).collect();
+        let rows = self.db.query(
             "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            &[
-                &consumer,
-                &claim.source,
-                &claim.event_id,
-                &outcome.as_str(),
-                &self.now,
-            ],
+             SELECT c, s, e, $4, $5 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(c, s, e)
+             ON CONFLICT DO NOTHING
+             RETURNING consumer, source, event_id",
+            &[&consumers, &sources, &ids, &outcome.as_str(), &self.now],
         )?;
-        Ok(inserted == 1)
+        let mut inserted = Inserted::new(&rows, 3)?;
+        Ok(items
+            .iter()
+            .map(|(consumer, c)| {
+                inserted.take(vec![
+                    consumer.to_string(),
+                    c.source.clone(),
+                    c.event_id.clone(),
+                ])
+            })
+            .collect())
     }
 
     fn processed_outcome(&mut self, consumer: &str, claim: &ClaimRef) -> StoreResult<String> {
@@ -155,44 +252,55 @@ impl FinishStatements for Statements<'_, '_> {
             .try_get(0)?)
     }
 
-    fn set_processed_outcome(
+    fn set_processed_outcomes(
         &mut self,
-        consumer: &str,
-        claim: &ClaimRef,
+        items: &[(&str, &ClaimRef)],
         outcome: Outcome,
     ) -> StoreResult<()> {
+        let consumers: Vec<&str> = items.iter().map(|(c, _)| *c).collect();
+        let sources: Vec<&str> = items.iter().map(|(_, c)| c.source.as_str()).collect();
+        let ids: Vec<&str> = items.iter().map(|(_, c)| c.event_id.as_str()).collect();
         self.db.execute(
-            "UPDATE processed_events SET outcome = $4
-              WHERE consumer = $1 AND source = $2 AND event_id = $3",
-            &[&consumer, &claim.source, &claim.event_id, &outcome.as_str()],
+            "UPDATE processed_events p SET outcome = $4
+               FROM unnest($1::text[], $2::text[], $3::text[]) AS u(c, s, e)
+              WHERE p.consumer = u.c AND p.source = u.s AND p.event_id = u.e",
+            &[&consumers, &sources, &ids, &outcome.as_str()],
         )?;
         Ok(())
     }
 
-    fn insert_credit(
-        &mut self,
-        claim: &ClaimRef,
-        order_id: &str,
-        customer_id: &str,
-        points: i64,
-    ) -> StoreResult<bool> {
-        let inserted = self.db.execute(
+    /// In the slice's order (`WITH ORDINALITY`): the items come sorted by order id, the
+    /// module's lock order, and of two items of one order the first is credited.
+    fn insert_credits(&mut self, items: &[Credit<'_>]) -> StoreResult<Vec<bool>> {
+        let orders: Vec<&str> = items.iter().map(|c| c.order_id).collect();
+        let customers: Vec<&str> = items.iter().map(|c| c.customer_id).collect();
+        let points: Vec<i64> = items.iter().map(|c| c.points).collect();
+        let sources: Vec<&str> = items.iter().map(|c| c.claim.source.as_str()).collect();
+        let ids: Vec<&str> = items.iter().map(|c| c.claim.event_id.as_str()).collect();
+        let rows = self.db.query(
             "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
                                           credited_at)
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING",
-            &[
-                &order_id,
-                &customer_id,
-                &points,
-                &claim.source,
-                &claim.event_id,
-                &self.now,
-            ],
+             SELECT o, c, p, s, e, $6
+               FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[])
+                    WITH ORDINALITY AS u(o, c, p, s, e, n)
+              ORDER BY n
+             ON CONFLICT (order_id) DO NOTHING
+             RETURNING order_id, source, event_id",
+            &[&orders, &customers, &points, &sources, &ids, &self.now],
         )?;
-        Ok(inserted == 1)
+        let mut inserted = Inserted::new(&rows, 3)?;
+        Ok(items
+            .iter()
+            .map(|c| {
+                inserted.take(vec![
+                    c.order_id.to_string(),
+                    c.claim.source.clone(),
+                    c.claim.event_id.clone(),
+                ])
+            })
+            .collect())
     }
 
-    /// A sum that would leave `bigint` is refused (numeric_value_out_of_range): a refusal.
     /// Deferred to the end of the batch (see the module's lock order).
     fn add_to_balance(&mut self, customer_id: &str, points: i64) -> StoreResult<()> {
         match &mut self.balances {
@@ -200,7 +308,7 @@ impl FinishStatements for Statements<'_, '_> {
                 pending.push((customer_id.to_string(), points));
                 Ok(())
             }
-            None => self.add_now(customer_id, points),
+            None => self.add(&[(customer_id.to_string(), points)]),
         }
     }
 
@@ -246,16 +354,6 @@ pub(super) fn finish_all(
     let mut statements = Statements {
         db,
         now,
-        complete: live_fence(
-            "status = 'completed', completed_at = $3, outcome = $4, last_error = NULL, \
-             next_attempt_at = NULL",
-        ),
-        retry: live_fence(&format!(
-            "status = 'pending', next_attempt_at = {NOW_MS} + $3, last_error = $4"
-        )),
-        fail: live_fence(
-            "status = 'failed', last_error = $3, abandoned = $4, next_attempt_at = NULL",
-        ),
         balances: (!isolate).then(Vec::new),
     };
     let finished = rules::finish_all(&mut statements, &sorted, isolate)?;

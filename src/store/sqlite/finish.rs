@@ -6,7 +6,7 @@ use rusqlite::types::Null;
 use rusqlite::{ErrorCode, Transaction, params};
 
 use super::consume::{COMPLETE, FAIL, Prepared, RETRY, close_attempt, fenced};
-use crate::store::rules::{self, FinishStatements};
+use crate::store::rules::{self, Credit, FinishStatements};
 use crate::store::{AttemptResult, ClaimRef, Finish, Finished, Outcome, StoreError, StoreResult};
 
 /// The batch's transaction, its cached statements and the time every write records.
@@ -16,64 +16,76 @@ struct Statements<'c> {
 }
 
 impl FinishStatements for Statements<'_> {
-    fn complete(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<bool> {
+    fn complete(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<Vec<bool>> {
         let now = self.now;
-        fenced(
-            &mut self.prepared,
-            COMPLETE,
-            claim,
-            now,
-            &outcome.as_str(),
-            &Null,
-        )
+        let p = &mut self.prepared;
+        items
+            .iter()
+            .map(|(claim, outcome)| fenced(p, COMPLETE, claim, now, &outcome.as_str(), &Null))
+            .collect()
     }
 
-    fn retry_at(&mut self, claim: &ClaimRef, at: i64, error: &str) -> StoreResult<bool> {
+    fn retry_at(&mut self, items: &[(&ClaimRef, i64, &str)]) -> StoreResult<Vec<bool>> {
         let now = self.now;
-        fenced(&mut self.prepared, RETRY, claim, now, &at, &error)
+        let p = &mut self.prepared;
+        items
+            .iter()
+            .map(|(claim, at, error)| fenced(p, RETRY, claim, now, at, error))
+            .collect()
     }
 
-    fn fail(&mut self, claim: &ClaimRef, error: &str, abandoned: bool) -> StoreResult<bool> {
+    fn fail(&mut self, items: &[(&ClaimRef, &str, bool)]) -> StoreResult<Vec<bool>> {
         let now = self.now;
-        fenced(&mut self.prepared, FAIL, claim, now, &error, &abandoned)
+        let p = &mut self.prepared;
+        items
+            .iter()
+            .map(|(claim, error, abandoned)| fenced(p, FAIL, claim, now, error, abandoned))
+            .collect()
     }
 
-    fn set_outcome(&mut self, claim: &ClaimRef, outcome: Outcome) -> StoreResult<()> {
-        self.prepared
-            .get("UPDATE event_state SET outcome = ?2 WHERE seq = ?1 AND sub = ?3")?
-            .execute(params![claim.seq, outcome.as_str(), claim.subscription])?;
+    fn set_outcomes(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<()> {
+        let statement = self
+            .prepared
+            .get("UPDATE event_state SET outcome = ?2 WHERE seq = ?1 AND sub = ?3")?;
+        for (claim, outcome) in items {
+            statement.execute(params![claim.seq, outcome.as_str(), claim.subscription])?;
+        }
         Ok(())
     }
 
-    fn close_attempt(
+    fn close_attempts(
         &mut self,
-        claim: &ClaimRef,
-        result: AttemptResult,
-        error: Option<&str>,
+        items: &[(&ClaimRef, AttemptResult, Option<&str>)],
     ) -> StoreResult<()> {
-        close_attempt(&mut self.prepared, claim, result, error, self.now)
+        for (claim, result, error) in items {
+            close_attempt(&mut self.prepared, claim, *result, *error, self.now)?;
+        }
+        Ok(())
     }
 
     fn mark_processed(
         &mut self,
-        consumer: &str,
-        claim: &ClaimRef,
+        items: &[(&str, &ClaimRef)],
         outcome: Outcome,
-    ) -> StoreResult<bool> {
-        let inserted = self
-            .prepared
-            .get(
-                "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-            )?
-            .execute(params![
-                consumer,
-                claim.source,
-                claim.event_id,
-                outcome.as_str(),
-                self.now
-            ])?;
-        Ok(inserted == 1)
+    ) -> StoreResult<Vec<bool>> {
+        let now = self.now;
+        let statement = self.prepared.get(
+            "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+        )?;
+        items
+            .iter()
+            .map(|(consumer, claim)| {
+                let inserted = statement.execute(params![
+                    consumer,
+                    claim.source,
+                    claim.event_id,
+                    outcome.as_str(),
+                    now
+                ])?;
+                Ok(inserted == 1)
+            })
+            .collect()
     }
 
     fn processed_outcome(&mut self, consumer: &str, claim: &ClaimRef) -> StoreResult<String> {
@@ -88,49 +100,47 @@ impl FinishStatements for Statements<'_> {
             })?)
     }
 
-    fn set_processed_outcome(
+    fn set_processed_outcomes(
         &mut self,
-        consumer: &str,
-        claim: &ClaimRef,
+        items: &[(&str, &ClaimRef)],
         outcome: Outcome,
     ) -> StoreResult<()> {
-        self.prepared
-            .get(
-                "UPDATE processed_events SET outcome = ?4
-                  WHERE consumer = ?1 AND source = ?2 AND event_id = ?3",
-            )?
-            .execute(params![
+        let statement = self.prepared.get(
+            "UPDATE processed_events SET outcome = ?4
+              WHERE consumer = ?1 AND source = ?2 AND event_id = ?3",
+        )?;
+        for (consumer, claim) in items {
+            statement.execute(params![
                 consumer,
                 claim.source,
                 claim.event_id,
                 outcome.as_str()
             ])?;
+        }
         Ok(())
     }
 
-    fn insert_credit(
-        &mut self,
-        claim: &ClaimRef,
-        order_id: &str,
-        customer_id: &str,
-        points: i64,
-    ) -> StoreResult<bool> {
-        let inserted = self
-            .prepared
-            .get(
-                "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
-                                              credited_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
-            )?
-            .execute(params![
-                order_id,
-                customer_id,
-                points,
-                claim.source,
-                claim.event_id,
-                self.now
-            ])?;
-        Ok(inserted == 1)
+    fn insert_credits(&mut self, items: &[Credit<'_>]) -> StoreResult<Vec<bool>> {
+        let now = self.now;
+        let statement = self.prepared.get(
+            "INSERT INTO loyalty_credits (order_id, customer_id, points, source, event_id,
+                                          credited_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (order_id) DO NOTHING",
+        )?;
+        items
+            .iter()
+            .map(|c| {
+                let inserted = statement.execute(params![
+                    c.order_id,
+                    c.customer_id,
+                    c.points,
+                    c.claim.source,
+                    c.claim.event_id,
+                    now
+                ])?;
+                Ok(inserted == 1)
+            })
+            .collect()
     }
 
     fn add_to_balance(&mut self, customer_id: &str, points: i64) -> StoreResult<()> {
