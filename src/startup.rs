@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
+use actix_web::http::KeepAlive;
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
@@ -260,9 +261,20 @@ impl Application {
         .backlog(4096)
         // Longer than a handler's bound: in-flight requests finish before exit.
         .shutdown_timeout(30);
-        if let Some(n) = options.http_workers {
-            server = server.workers(n.max(1));
-        }
+        let workers = options
+            .http_workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        let limits = &settings.connections;
+        server = server
+            .workers(workers)
+            // actix counts connections per worker.
+            .max_connections(limits.max.div_ceil(workers))
+            .client_request_timeout(Duration::from_millis(limits.header_timeout_ms))
+            .keep_alive(match limits.keep_alive_seconds {
+                0 => KeepAlive::Disabled,
+                s => KeepAlive::Timeout(Duration::from_secs(s)),
+            });
         Ok(Application {
             server: server.run(),
             port,

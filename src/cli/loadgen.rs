@@ -54,6 +54,11 @@ pub struct LoadgenArgs {
     /// Customers the generated orders spread over.
     #[arg(long, default_value_t = 1000)]
     customers: u64,
+    /// Send at this many requests per second in all (0: as fast as the connections go). Each
+    /// request has its time in the schedule, and its latency counts from that time, so a
+    /// server that stalls is charged for the requests that waited behind the stall.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -141,6 +146,9 @@ struct Shared {
     next: AtomicU64,
     requests: Vec<Vec<u8>>,
     deadline: Instant,
+    started: Instant,
+    /// The schedule's step (`--rate`), if any.
+    every: Option<Duration>,
 }
 
 struct ConnResult {
@@ -179,7 +187,17 @@ async fn connection(target: Arc<Target>, shared: Arc<Shared>) -> ConnResult {
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let started = Instant::now();
+        let started = match shared.every {
+            Some(every) => {
+                let due = shared.started + every.mul_f64(n as f64);
+                if due >= shared.deadline {
+                    break;
+                }
+                tokio::time::sleep_until(due.into()).await;
+                due
+            }
+            None => Instant::now(),
+        };
         let outcome = async {
             c.get_mut().write_all(bytes).await?;
             read_response(c, &mut line).await
@@ -230,6 +248,9 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     if args.connections == 0 || args.connections > 4096 {
         bail!("--connections must be from 1 to 4096");
     }
+    if !(args.rate >= 0.0 && args.rate.is_finite()) {
+        bail!("--rate must be a number of requests per second, 0 for as fast as possible");
+    }
     let target = Arc::new(parse_url(&args.url)?);
     let requests = prepare(&args, &target)?;
     let prepared = requests.len() as u64;
@@ -241,6 +262,8 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         next: AtomicU64::new(0),
         requests,
+        started,
+        every: (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate)),
         deadline: started
             + if args.requests.is_some() {
                 Duration::from_secs(3600)

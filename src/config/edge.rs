@@ -1,5 +1,5 @@
-//! Settings of the edge: which addresses may send to a source (`allow_from`), and whose
-//! forwarding headers to believe (`trusted_proxies`).
+//! Settings of the edge: which addresses may send to a source (`allow_from`), whose
+//! forwarding headers to believe (`trusted_proxies`), and the connections' limits.
 
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -68,6 +68,61 @@ impl Default for RejectionSettings {
             keep_count: 10_000,
             keep_days: 7,
         }
+    }
+}
+
+/// Limits on the connections the HTTP server keeps (SPEC section 14), so that idle or slow
+/// clients cannot hold what providers need: a connection's request head must arrive within
+/// `header_timeout_ms` (a slowloris sender, or a connection that never sends, is answered 408
+/// and closed), a body within `body_timeout_ms` (408 `request_timeout`, nothing stored), an
+/// idle keep-alive connection is closed after `keep_alive_seconds`, and at most `max`
+/// connections are open at once (further ones wait in the listen backlog).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionSettings {
+    pub max: usize,
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub keep_alive_seconds: u64,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> Self {
+        ConnectionSettings {
+            max: 10_000,
+            header_timeout_ms: 5_000,
+            body_timeout_ms: 30_000,
+            keep_alive_seconds: 5,
+        }
+    }
+}
+
+impl ConnectionSettings {
+    /// What is wrong with the limits, as (key, reason).
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        const HOUR_MS: u64 = 3_600_000;
+        if !(1..=1_000_000).contains(&self.max) {
+            return Some(("connections.max", "must be between 1 and 1000000"));
+        }
+        if !(1..=HOUR_MS).contains(&self.header_timeout_ms) {
+            return Some((
+                "connections.header_timeout_ms",
+                "must be between 1 and 3600000",
+            ));
+        }
+        if !(1..=HOUR_MS).contains(&self.body_timeout_ms) {
+            return Some((
+                "connections.body_timeout_ms",
+                "must be between 1 and 3600000",
+            ));
+        }
+        if self.keep_alive_seconds > 3_600 {
+            return Some((
+                "connections.keep_alive_seconds",
+                "must be at most 3600 (0 closes a connection after each request)",
+            ));
+        }
+        None
     }
 }
 

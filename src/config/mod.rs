@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use database::{Database, redact_credentials, sqlite_path};
-pub use edge::{Cidr, RejectionSettings, any_contains};
+pub use edge::{Cidr, ConnectionSettings, RejectionSettings, any_contains};
 pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, subscription_secret,
     subscription_token,
@@ -90,6 +90,8 @@ pub struct Settings {
     /// Proxies (CIDR ranges or addresses) whose `Forwarded` / `X-Forwarded-For` headers name
     /// the sender; anyone else's are ignored. Empty: the peer is the sender.
     pub trusted_proxies: Vec<Cidr>,
+    /// Limits on connections and on the time a request's head and body may take.
+    pub connections: ConnectionSettings,
     pub sources: Vec<SourceSettings>,
     /// The user's consumers (SPEC section 13); empty: the implicit three.
     pub subscriptions: Vec<crate::subscriptions::SubscriptionSettings>,
@@ -188,6 +190,7 @@ impl Default for Settings {
             tls_cert: None,
             tls_key: None,
             trusted_proxies: Vec::new(),
+            connections: ConnectionSettings::default(),
             sources: Vec::new(),
             subscriptions: Vec::new(),
         }
@@ -387,6 +390,9 @@ impl Settings {
                 "rejections.keep_days",
                 format!("must be at most {MAX_RETENTION_DAYS}"),
             ));
+        }
+        if let Some((key, reason)) = self.connections.problem() {
+            return Err(invalid(key, reason));
         }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => return Err(invalid("tls_key", "tls_cert is set: set tls_key too")),

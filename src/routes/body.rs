@@ -1,20 +1,25 @@
 //! Reading request bodies under a limit, and JSON bodies into typed values, so that every bad
 //! body gets the error shape (actix's own extractors answer in plain text).
 
+use std::time::Duration;
+
 use actix_web::HttpRequest;
 use actix_web::http::header::CONTENT_LENGTH;
-use actix_web::web::{BytesMut, Payload};
+use actix_web::web::{self, BytesMut, Payload};
 use futures_util::StreamExt as _;
 use serde::de::DeserializeOwned;
 
-use super::ApiError;
+use super::{ApiError, AppState};
+use crate::config::ConnectionSettings;
 
 fn too_large(limit: usize) -> ApiError {
     ApiError::PayloadTooLarge(format!("the body is larger than {limit} bytes"))
 }
 
 /// Read the body, refusing it from `Content-Length` when declared, and otherwise as soon as the
-/// stream passes `limit`: an oversized body is never buffered whole.
+/// stream passes `limit`: an oversized body is never buffered whole. A body that takes longer
+/// than `connections.body_timeout_ms` to arrive is refused (408): a client sending a byte at a
+/// time holds a connection for that long at most, and nothing of its request is stored.
 pub async fn read_limited(
     req: &HttpRequest,
     mut payload: Payload,
@@ -29,14 +34,28 @@ pub async fn read_limited(
         return Err(too_large(limit));
     }
     let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit as u64) as usize);
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::InvalidJson(format!("reading the body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large(limit));
+    let timeout_ms = req
+        .app_data::<web::Data<AppState>>()
+        .map_or(ConnectionSettings::default().body_timeout_ms, |state| {
+            state.settings.connections.body_timeout_ms
+        });
+    let read = async {
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::InvalidJson(format!("reading the body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(too_large(limit));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(())
+    };
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), read).await {
+        Ok(read) => read.map(|()| body),
+        Err(_) => Err(ApiError::RequestTimeout(format!(
+            "the body did not arrive within {timeout_ms} ms (connections.body_timeout_ms)"
+        ))),
     }
-    Ok(body)
 }
 
 /// Syntax errors are `invalid_json` (400); JSON of the wrong shape is `invalid_request` (422)

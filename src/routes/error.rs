@@ -37,6 +37,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The body did not arrive within `connections.body_timeout_ms`.
+    #[error("{0}")]
+    RequestTimeout(String),
     /// A delivery from outside its source's `allow_from`.
     #[error("{0}")]
     ForbiddenSender(String),
@@ -69,6 +72,7 @@ impl ApiError {
             ApiError::PayloadMismatch(_) => "payload_mismatch",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::RequestTimeout(_) => "request_timeout",
             ApiError::ForbiddenSender(_) => "forbidden_sender",
             ApiError::Unavailable(_) | ApiError::NotReady(_) => "unavailable",
             ApiError::Internal(_) => "internal",
@@ -88,6 +92,7 @@ impl ResponseError for ApiError {
             ApiError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadMismatch(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ForbiddenSender(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -14,6 +14,7 @@ mod cli_config;
 mod cli_usage;
 mod completions;
 mod concurrency;
+mod connections;
 mod consumers;
 mod copy;
 mod crash;
