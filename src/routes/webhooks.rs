@@ -93,6 +93,7 @@ impl Headers for ActixHeaders<'_> {
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`", body = ErrorBody),
         (status = 403, description = "`forbidden_sender`: from outside the source's `allow_from`", body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body took longer than `connections.body_timeout_ms`; nothing stored", body = ErrorBody),
         (status = 409, description = "`payload_mismatch`: a different body for a known event, on a source with `on_payload_mismatch = \"reject\"`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: over `body_limit_bytes`", body = ErrorBody),
     ))]
