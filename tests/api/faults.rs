@@ -11,10 +11,10 @@ use crate::process::{ServerProcess, free_port, send_signed, write_config};
 use crate::requires;
 
 /// A size-limited tmpfs, unmounted on drop whatever the test's outcome.
-struct SmallFs(PathBuf);
+pub struct SmallFs(pub PathBuf);
 
 impl SmallFs {
-    fn mount(at: &Path, size: &str) -> Result<SmallFs, String> {
+    pub fn mount(at: &Path, size: &str) -> Result<SmallFs, String> {
         std::fs::create_dir_all(at).map_err(|e| e.to_string())?;
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -69,7 +69,7 @@ fn serve_on(
 }
 
 /// [`serve_on`] with `top` and `consumers` added to the config (see `write_config`).
-fn serve_on_with(
+pub fn serve_on_with(
     dir: &std::path::Path,
     db_dir: &std::path::Path,
     top: &str,

@@ -21,6 +21,7 @@ mod crash;
 mod dashboard;
 mod dashboard_api;
 mod dashboard_subscriptions;
+mod disk_full_load;
 mod downstream;
 mod endpoint;
 mod faults;

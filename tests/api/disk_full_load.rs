@@ -1,0 +1,163 @@
+//! A disk that the service fills itself, under sustained load (issue 42), with the real binary
+//! on a small tmpfs: eight senders deliver without pause while the consumers drain and the
+//! checkpoints copy the WAL into the database file, until the disk is full. Every answer is a
+//! 200 or a 503 with `Retry-After`, none slower than the client's timeout; once ops free some
+//! space the service takes deliveries again without a restart; and with the server stopped,
+//! every acknowledged delivery is in the file and the integrity check passes.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use crate::faults::{SmallFs, serve_on_with};
+use crate::requires;
+
+/// What one sender saw.
+#[derive(Default)]
+struct Seen {
+    acknowledged: Vec<String>,
+    refused: usize,
+    slowest: Duration,
+    other: Vec<String>,
+}
+
+#[test]
+fn sustained_ingest_that_fills_the_disk_answers_503_and_recovers_with_nothing_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = match SmallFs::mount(&dir.path().join("db"), "12m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            if requires::available("a tmpfs mount (root)", Err(why)) {
+                unreachable!()
+            }
+            return;
+        }
+    };
+    // Space ops can free later: the service fills the rest by itself.
+    let ballast = small.0.join("ballast");
+    std::fs::write(&ballast, vec![0u8; 2 * 1024 * 1024]).unwrap();
+    let (mut server, settings, _) = serve_on_with(dir.path(), &small.0, "", "workers = 2\n");
+    let base = server.base.clone();
+    let body = |i: usize| {
+        format!(
+            r#"{{"type":"audit.note","n":{i},"pad":"{}"}}"#,
+            "x".repeat(2000)
+        )
+    };
+    const SENDERS: usize = 8;
+    let barrier = Arc::new(Barrier::new(SENDERS));
+    let seen: Vec<Seen> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..SENDERS)
+            .map(|t| {
+                let (barrier, settings, base) = (Arc::clone(&barrier), &settings, &base);
+                s.spawn(move || {
+                    let client = reqwest::blocking::Client::builder()
+                        .timeout(Duration::from_secs(10))
+                        .build()
+                        .unwrap();
+                    let mut seen = Seen::default();
+                    barrier.wait();
+                    let started = Instant::now();
+                    // Until this sender has seen the disk full for a while (bounded in time).
+                    for i in 0..20_000 {
+                        if seen.refused >= 30 || started.elapsed() > Duration::from_secs(90) {
+                            break;
+                        }
+                        let id = format!("t{t}_{i}");
+                        let mut req = client.post(format!("{base}/webhooks/shop")).body(body(i));
+                        for (k, v) in
+                            crate::helpers::sign_for(settings, "shop", &id, body(i).as_bytes())
+                        {
+                            req = req.header(k, v);
+                        }
+                        let sent = Instant::now();
+                        let response = match req.send() {
+                            Ok(r) => r,
+                            Err(e) => {
+                                seen.other.push(format!("{id}: {e}"));
+                                break;
+                            }
+                        };
+                        seen.slowest = seen.slowest.max(sent.elapsed());
+                        match response.status().as_u16() {
+                            200 => seen.acknowledged.push(id),
+                            503 if response.headers().contains_key("retry-after") => {
+                                let error: serde_json::Value = response.json().unwrap();
+                                assert_eq!(error["error"], "unavailable");
+                                seen.refused += 1;
+                            }
+                            other => seen.other.push(format!("{id}: {other}")),
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let other: Vec<&String> = seen.iter().flat_map(|s| &s.other).collect();
+    assert!(
+        other.is_empty(),
+        "answers that were not 200 or 503 with Retry-After: {other:?}\n{}",
+        server.logs()
+    );
+    let refused: usize = seen.iter().map(|s| s.refused).sum();
+    assert!(
+        seen.iter().all(|s| s.refused >= 30),
+        "the disk never filled up for every sender ({refused} refused)"
+    );
+    let slowest = seen.iter().map(|s| s.slowest).max().unwrap();
+    let mut acknowledged: Vec<String> = seen.into_iter().flat_map(|s| s.acknowledged).collect();
+    assert!(!acknowledged.is_empty());
+
+    // Ops free space; the service takes deliveries again by itself.
+    std::fs::remove_file(&ballast).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in 0.. {
+        let id = format!("after_{n}");
+        let status = crate::process::send_signed(&client, &base, &settings, &id, &body(n));
+        if status == 200 {
+            acknowledged.push(id);
+            break;
+        }
+        assert_eq!(status, 503, "{}", server.logs());
+        assert!(
+            Instant::now() < deadline,
+            "no recovery 30 s after space was freed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ready = client.get(format!("{base}/readyz")).send().unwrap();
+    assert_eq!(ready.status().as_u16(), 200, "{}", server.logs());
+    let logs = server.logs();
+    let checkpoints_refused = logs.matches("checkpoint").count();
+    server.terminate(Duration::from_secs(30));
+
+    let conn = rusqlite::Connection::open(small.0.join("t.db")).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let mut find = conn
+        .prepare("SELECT count(*) FROM event_log WHERE source = 'shop' AND event_id = ?1")
+        .unwrap();
+    let missing: Vec<&String> = acknowledged
+        .iter()
+        .filter(|id| find.query_row([id], |r| r.get::<_, i64>(0)).unwrap() != 1)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged deliveries are missing: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    eprintln!(
+        "disk filled under load: {} acknowledged, {refused} refused with 503, slowest answer \
+         {:?}, {checkpoints_refused} log lines of a refused checkpoint",
+        acknowledged.len(),
+        slowest
+    );
+}
