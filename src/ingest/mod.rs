@@ -77,13 +77,20 @@ pub struct Activity {
     started: Instant,
     /// Milliseconds since `started` of the last commit, plus one (0: never).
     last: AtomicU64,
+    /// Deliveries in the last commit: many means they queued for the writer.
+    last_batch: AtomicU64,
 }
+
+/// A group commit of at least this many deliveries says they waited for the writer: ingest is
+/// saturated, and the consumers yield to it (see `Consumer::run_until_idle`).
+const SATURATED: u64 = 32;
 
 impl Default for Activity {
     fn default() -> Self {
         Activity {
             started: Instant::now(),
             last: AtomicU64::new(0),
+            last_batch: AtomicU64::new(0),
         }
     }
 }
@@ -93,8 +100,14 @@ impl Activity {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
     }
 
-    fn mark(&self) {
+    fn mark(&self, deliveries: usize) {
         self.last.store(self.elapsed_ms() + 1, Ordering::Relaxed);
+        self.last_batch.store(deliveries as u64, Ordering::Relaxed);
+    }
+
+    /// Whether the last commit was recent and its deliveries had queued for the writer.
+    pub fn saturated(&self) -> bool {
+        self.recent() && self.last_batch.load(Ordering::Relaxed) >= SATURATED
     }
 
     /// Whether deliveries were committed within the last few milliseconds.
@@ -189,7 +202,7 @@ fn writer(
             continue;
         }
         let stored = store.insert_deliveries(&batch);
-        activity.mark();
+        activity.mark(batch.len());
         match stored {
             Ok(outcomes) => {
                 if outcomes.contains(&InsertOutcome::Queued) {
