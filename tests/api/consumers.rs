@@ -236,20 +236,14 @@ fn an_effect_the_database_refuses_fails_that_event_alone(kind: StoreKind) {
     assert_eq!(h.count("SELECT count(*) FROM loyalty_credits"), 2);
 }
 
-/// The same at the store: a batch holding a credit, a refused credit, a lost claim and another
-/// credit gets each its own result, and nothing of the refused or the lost one is written.
-fn one_finish_batch_gives_each_event_its_own_result(kind: StoreKind) {
-    use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
-    let h = Harness::on(kind, 5, 30);
-    h.db.refuse_credits_for("o-2");
-    let ids = ["evt-1", "evt-2", "evt-3", "evt-4"];
+/// Store an `order.completed` event for each of `ids` and claim them all (right after an
+/// ingest write the store hands out smaller batches: claim until all are), in `seq` order.
+fn store_and_claim(h: &Harness, ids: &[&str], now: i64) -> Vec<webhook_inbox::store::Claimed> {
     let deliveries: Vec<_> = ids
         .iter()
         .map(|id| ("shop", *id, ORDER, "{}".to_string()))
         .collect();
     h.insert(&deliveries);
-    let now = now_ms();
-    // Right after an ingest write the store hands out smaller batches: claim until all four.
     let mut claimed = Vec::new();
     for _ in 0..10 {
         claimed.extend(
@@ -259,7 +253,19 @@ fn one_finish_batch_gives_each_event_its_own_result(kind: StoreKind) {
         );
     }
     claimed.sort_by_key(|c| c.claim.seq);
-    assert_eq!(claimed.len(), 4);
+    assert_eq!(claimed.len(), ids.len());
+    claimed
+}
+
+/// The same at the store: a batch holding a credit, a refused credit, a lost claim and another
+/// credit gets each its own result, and nothing of the refused or the lost one is written.
+fn one_finish_batch_gives_each_event_its_own_result(kind: StoreKind) {
+    use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
+    let h = Harness::on(kind, 5, 30);
+    h.db.refuse_credits_for("o-2");
+    let ids = ["evt-1", "evt-2", "evt-3", "evt-4"];
+    let now = now_ms();
+    let claimed = store_and_claim(&h, &ids, now);
     let items: Vec<Finish> = claimed
         .into_iter()
         .enumerate()
@@ -317,22 +323,8 @@ fn one_finish_batch_of_every_transition_credits_a_shared_order_once(kind: StoreK
     use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Next, Outcome};
     let h = Harness::on(kind, 5, 30);
     let ids = ["evt-1", "evt-2", "evt-3", "evt-4", "evt-5", "evt-6"];
-    let deliveries: Vec<_> = ids
-        .iter()
-        .map(|id| ("shop", *id, ORDER, "{}".to_string()))
-        .collect();
-    h.insert(&deliveries);
     let now = now_ms();
-    let mut claimed = Vec::new();
-    for _ in 0..10 {
-        claimed.extend(
-            h.store
-                .claim("w", Lane::InProcess, 10, 30_000, now)
-                .unwrap(),
-        );
-    }
-    claimed.sort_by_key(|c| c.claim.seq);
-    assert_eq!(claimed.len(), 6);
+    let claimed = store_and_claim(&h, &ids, now);
     let credit = |order: &str, points| Next::Complete {
         effect: Some(Effect::LoyaltyCredit {
             consumer: "loyalty_credit",

@@ -32,6 +32,22 @@ impl SmallFs {
     }
 }
 
+impl SmallFs {
+    /// The mount, or `None` when this machine cannot mount one (the test then reports itself
+    /// skipped, and `.ci/run` fails on a skip).
+    pub fn mount_or_skip(at: &Path, size: &str) -> Option<SmallFs> {
+        match SmallFs::mount(at, size) {
+            Ok(fs) => Some(fs),
+            Err(why) => {
+                if requires::available("a tmpfs mount (root)", Err(why)) {
+                    unreachable!()
+                }
+                None
+            }
+        }
+    }
+}
+
 impl Drop for SmallFs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
@@ -99,14 +115,8 @@ pub fn serve_on_with(
 #[test]
 fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself() {
     let dir = tempfile::tempdir().unwrap();
-    let small = match SmallFs::mount(&dir.path().join("db"), "4m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            if requires::available("a tmpfs mount (root)", Err(why)) {
-                unreachable!()
-            }
-            return;
-        }
+    let Some(small) = SmallFs::mount_or_skip(&dir.path().join("db"), "4m") else {
+        return;
     };
     let (server, settings, client) = serve_on(dir.path(), &small.0, 0);
     let body = |i: usize| {
@@ -213,14 +223,8 @@ fn a_full_disk_answers_503_loses_no_acknowledged_delivery_and_recovers_by_itself
 #[test]
 fn a_read_only_database_refuses_to_start_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
-    let small = match SmallFs::mount(&dir.path().join("db"), "8m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            if requires::available("a tmpfs mount (root)", Err(why)) {
-                unreachable!()
-            }
-            return;
-        }
+    let Some(small) = SmallFs::mount_or_skip(&dir.path().join("db"), "8m") else {
+        return;
     };
     let port = free_port();
     let (config, _) = write_config(dir.path(), port, "", "");
