@@ -194,15 +194,41 @@ pub async fn js(c: &Client, script: &str) -> Value {
     c.execute(script, vec![]).await.expect("script runs")
 }
 
+/// Click the element `css` finds, as a user would once it shows: within 10 s it must exist,
+/// be displayed and take the click. A page still settling (the nav before sign-in finishes, a
+/// view being drawn) answers "element not interactable" for a moment; that is retried, any
+/// other error is not.
 pub async fn click(c: &Client, css: &str) {
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
+    click_located(c, Locator::Css(css), css).await;
+}
+
+/// [`click`] with any locator; `what` names the element in the panic message.
+pub async fn click_located(c: &Client, locator: Locator<'_>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let outcome = match c.find(locator).await {
+            Ok(element) => match element.is_displayed().await {
+                Ok(true) => element.click().await.map_err(|e| e.to_string()),
+                Ok(false) => Err("it is not displayed".into()),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) if e.is_no_such_element() => Err("no such element".into()),
+            Err(e) => panic!("cannot look for {what}: {e}"),
+        };
+        let why = match outcome {
+            Ok(()) => return,
+            Err(why) => why,
+        };
+        let settling = why.contains("not displayed")
+            || why.contains("no such element")
+            || why.contains("not interactable")
+            || why.contains("click intercepted")
+            || why.contains("stale element");
+        if !settling || Instant::now() > deadline {
+            panic!("cannot click {what}: {why}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn type_into(c: &Client, css: &str, text: &str) {

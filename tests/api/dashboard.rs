@@ -8,7 +8,9 @@ use std::time::Duration;
 use fantoccini::{Client, Locator, key::Key};
 use serde_json::{Value, json};
 
-use crate::browser::{Driver, click, js, screenshot, type_into, wait_at_most, wait_until};
+use crate::browser::{
+    Driver, click, click_located, js, screenshot, type_into, wait_at_most, wait_until,
+};
 use crate::helpers::{ADMIN_TOKEN, order_body, sign_for, sign_with};
 use crate::process::{ServerProcess, free_port, send_signed, write_config};
 use crate::requires;
@@ -90,14 +92,12 @@ fn row(event_id: &str) -> String {
 
 async fn click_in_row(c: &Client, event_id: &str, label: &str) {
     let xpath = format!("//tr[@data-event='shop/{event_id}']//button[normalize-space()='{label}']");
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath(&xpath))
-        .await
-        .unwrap_or_else(|e| panic!("no {label} button for {event_id}: {e}"))
-        .click()
-        .await
-        .unwrap();
+    click_located(
+        c,
+        Locator::XPath(&xpath),
+        &format!("the {label} button for {event_id}"),
+    )
+    .await;
 }
 
 async fn row_says(c: &Client, event_id: &str, status: &str) {
@@ -196,14 +196,13 @@ fn dashboard_signs_in_inspects_and_retries_in_a_real_browser() {
 
         // There, Force retry asks first: Escape cancels, the confirmation says why.
         let force = "//div[@id='event-detail']//button[normalize-space()='Force retry']";
-        c.wait().at_most(Duration::from_secs(10)).for_element(Locator::XPath(force)).await
-            .expect("a Force retry button on the completed event's page").click().await.unwrap();
+        click_located(&c, Locator::XPath(force), "the Force retry button on the completed event's page").await;
         wait_until(&c, "return document.getElementById('confirm').open && document.getElementById('confirm-text').textContent.includes('already completed') && document.getElementById('confirm-text').textContent.includes('credited');", "the force-retry confirmation").await;
         screenshot(&c, "force-retry-confirmation-1280").await;
         c.active_element().await.unwrap().send_keys(&Key::Escape.to_string()).await.unwrap();
         wait_until(&c, "return !document.getElementById('confirm').open;", "Escape closing the dialog").await;
         assert_eq!(status_of(&base, "evt_done_1").await, "completed");
-        c.find(Locator::XPath(force)).await.unwrap().click().await.unwrap();
+        click_located(&c, Locator::XPath(force), "the Force retry button").await;
         click(&c, "#confirm[open] #confirm-ok").await;
         wait_until(&c, "const s = document.getElementById('detail-status'); return !!s && s.textContent === 'shop/evt_done_1 is now pending.';", "the detail after the forced retry").await;
         assert_eq!(status_of(&base, "evt_done_1").await, "pending");
