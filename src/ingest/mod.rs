@@ -201,8 +201,14 @@ fn writer(
         if batch.is_empty() {
             continue;
         }
+        let started = Instant::now();
         let stored = store.insert_deliveries(&batch);
         activity.mark(batch.len());
+        tracing::debug!(
+            batch = batch.len(),
+            us = started.elapsed().as_micros() as u64,
+            "group commit"
+        );
         match stored {
             Ok(outcomes) => {
                 if outcomes.contains(&InsertOutcome::Queued) {

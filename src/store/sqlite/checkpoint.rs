@@ -1,26 +1,25 @@
-//! WAL checkpoints: in the commit path while ingest runs, on a thread of their own otherwise.
+//! WAL checkpoints on a thread of their own, outside the write lock.
 //!
 //! SQLite's automatic checkpoint runs inside the `COMMIT` that takes the WAL past 1,000 frames,
 //! so on the writer connection it runs while this process's write lock is held: about 1,000
-//! pages written into the database file and an fsync of it (3.7 to 10 ms on this machine's
-//! disk), during which nothing else commits. The writer connection here only records how many
-//! frames each commit left in the WAL (`wal_hook`, which replaces the automatic checkpoint),
-//! and every 1,000 new frames the store checkpoints in one of two ways:
+//! pages written into the database file and an fsync of it (3 to 7 ms on this machine's disk,
+//! longer while the disk is busy), during which nothing commits and every delivery waits. The
+//! writer connection here only records how many frames each commit left in the WAL
+//! (`wal_hook`, which replaces the automatic checkpoint), and every 1,000 new frames it kicks
+//! the checkpoint thread, which runs a passive checkpoint on its own connection while writers
+//! go on: it copies every frame committed so far into the database file and fsyncs it. Once
+//! the WAL holds 4,000 frames the thread runs a second passive checkpoint with the write lock
+//! held, for the few frames appended meanwhile: that completes the checkpoint, and the next
+//! write transaction starts the WAL again from its beginning. Without it a passive checkpoint
+//! under steady writes never catches up with the last frames, and the WAL grows without bound
+//! (measured, docs/performance.md); with it the WAL stays near 4,000 frames (16 MB of 4 KiB
+//! pages). Should the thread fall behind (the lock did not come in time) or be gone, a due
+//! checkpoint runs inline once the WAL holds 8,000 frames, or at once if the thread cannot be
+//! reached.
 //!
-//! - **Inline** ([`inline`]) while ingest or ops writes are running (the signal that also
-//!   shortens consumer batches): SQLite's own way, measured faster for ingest on two busy cores,
-//!   where a checkpoint beside it only takes CPU from the HTTP workers.
-//! - **On the checkpoint thread** otherwise (the consumers draining a backlog, where the
-//!   process waited on that fsync with a core idle: the drain ran 1.27 to 1.33 times as
-//!   fast). The thread runs a passive checkpoint on its own connection while writers go on, which copies
-//!   every frame committed so far into the database file and fsyncs it. Once the WAL holds
-//!   4,000 frames it runs a second passive checkpoint with the write lock held, for the few
-//!   frames appended meanwhile: that completes the checkpoint, and the next write transaction
-//!   starts the WAL again from its beginning. Without it a passive checkpoint under steady
-//!   writes never catches up with the last frames, and the WAL grows without bound (measured,
-//!   docs/performance.md); with it the WAL stays near 4,000 frames (16 MB of 4 KiB pages).
-//!   Should the thread fall behind (the lock did not come in time) or be gone, a due checkpoint
-//!   runs inline once the WAL holds 8,000 frames, or at once if the thread cannot be reached.
+//! Measured (docs/performance.md, "The tail"): with the checkpoints of ingest inline, as
+//! SQLite does it, the p99 of 64 providers was 17-20 ms against 7-8 ms on the thread, at the
+//! same throughput (0.99); on a draining backlog the thread drained 1.27 to 1.33 times as fast.
 //!
 //! Durability does not change: a checkpoint syncs the WAL before it copies anything (in
 //! `NORMAL` as in `FULL`), copies only committed frames, and fsyncs the database file before
@@ -80,6 +79,8 @@ pub(super) struct Checkpointer {
     /// due (both only touched with the write lock held).
     frames: AtomicI32,
     due: AtomicI32,
+    /// The WAL's size when its growth was last logged (0 since it restarted).
+    warned: AtomicI32,
 }
 
 impl Checkpointer {
@@ -98,6 +99,7 @@ impl Checkpointer {
             thread: Some(thread),
             frames: AtomicI32::new(0),
             due: AtomicI32::new(CHECKPOINT_FRAMES),
+            warned: AtomicI32::new(0),
         })
     }
 
@@ -112,6 +114,18 @@ impl Checkpointer {
         if frames < self.frames.swap(frames, Ordering::Relaxed) {
             // The WAL was restarted from its beginning.
             self.due.store(CHECKPOINT_FRAMES, Ordering::Relaxed);
+            self.warned.store(0, Ordering::Relaxed);
+        }
+        let warned = self.warned.load(Ordering::Relaxed);
+        if frames >= 2 * BACKSTOP_FRAMES && frames >= warned.saturating_mul(2) {
+            // Each doubling once: a WAL that does not restart makes every later read and
+            // checkpoint longer.
+            self.warned.store(frames, Ordering::Relaxed);
+            tracing::warn!(
+                wal_frames = frames,
+                wal_mb = i64::from(frames) * 4096 / 1_000_000,
+                "the WAL keeps growing: checkpoints have not managed to restart it"
+            );
         }
         if frames < self.due.load(Ordering::Relaxed) {
             return Due::No;
@@ -155,11 +169,9 @@ pub(super) enum Due {
 }
 
 /// Checkpoint now, on the writer connection with the write lock held: what SQLite's automatic
-/// checkpoint does. While ingest runs this is the faster way on two cores (measured: a
-/// checkpoint beside it took 0.88 of its throughput, docs/performance.md), since the CPU is
-/// busy anyway and the next batch grows while this one waits.
+/// checkpoint does, and the backstop when the thread cannot keep the WAL short.
 pub(super) fn inline(writer: &Connection) {
-    if let Err(e) = passive(writer) {
+    if let Err(e) = passive(writer, "inline") {
         tracing::warn!(error = %e, "WAL checkpoint failed");
     }
 }
@@ -172,13 +184,13 @@ impl Drop for Checkpointer {
 
 fn run(own: &Connection, writer: &FairMutex<Connection>, kicks: &Receiver<()>, wait: Duration) {
     while kicks.recv().is_ok() {
-        match passive(own) {
+        match passive(own, "thread") {
             // Even if it copied every frame it saw when it began: under steady writes there are
             // more by now, and the WAL restarts only once a checkpoint has them all.
             Ok(wal) if wal >= RESTART_FRAMES => {
                 // Only if the lock comes within the usual wait: a later kick tries again.
                 if let Some(conn) = writer.try_lock_for(wait)
-                    && let Err(e) = passive(&conn)
+                    && let Err(e) = passive(&conn, "thread, write lock held")
                 {
                     tracing::warn!(error = %e, "WAL checkpoint under the write lock failed");
                 }
@@ -191,9 +203,35 @@ fn run(own: &Connection, writer: &FairMutex<Connection>, kicks: &Receiver<()>, w
     }
 }
 
-/// A passive checkpoint; returns the frames the WAL held when it began.
-fn passive(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+/// A checkpoint slower than this is logged (with what it copied), as is one that could not copy
+/// every frame: the first signs of a WAL that grows, or of a disk that cannot keep up.
+const SLOW: Duration = Duration::from_millis(250);
+
+/// A passive checkpoint; returns the frames the WAL held when it began. `place` names where it
+/// ran, for the log.
+fn passive(conn: &Connection, place: &'static str) -> rusqlite::Result<i64> {
+    let started = std::time::Instant::now();
+    let (wal, copied): (i64, i64) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get(1)?, r.get(2)?))
+    })?;
+    let took = started.elapsed();
+    tracing::debug!(
+        place,
+        wal_frames = wal,
+        copied,
+        us = took.as_micros() as u64,
+        "WAL checkpoint"
+    );
+    if took >= SLOW {
+        tracing::info!(
+            place,
+            wal_frames = wal,
+            copied,
+            ms = took.as_millis() as u64,
+            "slow WAL checkpoint"
+        );
+    }
+    Ok(wal)
 }
 
 #[cfg(test)]

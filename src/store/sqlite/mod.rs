@@ -354,18 +354,14 @@ impl SqliteStore {
     }
 
     /// After a commit on the writer connection, with the write lock held: a checkpoint every
-    /// 1,000 new WAL frames, inline while ingest or ops writes are running, else on the
-    /// checkpoint thread (see `checkpoint`); inline too once the WAL has grown past twice its
-    /// restart point, or if the thread is gone.
+    /// 1,000 new WAL frames on the checkpoint thread, outside the write lock (see
+    /// `checkpoint`); inline only once the WAL has grown past twice its restart point, or if
+    /// the thread is gone.
     fn checkpoint_if_due(&self, conn: &Connection, frames: Option<std::ffi::c_int>) {
         let inline = match self.checkpointer.committed(frames) {
             checkpoint::Due::No => return,
             checkpoint::Due::Inline => true,
-            checkpoint::Due::Yes => {
-                self.recent_other_write()
-                    || self.others_waiting.load(Ordering::SeqCst) > 0
-                    || !self.checkpointer.kick()
-            }
+            checkpoint::Due::Yes => !self.checkpointer.kick(),
         };
         if inline {
             checkpoint::inline(conn);
