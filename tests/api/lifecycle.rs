@@ -379,6 +379,13 @@ async fn the_background_purge_follows_the_retention_ages() {
     let two_days_ago = now_ms() - 2 * 86_400_000;
     let conn = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    // Received two days ago too: an event is finished after it is received.
+    conn.execute(
+        "UPDATE event_log SET received_at = ?1, last_delivered_at = ?1
+          WHERE event_id IN ('old', 'failed')",
+        [two_days_ago],
+    )
+    .unwrap();
     conn.execute(
         "UPDATE event_state SET completed_at = ?1
           WHERE seq = (SELECT seq FROM event_log WHERE event_id = 'old')",

@@ -8,7 +8,9 @@ use webhook_inbox::retention::{self, PAUSE, Walk};
 use webhook_inbox::store::PurgeCutoffs;
 
 use crate::cli::{cli, stderr, stdout};
+use crate::harness::Harness;
 use crate::helpers::*;
+use crate::stores::{StoreKind, store_tests};
 
 fn everything() -> Value {
     let t = rfc3339(now_ms() + 60_000);
@@ -229,3 +231,52 @@ async fn events_purge_calls_again_until_the_walk_is_done() {
     let o = cli(&app, &["events", "purge", "--per-call", "0"]).await;
     assert_eq!(o.status.code(), Some(2), "a usage error: {}", stderr(&o));
 }
+
+/// A walk stops at the first window of events received after the cutoffs: none of them can be
+/// due (an event is finished after it is received), so it reads no further. Before, a walk with
+/// nothing to purge read the whole log every ten minutes, and the WAL could not restart while
+/// it did (seen in the soak: 600 MB of WAL and a minute of lag at 3.5 million events).
+fn a_walk_stops_at_the_first_window_received_after_the_cutoffs(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    // More than a window (2,000 events) of fresh deliveries, finished.
+    let ids: Vec<String> = (0..2_500).map(|i| format!("w{i}")).collect();
+    let deliveries: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            (
+                "shop",
+                id.as_str(),
+                "audit.note",
+                r#"{"type":"audit.note"}"#.to_string(),
+            )
+        })
+        .collect();
+    h.insert(&deliveries);
+    h.drain();
+    let hour_ago = now_ms() - 3_600_000;
+    let old = PurgeCutoffs {
+        completed_before: Some(hour_ago),
+        failed_before: Some(hour_ago),
+    };
+    let batch = h.store.purge_batch(&old, 0, 100, now_ms()).unwrap();
+    assert_eq!((batch.purged, batch.next_after), (0, None));
+    // Cutoffs after them: the walk reads on, window after window, and purges them all.
+    let later = now_ms() + 60_000;
+    let all = PurgeCutoffs {
+        completed_before: Some(later),
+        failed_before: Some(later),
+    };
+    let (mut after, mut purged, mut batches) = (0, 0, 0);
+    for _ in 0..100 {
+        let batch = h.store.purge_batch(&all, after, 1_000, now_ms()).unwrap();
+        (purged, batches) = (purged + batch.purged, batches + 1);
+        match batch.next_after {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(purged, 2_500);
+    assert!(batches >= 3, "{batches} batches");
+}
+
+store_tests!(a_walk_stops_at_the_first_window_received_after_the_cutoffs);

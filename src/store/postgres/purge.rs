@@ -41,11 +41,14 @@ pub(super) fn candidates(
     limit: usize,
 ) -> StoreResult<(Vec<i64>, Option<i64>)> {
     let window = db.query_one(
-        "SELECT max(seq), count(*) FROM (SELECT seq FROM event_log WHERE seq > $1
-          ORDER BY seq LIMIT $2) w",
+        "SELECT max(seq), count(*), min(received_at) FROM (
+           SELECT seq, received_at FROM event_log WHERE seq > $1 ORDER BY seq LIMIT $2) w",
         &[&after, &WINDOW],
     )?;
     let (last, count): (Option<i64>, i64) = (window.try_get(0)?, window.try_get(1)?);
+    if cutoffs.newer_than_any(window.try_get(2)?) {
+        return Ok((Vec::new(), None));
+    }
     let window_end = last.filter(|_| count == WINDOW);
     let sql = format!(
         "SELECT e.seq FROM events e

@@ -62,15 +62,21 @@ fn candidates(
     after: i64,
     limit: usize,
 ) -> StoreResult<(Vec<i64>, Option<i64>)> {
-    let window_end: Option<i64> = conn
+    let (window_end, oldest): (Option<i64>, Option<i64>) = conn
         .prepare_cached(
-            "SELECT max(seq), count(*) FROM (SELECT seq FROM event_log WHERE seq > ?1
-              ORDER BY seq LIMIT ?2)",
+            "SELECT max(seq), count(*), min(received_at) FROM (
+               SELECT seq, received_at FROM event_log WHERE seq > ?1 ORDER BY seq LIMIT ?2)",
         )?
         .query_row(params![after, WINDOW], |r| {
             let count: i64 = r.get(1)?;
-            Ok(r.get::<_, Option<i64>>(0)?.filter(|_| count == WINDOW))
+            Ok((
+                r.get::<_, Option<i64>>(0)?.filter(|_| count == WINDOW),
+                r.get(2)?,
+            ))
         })?;
+    if cutoffs.newer_than_any(oldest) {
+        return Ok((Vec::new(), None));
+    }
     let sql = format!(
         "SELECT e.seq FROM events e WHERE e.seq > ?1 AND e.seq <= ifnull(?2, 9223372036854775807)
             AND {} ORDER BY e.seq LIMIT ?5",
