@@ -203,8 +203,8 @@ fn run(own: &Connection, writer: &FairMutex<Connection>, kicks: &Receiver<()>, w
     }
 }
 
-/// A checkpoint slower than this is logged (with what it copied), as is one that could not copy
-/// every frame: the first signs of a WAL that grows, or of a disk that cannot keep up.
+/// A checkpoint slower than this is logged at `info` (with what it copied): the first sign of a
+/// disk that cannot keep up. Every checkpoint is logged at `debug`.
 const SLOW: Duration = Duration::from_millis(250);
 
 /// A passive checkpoint; returns the frames the WAL held when it began. `place` names where it
