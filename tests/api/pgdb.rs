@@ -127,8 +127,36 @@ impl PgDatabase {
     }
 }
 
+/// Rows whose parent is missing: a body or a state row without its log row, a state row
+/// without its subscription, an attempt without its state row. PostgreSQL's schema has no
+/// foreign keys there (migration 0006: each check locked and wrote the parent row); the
+/// statements write each child from its parent, and this check, run on every test's database
+/// before it is dropped, keeps that visible.
+const ORPHANS: &str = "SELECT CASE WHEN to_regclass('public.event_state') IS NULL THEN 0 ELSE
+      (SELECT count(*) FROM event_payloads p
+        WHERE NOT EXISTS (SELECT 1 FROM event_log l WHERE l.seq = p.seq))
+    + (SELECT count(*) FROM event_state s
+        WHERE NOT EXISTS (SELECT 1 FROM event_log l WHERE l.seq = s.seq)
+           OR NOT EXISTS (SELECT 1 FROM subscriptions u WHERE u.id = s.sub))
+    + (SELECT count(*) FROM event_attempts a
+        WHERE NOT EXISTS (SELECT 1 FROM event_state s WHERE s.seq = a.event_seq AND s.sub = a.sub))
+    END";
+
+impl PgDatabase {
+    /// How many rows [`ORPHANS`] finds (through the server's URL: a TLS test's own may need
+    /// a certificate this client does not have).
+    fn orphans(&self) -> Result<i64, postgres::Error> {
+        let url = with_database(&self.server, &self.name);
+        off_runtime(|| {
+            let mut client = Client::connect(&url, NoTls)?;
+            client.query_one(ORPHANS, &[])?.try_get(0)
+        })
+    }
+}
+
 impl Drop for PgDatabase {
     fn drop(&mut self) {
+        let orphans = self.orphans();
         // FORCE ends the connections a store or a killed node left behind.
         let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
         let server = self.server.clone();
@@ -138,6 +166,14 @@ impl Drop for PgDatabase {
         .join();
         if !matches!(dropped, Ok(Ok(()))) {
             eprintln!("could not drop the test database {}", self.name);
+        }
+        if std::thread::panicking() {
+            return;
+        }
+        match orphans {
+            Ok(0) => {}
+            Ok(n) => panic!("{n} rows of the test's database have no parent (see pgdb::ORPHANS)"),
+            Err(e) => panic!("could not look for rows without a parent: {e}"),
         }
     }
 }

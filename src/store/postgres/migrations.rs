@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "ordering",
         include_str!("../../../migrations/postgres/0005_ordering.sql"),
     ),
+    (
+        6,
+        "lighter_writes",
+        include_str!("../../../migrations/postgres/0006_lighter_writes.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to
