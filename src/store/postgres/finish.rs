@@ -29,15 +29,21 @@ use crate::store::{
 };
 
 /// The worker's fenced transition over a batch: each row only while its token holds the event
-/// and its lease runs by the database's clock. `u` is the batch (`seq`, `token` and the set's
-/// own columns) from `unnest`; answers the tokens whose fence held.
+/// and its lease runs by the database's clock. `u` is the batch (`seq`, `sub`, `token` and the
+/// set's own columns, from $4) from `unnest`; answers the tokens whose fence held.
+///
+/// Each row is found by its whole primary key: joined on `seq` alone, the planner's generic
+/// plan read every claimed row through `events_leases` (whose dead entries, one per claim of
+/// the last lease's length, it visits too) to pick the batch's out of them, which grew with
+/// the backlog and with the workers (see docs/postgres.md, "The fence's plan").
 fn live_fence(set: &str, columns: &str, types: &str) -> String {
     format!(
         "UPDATE event_state s SET {set}, claim_token = NULL, claimed_until = NULL,
                                   claimed_by = NULL
-           FROM unnest($1::bigint[], $2::text[], {types}) AS u(seq, token, {columns})
-          WHERE s.seq = u.seq AND s.claim_token = u.token AND s.status = 'claimed'
-            AND s.claimed_until > {NOW_MS}
+           FROM unnest($1::bigint[], $2::bigint[], $3::text[], {types})
+                AS u(seq, sub, token, {columns})
+          WHERE s.seq = u.seq AND s.sub = u.sub AND s.claim_token = u.token
+            AND s.status = 'claimed' AND s.claimed_until > {NOW_MS}
          RETURNING u.token"
     )
 }
@@ -131,23 +137,23 @@ impl Statements<'_, '_> {
 
 impl FinishStatements for Statements<'_, '_> {
     fn complete(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<Vec<bool>> {
-        let (seqs, _, tokens) = claim_arrays(items.iter().map(|(c, _)| *c));
+        let (seqs, subs, tokens) = claim_arrays(items.iter().map(|(c, _)| *c));
         let outcomes: Vec<&str> = items.iter().map(|(_, o)| o.as_str()).collect();
         let rows = self.db.query(
             &live_fence(
-                "status = 'completed', completed_at = $4, outcome = u.outcome, \
+                "status = 'completed', completed_at = $5, outcome = u.outcome, \
                  last_error = NULL, next_attempt_at = NULL",
                 "outcome",
-                "$3::text[]",
+                "$4::text[]",
             ),
-            &[&seqs, &tokens, &outcomes, &self.now],
+            &[&seqs, &subs, &tokens, &outcomes, &self.now],
         )?;
         held(&tokens, &rows)
     }
 
     /// Due at the database's now plus the backoff the consumer chose (`at - now` in its clock).
     fn retry_at(&mut self, items: &[(&ClaimRef, i64, &str)]) -> StoreResult<Vec<bool>> {
-        let (seqs, _, tokens) = claim_arrays(items.iter().map(|(c, _, _)| *c));
+        let (seqs, subs, tokens) = claim_arrays(items.iter().map(|(c, _, _)| *c));
         let delays: Vec<i64> = items
             .iter()
             .map(|(_, at, _)| (at - self.now).max(0))
@@ -160,15 +166,15 @@ impl FinishStatements for Statements<'_, '_> {
                      last_error = u.error"
                 ),
                 "delay, error",
-                "$3::bigint[], $4::text[]",
+                "$4::bigint[], $5::text[]",
             ),
-            &[&seqs, &tokens, &delays, &errors],
+            &[&seqs, &subs, &tokens, &delays, &errors],
         )?;
         held(&tokens, &rows)
     }
 
     fn fail(&mut self, items: &[(&ClaimRef, &str, bool)]) -> StoreResult<Vec<bool>> {
-        let (seqs, _, tokens) = claim_arrays(items.iter().map(|(c, _, _)| *c));
+        let (seqs, subs, tokens) = claim_arrays(items.iter().map(|(c, _, _)| *c));
         let errors: Vec<&str> = items.iter().map(|(_, e, _)| *e).collect();
         let abandoned: Vec<bool> = items.iter().map(|(_, _, a)| *a).collect();
         let rows = self.db.query(
@@ -176,9 +182,9 @@ impl FinishStatements for Statements<'_, '_> {
                 "status = 'failed', last_error = u.error, abandoned = u.abandoned, \
                  next_attempt_at = NULL",
                 "error, abandoned",
-                "$3::text[], $4::boolean[]",
+                "$4::text[], $5::boolean[]",
             ),
-            &[&seqs, &tokens, &errors, &abandoned],
+            &[&seqs, &subs, &tokens, &errors, &abandoned],
         )?;
         held(&tokens, &rows)
     }
