@@ -4,7 +4,7 @@
 
 use webhook_inbox::store::Store;
 
-use crate::harness::Harness;
+use crate::harness::{Harness, new_delivery};
 use crate::helpers::*;
 
 /// The lines of `EXPLAIN QUERY PLAN` for `sql` on the harness's database.
@@ -175,6 +175,99 @@ fn listing_events_newest_first_sorts_nothing() {
             plan.iter()
                 .any(|p| p.contains("sqlite_autoindex_event_state_1 (seq=?)")),
             "{plan:#?}"
+        );
+    }
+}
+
+/// On PostgreSQL, the plans a node's prepared statements settle on (the generic ones, which a
+/// prepared statement uses after its fifth run) over a log of a few thousand events: the
+/// fan-out reads the log from the cursor on (a range of the primary key whose lower bound is
+/// the cursor; as a join, the plan walked the log from its first event at every fan-out, so
+/// a drain slowed as the log grew), a batch's completions find each state row by its primary
+/// key (joined on `seq` alone, the plan read every claimed row), and the backlog `/metrics`
+/// counts is a range of the log too.
+#[test]
+fn postgres_plans_read_ranges_from_the_cursor_and_rows_by_their_keys() {
+    if !crate::pgdb::available() {
+        return;
+    }
+    let h = Harness::on(crate::stores::StoreKind::Postgres, 5, 30);
+    // 3,000 events handled, then 500 waiting for their fan-out.
+    for batch in 0..14 {
+        let deliveries: Vec<_> = (0..250)
+            .map(|i| {
+                let n = batch * 250 + i;
+                new_delivery(
+                    "shop",
+                    &format!("e-{n}"),
+                    "order.completed",
+                    &order_body(&format!("o-{n}"), "c-1", 1),
+                )
+            })
+            .collect();
+        h.store.insert_deliveries(&deliveries).unwrap();
+        if batch == 11 {
+            assert_eq!(h.drain(), 3000);
+        }
+    }
+    let db = &h.db;
+    db.execute("ANALYZE");
+    let statements = webhook_inbox::store::postgres::statements_for_plans(&db.url()).unwrap();
+    let sql = |name: &str| {
+        statements
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap()
+    };
+    // The generic plan of `sql` run with `args` (the client runs a runtime of its own: off the
+    // test's thread).
+    let plan = |sql: &str, args: &str| -> String {
+        let url = db.url();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                c.batch_execute(&format!(
+                    "SET plan_cache_mode = force_generic_plan; PREPARE p AS {sql}"
+                ))
+                .unwrap();
+                let execute = if args.is_empty() {
+                    "EXPLAIN EXECUTE p".to_string()
+                } else {
+                    format!("EXPLAIN EXECUTE p({args})")
+                };
+                let mut explained = String::new();
+                for message in c.simple_query(&execute).unwrap() {
+                    if let postgres::SimpleQueryMessage::Row(r) = message {
+                        explained.push_str(r.get(0).unwrap_or(""));
+                        explained.push('\n');
+                    }
+                }
+                explained
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    let fan_out = plan(&sql("fan-out"), "'w', 30000, 256, 1000000");
+    assert!(
+        fan_out.contains("Index Cond: ((seq > $") && fan_out.contains("(seq <= $4)"),
+        "the fan-out's read of the log starts at the cursor:\n{fan_out}"
+    );
+    let complete = plan(
+        &sql("complete"),
+        "'{1}'::bigint[], '{1}'::bigint[], '{t}'::text[], '{completed}'::text[], 1",
+    );
+    assert!(
+        complete.contains("Index Scan using event_state_pkey")
+            && complete.contains("Index Cond: ((seq = u.seq) AND (sub = u.sub))"),
+        "completions find their rows by key:\n{complete}"
+    );
+    for name in ["status counts", "waiting"] {
+        let counts = plan(&sql(name), "");
+        assert!(
+            counts.contains("Index Cond: (seq > $"),
+            "{name}: the backlog is a range of the log:\n{counts}"
         );
     }
 }

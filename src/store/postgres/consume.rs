@@ -141,6 +141,11 @@ fn claim_due(
     Ok(())
 }
 
+/// The subscriptions whose new states the in-process workers' fan-out claims at once (an
+/// expression on `u`).
+pub(super) const IN_PROCESS_CLAIMS_NOW: &str =
+    "(u.lane = 0 AND NOT u.paused AND u.ordered_by IS NULL)";
+
 /// `fan_out_to`: see [`fan_out_limit`] (`None`: nothing to fan out).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn claim(
@@ -172,9 +177,7 @@ pub(super) fn claim(
     let room = limit - claims.len();
     let claims_now = match whose {
         // An ordered subscription's rows start pending: claimed below, by key.
-        ClaimFor::Lane(Lane::InProcess) => {
-            Some("(u.lane = 0 AND NOT u.paused AND u.ordered_by IS NULL)".to_string())
-        }
+        ClaimFor::Lane(Lane::InProcess) => Some(IN_PROCESS_CLAIMS_NOW.to_string()),
         ClaimFor::Lane(Lane::CallOut) => None,
         ClaimFor::Subscription(sub) => Some(format!(
             "(u.id = {sub} AND NOT u.paused AND u.ordered_by IS NULL)"
@@ -274,7 +277,9 @@ pub(super) enum Fence {
 /// A fenced transition and the close of its attempt, in one statement: `UPDATE event_state
 /// SET <set>` while `claim` still holds the event, clearing the claim; then the attempt's
 /// result, only if the fence held. Parameters: $1 seq, $2 claim token, $3 attempt, $4 now, $5
-/// result, $6 error, then the set's own from $7. Returns whether the fence held.
+/// result, $6 error, then the set's own from $7. Returns whether the fence held. The token
+/// says the row is claimed (see `finish::live_fence`: no `status` in the condition, so that the
+/// plan cannot take `events_leases` for the way to the row).
 pub(super) fn fenced_sql(set: &str, fence: Fence) -> String {
     let lease = match fence {
         Fence::Live => format!("AND claimed_until > {NOW_MS}"),
@@ -284,7 +289,7 @@ pub(super) fn fenced_sql(set: &str, fence: Fence) -> String {
         "WITH moved AS (
             UPDATE event_state SET {set}, claim_token = NULL, claimed_until = NULL,
                    claimed_by = NULL
-             WHERE seq = $1 AND claim_token = $2 AND status = 'claimed' {lease}
+             WHERE seq = $1 AND claim_token = $2 {lease}
             RETURNING seq, sub
          ), closed AS (
             UPDATE event_attempts a SET finished_at = $4, result = $5, error = $6

@@ -119,8 +119,7 @@ pub(super) fn fill_subscriptions(
 }
 
 /// Whether an event (the `events` view's columns) waits for its fan-out.
-const WAITS: &str = "(lane = 0 AND EXISTS (SELECT 1 FROM event_log w, queue_cursor q
-     WHERE w.seq = events.seq AND w.seq > q.after_seq))";
+const WAITS: &str = "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor))";
 
 /// `WHERE` clauses and their values for a filter; `extra` is ANDed in. With a subscription,
 /// `status` is that subscription's state of the event.
@@ -247,23 +246,23 @@ fn page_query(
 }
 
 /// The events waiting for their fan-out (lane 0, after the cursor): how many, and when the
-/// first was received (a range of `event_log_fan_out`).
-pub(super) const WAITING: &str = "SELECT count(*), min(l.received_at)
-    FROM event_log l, queue_cursor q
-   WHERE l.lane = 0 AND l.seq > q.after_seq";
+/// first was received. The cursor is a value (an init plan), so that the primary key's range
+/// starts at it; as a join, the plan may walk the log from its first event.
+pub(super) const WAITING: &str = "SELECT count(*), min(l.received_at) FROM event_log l
+   WHERE l.lane = 0 AND l.seq > (SELECT after_seq FROM queue_cursor)";
 
 /// The counts `/metrics` reports, as subscription states, in one statement (one snapshot):
 /// pending, claimed and failed from their partial indexes, the events not fanned out yet once
 /// each, `completed` the rest of a count of every state row.
-const STATUS_COUNTS: &str = "SELECT
+pub(super) const STATUS_COUNTS: &str = "SELECT
     (SELECT count(*) FROM event_state),
     (SELECT count(*) FROM event_state WHERE status = 'pending'),
     (SELECT count(*) FROM event_state WHERE status = 'claimed'),
     (SELECT count(*) FROM event_state WHERE status = 'failed'),
     (SELECT min(next_attempt_at) FROM event_state WHERE status IN ('pending', 'claimed')),
     w.count, w.min
-  FROM (SELECT count(*), min(l.received_at) FROM event_log l, queue_cursor q
-         WHERE l.lane = 0 AND l.seq > q.after_seq) w";
+  FROM (SELECT count(*), min(l.received_at) FROM event_log l
+         WHERE l.lane = 0 AND l.seq > (SELECT after_seq FROM queue_cursor)) w";
 
 pub(super) fn status_counts(db: &mut Db<'_>) -> StoreResult<StatusCounts> {
     let r = db.query_one(STATUS_COUNTS, &[])?;

@@ -59,8 +59,10 @@ pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
          cur AS MATERIALIZED (SELECT after_seq FROM queue_cursor WHERE id = 0),
          scanned AS MATERIALIZED (
-            SELECT l.seq, l.lane, l.source, l.event_type, l.received_at FROM event_log l, cur
-             WHERE l.seq > cur.after_seq AND l.seq <= $4
+            -- The cursor as a value (an init plan), so that the primary key's scan starts
+            -- at it: as a join, the plan walked the log from its first event each time.
+            SELECT l.seq, l.lane, l.source, l.event_type, l.received_at FROM event_log l
+             WHERE l.seq > (SELECT after_seq FROM cur) AND l.seq <= $4
              ORDER BY l.seq LIMIT $3
          ), batch AS MATERIALIZED (
             SELECT * FROM scanned WHERE lane = 0

@@ -32,10 +32,12 @@ use crate::store::{
 /// and its lease runs by the database's clock. `u` is the batch (`seq`, `sub`, `token` and the
 /// set's own columns, from $4) from `unnest`; answers the tokens whose fence held.
 ///
-/// Each row is found by its whole primary key: joined on `seq` alone, the planner's generic
-/// plan read every claimed row through `events_leases` (whose dead entries, one per claim of
-/// the last lease's length, it visits too) to pick the batch's out of them, which grew with
-/// the backlog and with the workers (see docs/postgres.md, "The fence's plan").
+/// Each row is found by its whole primary key, and only by it: joined on `seq` alone, or with
+/// `status = 'claimed'` in the condition, the plan could read every claimed row through
+/// `events_leases` (whose statistics may say it is nearly empty while it holds thousands of
+/// claims and their dead entries) to pick the batch's out of them, at a cost that grew with
+/// the backlog and the workers (docs/postgres.md, "Plans that read too much"). A token is set
+/// exactly while its row is claimed (a CHECK of the table), so matching it says `claimed`.
 fn live_fence(set: &str, columns: &str, types: &str) -> String {
     format!(
         "UPDATE event_state s SET {set}, claim_token = NULL, claimed_until = NULL,
@@ -43,8 +45,18 @@ fn live_fence(set: &str, columns: &str, types: &str) -> String {
            FROM unnest($1::bigint[], $2::bigint[], $3::text[], {types})
                 AS u(seq, sub, token, {columns})
           WHERE s.seq = u.seq AND s.sub = u.sub AND s.claim_token = u.token
-            AND s.status = 'claimed' AND s.claimed_until > {NOW_MS}
+            AND s.claimed_until > {NOW_MS}
          RETURNING u.token"
+    )
+}
+
+/// A batch's completions: $4 their outcomes, $5 the time.
+pub(super) fn complete_sql() -> String {
+    live_fence(
+        "status = 'completed', completed_at = $5, outcome = u.outcome, \
+         last_error = NULL, next_attempt_at = NULL",
+        "outcome",
+        "$4::text[]",
     )
 }
 
@@ -140,12 +152,7 @@ impl FinishStatements for Statements<'_, '_> {
         let (seqs, subs, tokens) = claim_arrays(items.iter().map(|(c, _)| *c));
         let outcomes: Vec<&str> = items.iter().map(|(_, o)| o.as_str()).collect();
         let rows = self.db.query(
-            &live_fence(
-                "status = 'completed', completed_at = $5, outcome = u.outcome, \
-                 last_error = NULL, next_attempt_at = NULL",
-                "outcome",
-                "$4::text[]",
-            ),
+            &complete_sql(),
             &[&seqs, &subs, &tokens, &outcomes, &self.now],
         )?;
         held(&tokens, &rows)

@@ -17,13 +17,13 @@ pub(super) fn extend(
     let seqs: Vec<i64> = claims.iter().map(|c| c.seq).collect();
     let subs: Vec<i64> = claims.iter().map(|c| c.subscription).collect();
     let tokens: Vec<&str> = claims.iter().map(|c| c.claim_token.as_str()).collect();
-    // By the whole primary key, as a finish's fence (see `finish::live_fence`).
+    // By the whole primary key only, as a finish's fence (see `finish::live_fence`).
     let moved = db.query(
         &format!(
             "UPDATE event_state s SET claimed_until = {NOW_MS} + $4
                FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS t (seq, sub, token)
               WHERE s.seq = t.seq AND s.sub = t.sub AND s.claim_token = t.token
-                AND s.status = 'claimed' AND s.claimed_until > {NOW_MS}
+                AND s.claimed_until > {NOW_MS}
              RETURNING s.claim_token"
         ),
         &[&seqs, &subs, &tokens, &lease_ms],

@@ -53,6 +53,25 @@ use session::{Db, Manager};
 /// leases as younger than they are.
 pub const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
+/// The statements that run for every batch or every scrape, as a node on `url` writes them,
+/// by name: the fan-out of the in-process subscriptions, a batch's completions, the counts of
+/// `/metrics` and the fan-out's backlog. For `tests/api/plans.rs`, which checks their plans.
+pub fn statements_for_plans(url: &str) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let connect = session::Connect::from_url(url, DEFAULT_WAIT)?;
+    let mut conn = session::Conn::new(connect.connect()?);
+    let mut db = conn.begin()?;
+    let routes = subscriptions::load(&mut db)?;
+    Ok(vec![
+        (
+            "fan-out",
+            fan_out::fan_out_sql(&routes, consume::IN_PROCESS_CLAIMS_NOW),
+        ),
+        ("complete", finish::complete_sql()),
+        ("status counts", events::STATUS_COUNTS.to_string()),
+        ("waiting", events::WAITING.to_string()),
+    ])
+}
+
 /// The channel a commit that queued work notifies (see [`listen`]).
 pub const QUEUED_CHANNEL: &str = "webhook_inbox_queued";
 

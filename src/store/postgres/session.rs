@@ -21,6 +21,14 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// A connection outside the pool, with an empty statement cache.
+    pub(super) fn new(client: Client) -> Conn {
+        Conn {
+            client,
+            statements: HashMap::new(),
+        }
+    }
+
     /// Begin a transaction (read committed: set in the connection options, whatever the
     /// server's default; the fan-out's reading of its cursor relies on it).
     pub(super) fn begin(&mut self) -> StoreResult<Db<'_>> {
@@ -97,10 +105,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> Result<Conn, ConnectError> {
-        Ok(Conn {
-            client: self.0.connect()?,
-            statements: HashMap::new(),
-        })
+        Ok(Conn::new(self.0.connect()?))
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), ConnectError> {
