@@ -3,9 +3,10 @@
 -- every state row its log row and its subscription, every attempt its state row. Those locks
 -- were the largest part of a fan-out's time (4.2 of 8.7 ms for 256 events). The statements
 -- already write each child only from its parent in the same statement (a body with its log
--- row, a state row from a log row and a live subscription, an attempt with its claim), and
--- nothing deletes a log row, a subscription or a state row while a child refers to it; the
--- conformance suite checks after its tests that no child is orphaned. Dropping a constraint
+-- row, a state row from a log row and a live subscription, an attempt with its claim);
+-- nothing deletes a log row or a state row, and a subscription is deleted only while it has
+-- no state row, under the locks every fan-out takes (`subscriptions::sync`); the test suite
+-- checks each test's database for children without a parent. Dropping a constraint
 -- rewrites nothing, and older nodes run beside it.
 ALTER TABLE event_payloads DROP CONSTRAINT event_payloads_seq_fkey;
 ALTER TABLE event_state DROP CONSTRAINT event_state_seq_fkey;

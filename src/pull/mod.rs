@@ -172,7 +172,7 @@ impl Puller {
         Some(Held {
             claim: ClaimRef {
                 // Not needed to finish a claim without an effect: the fence finds the row by
-                // its sequence and claim token.
+                // its sequence, subscription and claim token.
                 source: String::new(),
                 event_id: String::new(),
                 seq,

@@ -176,7 +176,23 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
         ids.push(id);
     }
     // One no longer named keeps its row while it has a history; one that never took an event
-    // goes.
+    // goes. A fan-out (or a submission's state rows) may be giving it its first rows at this
+    // moment, unseen by the check below until it commits: with both locks held, every such
+    // writer has committed and the next ones read the subscriptions after this commit. (The
+    // state rows' foreign key made the race fail until migration 0006 dropped it.)
+    let leaving: bool = db
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM subscriptions WHERE NOT (id = ANY($1)))",
+            &[&ids],
+        )?
+        .try_get(0)?;
+    if leaving {
+        db.batch(&format!(
+            "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
+            super::fan_out::FAN_OUT_LOCK,
+            super::fan_out::INGEST_LOCK
+        ))?;
+    }
     db.execute(
         "DELETE FROM subscriptions u WHERE NOT (u.id = ANY($1))
             AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id)",

@@ -58,11 +58,16 @@ impl FreshDb {
 
 impl Drop for FreshDb {
     fn drop(&mut self) {
+        let url = self.url.clone();
+        let orphans = std::thread::spawn(move || crate::pgdb::orphans(&url))
+            .join()
+            .expect("the orphan check panicked");
         // FORCE: the test's pools may still hold connections.
         let _ = try_admin(
             &self.admin,
             &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
         );
+        crate::pgdb::assert_no_orphans(orphans);
     }
 }
 
