@@ -311,14 +311,14 @@ pub struct PurgeCutoffs {
 }
 
 impl PurgeCutoffs {
-    /// Whether events first received at or after `received_at` are too new for both cutoffs:
+    /// Whether events first received at or after `received_at` came after every cutoff:
     /// an event becomes terminal after it is received, so none of them can be due. A walk over
     /// the log in `seq` order stops at the first window received after the cutoffs, instead of
     /// reading every newer event (seen: a walk with nothing to purge read the whole log every
     /// ten minutes and kept the WAL from restarting while it did). Should a clock have stepped
     /// back, an event numbered after such a window but received earlier is purged that much
     /// later, by a later walk: late, never lost or early.
-    pub fn newer_than_any(&self, received_at: Option<i64>) -> bool {
+    pub fn after_every_cutoff(&self, received_at: Option<i64>) -> bool {
         let Some(received_at) = received_at else {
             return false;
         };

@@ -46,7 +46,7 @@ pub(super) fn candidates(
         &[&after, &WINDOW],
     )?;
     let (last, count): (Option<i64>, i64) = (window.try_get(0)?, window.try_get(1)?);
-    if cutoffs.newer_than_any(window.try_get(2)?) {
+    if cutoffs.after_every_cutoff(window.try_get(2)?) {
         return Ok((Vec::new(), None));
     }
     let window_end = last.filter(|_| count == WINDOW);

@@ -74,7 +74,7 @@ fn candidates(
                 r.get(2)?,
             ))
         })?;
-    if cutoffs.newer_than_any(oldest) {
+    if cutoffs.after_every_cutoff(oldest) {
         return Ok((Vec::new(), None));
     }
     let sql = format!(
