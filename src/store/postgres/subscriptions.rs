@@ -214,12 +214,23 @@ pub(super) fn set_paused(db: &mut Db<'_>, name: &str, paused: bool) -> StoreResu
 }
 
 /// Events stored at or after `since`, behind the cursor (or submitted requests), that the
-/// route matches and that have no state in the subscription.
+/// route matches and that have no state in the subscription. Under the fan-out's lock, as a
+/// fan-out: a node whose config no longer names the subscription may be deleting it (`sync`
+/// deletes one without state rows under that lock), and the insert, whose snapshot is taken
+/// after the lock, sees that delete or is seen by it.
 pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> StoreResult<usize> {
+    db.execute(
+        &format!(
+            "SELECT pg_advisory_xact_lock({})",
+            super::fan_out::FAN_OUT_LOCK
+        ),
+        &[],
+    )?;
     let sql = format!(
         "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
          SELECT l.seq, $1, $2, 'pending', $3 FROM event_log l
           WHERE l.received_at >= $4
+            AND EXISTS (SELECT 1 FROM subscriptions u WHERE u.id = $1 AND u.removed_at IS NULL)
             AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
             AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursor))
             AND {}

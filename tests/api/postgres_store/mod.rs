@@ -8,6 +8,7 @@ mod contract;
 mod deadlocks;
 mod fresh;
 mod operations;
+mod subscriptions;
 mod upgrade;
 
 use std::sync::Barrier;
