@@ -93,6 +93,10 @@ fn race(writer: Writer) {
         };
         a.sync_subscriptions(&[base.clone(), late.clone()], now_ms())
             .unwrap();
+        // Node A reads the new config's subscriptions now, as a serving node has before it
+        // claims or backfills (else a sync that won the race would leave it nothing to write).
+        let live = a.subscription_ids().unwrap();
+        assert!(live.iter().any(|(_, name)| *name == late.name));
         if let Writer::FanOut = writer {
             store_events(EVENTS, Lane::InProcess);
         }
