@@ -18,6 +18,24 @@ use crate::store::{
     StoreResult,
 };
 
+/// Commit the in-process lane's claims (and the batch finished with them) without waiting for
+/// the WAL's flush. The fan-out's lock is held to the claim's commit, so every other claim
+/// waited for that flush too (paired drains: one node 19,714 against 16,395 credits/s, two
+/// 15,359 against 13,685). Nothing outside the database acts on such a commit: the in-process
+/// kinds' effects commit in the same transactions (an at-most-once mode is refused for them),
+/// and the WAL is flushed in order, so a crash of the database server loses only a tail of
+/// these commits, effects and states together, and a later synchronous commit (every
+/// acknowledged delivery, every other lane's claim, every ops change) flushes all before it.
+/// A claim lost that way is claimed again; an effect lost with its completion is applied again,
+/// once. The call-out lane, `http` and `pull` keep synchronous commits: their claims lead to
+/// calls and answers outside.
+pub(super) fn commit_unflushed(db: &mut Db<'_>, lane: Lane) -> StoreResult<()> {
+    if lane == Lane::InProcess {
+        db.execute("SET LOCAL synchronous_commit = off", &[])?;
+    }
+    Ok(())
+}
+
 /// The due work of one subscription: `picked` is materialised, since a locking subquery that
 /// the planner could run again (as the inner side of a nested loop) would lock and claim more
 /// rows than the limit. $1 worker, $2 lease, $3 subscription, $4 limit.

@@ -11,7 +11,9 @@
 //! start and end) are the caller's, as on SQLite.
 //!
 //! Every method is one transaction on one pooled connection; a commit is durable
-//! (`synchronous_commit = on`, set in the connection options) before the method returns.
+//! (`synchronous_commit = on`, set in the connection options) before the method returns, but
+//! for the in-process lane's claims, whose effects commit in the same transactions
+//! (see [`consume::commit_unflushed`]).
 
 mod breaker;
 mod consume;

@@ -95,6 +95,7 @@ impl Store for PostgresStore {
         let routes = self.routes()?;
         let to = self.fan_out_limit(lane)?;
         self.tx(|db| {
+            consume::commit_unflushed(db, lane)?;
             let whose = ClaimFor::Lane(lane);
             consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)
         })
@@ -116,6 +117,7 @@ impl Store for PostgresStore {
         let routes = self.routes()?;
         let to = self.fan_out_limit(lane)?;
         self.finishing(|db, isolate| {
+            consume::commit_unflushed(db, lane)?;
             let finished = finish::finish_all(db, items, now, isolate)?;
             let whose = ClaimFor::Lane(lane);
             let claimed = consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)?;
