@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::retention::{PAUSE, purge_pass};
+use webhook_inbox::retention::purge_pass;
 use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
 use webhook_inbox::store::{PurgeCutoffs, Store};
 
@@ -89,7 +89,9 @@ fn measure(legacy: bool) {
         completed_before: Some(2),
         failed_before: None,
     };
-    let purged = purge_pass(&store, &cutoffs, now_ms(), PAUSE, &|| false).unwrap();
+    let purged = purge_pass(&store, &cutoffs, now_ms(), 0, &|| false)
+        .unwrap()
+        .purged;
     let took = started.elapsed();
     assert_eq!(purged, PURGED);
     let after = file_size(&conn, &path);

@@ -40,21 +40,23 @@ pub fn configured_cutoffs(retention: &RetentionSettings, now: i64) -> PurgeCutof
     }
 }
 
-/// One walk over the whole table (blocking). `stop` is checked between batches. Returns how
-/// many events became tombstones.
+/// One background walk (blocking), from `after` (0: the oldest event): see
+/// [`Walked::tombstones_through`] for where the next one may start. `stop` is checked between
+/// batches.
 pub fn purge_pass(
     store: &dyn Store,
     cutoffs: &PurgeCutoffs,
     now: i64,
-    pause: Duration,
+    after: i64,
     stop: &dyn Fn() -> bool,
-) -> StoreResult<usize> {
+) -> StoreResult<Walked> {
     let walk = Walk {
-        after: 0,
+        after,
         limit: None,
-        pause,
+        pause: PAUSE,
+        settle: true,
     };
-    Ok(purge_walk(store, cutoffs, now, &walk, stop)?.purged)
+    purge_walk(store, cutoffs, now, &walk, stop)
 }
 
 /// Where a walk starts and how far it may go.
@@ -66,6 +68,9 @@ pub struct Walk {
     pub limit: Option<usize>,
     /// The least sleep after each batch that purged something (see [`YIELD_FACTOR`]).
     pub pause: Duration,
+    /// Find [`Walked::tombstones_through`] (one more read per batch while every event walked
+    /// so far is a tombstone).
+    pub settle: bool,
 }
 
 /// How a walk ended.
@@ -75,6 +80,11 @@ pub struct Walked {
     /// Where to go on from (`Walk::after` of the next walk); `None`: the walk reached the
     /// newest event.
     pub resume_after: Option<i64>,
+    /// With `Walk::settle`: every event from the walk's start up to this `seq` is a tombstone,
+    /// and a tombstone never changes again (a retry, a backfill and a purge all need its
+    /// body), so the next walk may start here instead of rereading them (months of tombstones
+    /// made every walk long again). Else the walk's start.
+    pub tombstones_through: i64,
 }
 
 /// A walk from `walk.after` (blocking), ended early by `walk.limit` or by `stop` (checked
@@ -90,10 +100,12 @@ pub fn purge_walk(
         return Ok(Walked {
             purged: 0,
             resume_after: None,
+            tombstones_through: walk.after,
         });
     }
     let mut after = walk.after;
     let mut total = 0;
+    let (mut settling, mut through) = (walk.settle, walk.after);
     // Each batch moves `after` forward (or ends the walk): the loop is bounded by the table.
     loop {
         let room = walk.limit.map_or(BATCH, |l| BATCH.min(l - total));
@@ -107,14 +119,22 @@ pub fn purge_walk(
                 return Ok(Walked {
                     purged: total,
                     resume_after: None,
+                    tombstones_through: through,
                 });
             }
         };
+        if settling {
+            settling = store.tombstones_through(after, next)?;
+            if settling {
+                through = next;
+            }
+        }
         after = next;
         if walk.limit == Some(total) || stop() {
             return Ok(Walked {
                 purged: total,
                 resume_after: Some(after),
+                tombstones_through: through,
             });
         }
         if batch.purged > 0 {
@@ -131,6 +151,9 @@ pub async fn run_background(
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Where the next walk starts: after the tombstones every walk so far found first. Kept in
+    // memory: a restarted node walks them once again.
+    let mut start = 0;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -138,12 +161,24 @@ pub async fn run_background(
         }
         let cutoffs = configured_cutoffs(&retention, now_ms());
         let (store, stop) = (Arc::clone(&store), shutdown.clone());
+        let started = std::time::Instant::now();
         let pass = tokio::task::spawn_blocking(move || {
-            purge_pass(store.as_ref(), &cutoffs, now_ms(), PAUSE, &|| {
+            purge_pass(store.as_ref(), &cutoffs, now_ms(), start, &|| {
                 *stop.borrow()
             })
         });
-        match pass.await {
+        let pass = pass.await;
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            from = start,
+            "retention walk"
+        );
+        match pass.map(|walked| {
+            walked.map(|w| {
+                start = w.tombstones_through;
+                w.purged
+            })
+        }) {
             Ok(Ok(0)) => {}
             Ok(Ok(n)) => {
                 metrics.purged(n);

@@ -73,6 +73,7 @@ fn parse(fields: &Map<String, Value>, cutoffs: &mut PurgeCutoffs) -> Result<Walk
         after: 0,
         limit: None,
         pause: PAUSE,
+        settle: false,
     };
     for (key, value) in fields {
         match (key.as_str(), value) {

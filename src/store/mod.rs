@@ -206,6 +206,10 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         now: i64,
     ) -> StoreResult<PurgeBatch>;
+    /// Whether every event with a `seq` in `(after, through]` is a tombstone (its body purged)
+    /// and no event can still be given a `seq` there. Such events never change again: a retry,
+    /// a backfill and a purge all need the body.
+    fn tombstones_through(&self, after: i64, through: i64) -> StoreResult<bool>;
     fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts>;
 
     // Submission API.

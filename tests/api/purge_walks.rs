@@ -183,6 +183,7 @@ async fn a_walk_told_to_stop_ends_after_one_batch_and_resumes_where_it_stopped()
             after: 0,
             limit: None,
             pause: PAUSE,
+            settle: false,
         };
         let first =
             retention::purge_walk(store.as_ref(), &cutoffs, now_ms(), &walk, &|| true).unwrap();
@@ -279,4 +280,101 @@ fn a_walk_stops_at_the_first_window_received_after_the_cutoffs(kind: StoreKind) 
     assert!(batches >= 3, "{batches} batches");
 }
 
-store_tests!(a_walk_stops_at_the_first_window_received_after_the_cutoffs);
+/// The background walk starts after the tombstones the walk before it found first, and never
+/// after an event that can still change: walk 1 stops settling at a failed event it keeps (no
+/// failed cutoff), walk 2, from there, purges it once its cutoff says so. Seen failing on both
+/// stores with `tombstones_through` answering yes whatever the bodies (walk 1 settled up to
+/// 5,001, past the failed event at 2,501).
+fn a_walk_starts_after_the_tombstones_before_it_and_never_past_a_live_event(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let audit = |i: usize| {
+        (
+            "shop",
+            format!("w{i}"),
+            "audit.note",
+            r#"{"type":"audit.note"}"#.to_string(),
+        )
+    };
+    // Three batches, so that the failed event sits in the middle on both stores (PostgreSQL
+    // numbers a batch's rows in key order).
+    let batches: [Vec<_>; 3] = [
+        (0..2_500).map(audit).collect(),
+        // No order in it: the loyalty credit fails it for good.
+        vec![(
+            "shop",
+            "bad".into(),
+            "order.completed",
+            r#"{"type":"order.completed"}"#.into(),
+        )],
+        (2_500..5_000).map(audit).collect(),
+    ];
+    for batch in &batches {
+        let refs: Vec<_> = batch
+            .iter()
+            .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
+            .collect();
+        h.insert(&refs);
+    }
+    h.drain();
+    let bad = h.count("SELECT seq FROM event_log WHERE event_id = 'bad'");
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE status = 'failed'"),
+        1
+    );
+    let later = now_ms() + 60_000;
+    let completed_only = PurgeCutoffs {
+        completed_before: Some(later),
+        failed_before: None,
+    };
+    let first =
+        retention::purge_pass(h.store.as_ref(), &completed_only, now_ms(), 0, &|| false).unwrap();
+    assert_eq!(first.purged, 5_000);
+    assert!(
+        first.tombstones_through < bad
+            && first.tombstones_through >= bad - 2 * retention::BATCH as i64,
+        "walk 1 settles up to the batch before the failed event ({bad}): {}",
+        first.tombstones_through
+    );
+    let again = retention::purge_pass(
+        h.store.as_ref(),
+        &completed_only,
+        now_ms(),
+        first.tombstones_through,
+        &|| false,
+    )
+    .unwrap();
+    assert_eq!(
+        (again.purged, again.tombstones_through),
+        (0, first.tombstones_through)
+    );
+    let everything = PurgeCutoffs {
+        completed_before: Some(later),
+        failed_before: Some(later),
+    };
+    let second = retention::purge_pass(
+        h.store.as_ref(),
+        &everything,
+        now_ms(),
+        first.tombstones_through,
+        &|| false,
+    )
+    .unwrap();
+    assert_eq!(
+        second.purged, 1,
+        "the failed event, behind the start of walk 1's settled part"
+    );
+    assert!(
+        second.tombstones_through > bad,
+        "settled past it now: {}",
+        second.tombstones_through
+    );
+    assert_eq!(
+        h.count("SELECT count(*) FROM events WHERE purged_at IS NULL"),
+        0
+    );
+}
+
+store_tests!(
+    a_walk_stops_at_the_first_window_received_after_the_cutoffs,
+    a_walk_starts_after_the_tombstones_before_it_and_never_past_a_live_event,
+);

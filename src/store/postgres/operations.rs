@@ -256,6 +256,10 @@ impl Store for PostgresStore {
         Ok(PurgeBatch { purged, next_after })
     }
 
+    fn tombstones_through(&self, after: i64, through: i64) -> StoreResult<bool> {
+        self.tx(|db| purge::tombstones_through(db, after, through))
+    }
+
     fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts> {
         self.tx(purge::counts)
     }

@@ -80,6 +80,19 @@ pub(super) fn candidates(
     Ok((seqs, next))
 }
 
+/// See `Store::tombstones_through`. A `seq` is taken before its insert commits, so one below
+/// the newest committed can still appear: only up to the fan-out's cursor is every `seq`
+/// committed or given up (see `fan_out::fan_out_limit`).
+pub(super) fn tombstones_through(db: &mut Db<'_>, after: i64, through: i64) -> StoreResult<bool> {
+    Ok(db
+        .query_one(
+            "SELECT $2 <= (SELECT after_seq FROM queue_cursor WHERE id = 0)
+                AND NOT EXISTS (SELECT 1 FROM event_payloads WHERE seq > $1 AND seq <= $2)",
+            &[&after, &through],
+        )?
+        .try_get(0)?)
+}
+
 /// Make tombstones of `seqs`, each checked again in this transaction; returns how many.
 pub(super) fn purge(
     db: &mut Db<'_>,

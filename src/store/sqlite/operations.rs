@@ -239,6 +239,10 @@ impl Store for SqliteStore {
         purge::batch(self, cutoffs, after, limit, now)
     }
 
+    fn tombstones_through(&self, after: i64, through: i64) -> StoreResult<bool> {
+        self.read(|c| purge::tombstones_through(c, after, through))
+    }
+
     fn lifecycle_counts(&self) -> StoreResult<LifecycleCounts> {
         self.read(purge::counts)
     }

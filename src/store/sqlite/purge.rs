@@ -104,6 +104,17 @@ fn candidates(
     Ok((seqs, next))
 }
 
+/// See `Store::tombstones_through`. One writer hands out every `seq`, in order: none can
+/// appear below one already stored.
+pub(super) fn tombstones_through(conn: &Connection, after: i64, through: i64) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT NOT EXISTS (SELECT 1 FROM event_log
+                                 WHERE seq > ?1 AND seq <= ?2 AND payload IS NOT NULL)",
+        )?
+        .query_row(params![after, through], |r| r.get(0))?)
+}
+
 /// Make tombstones of `seqs`, each checked again in this transaction; returns how many. An
 /// event is due when its summary is (every state of a live subscription terminal, past its
 /// age): then each of its terminal states is marked.
