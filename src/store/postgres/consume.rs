@@ -202,13 +202,7 @@ pub(super) fn claim(
         )),
     };
     if let (Some(claims_now), Some(to), true) = (claims_now, fan_out_to, room > 0) {
-        db.execute(
-            &format!(
-                "SELECT pg_advisory_xact_lock({})",
-                super::fan_out::FAN_OUT_LOCK
-            ),
-            &[],
-        )?;
+        super::fan_out::lock(db)?;
         let room = crate::store::routes::fan_out_room(&routes.live, whose, room);
         let room = i64::try_from(room).unwrap_or(i64::MAX);
         let sql = super::fan_out::fan_out_sql(routes, &claims_now);

@@ -23,6 +23,16 @@ pub(super) const INGEST_LOCK: i64 = 0x7765_6268_6f6f_6b6c;
 /// events out again: seen as a duplicate state key with six workers).
 pub(super) const FAN_OUT_LOCK: i64 = 0x7765_6268_6f6f_6b66;
 
+/// Take [`FAN_OUT_LOCK`] for the caller's transaction, in a statement of its own (the next
+/// statement's snapshot then sees what the previous holder committed).
+pub(super) fn lock(db: &mut Db<'_>) -> StoreResult<()> {
+    db.execute(
+        &format!("SELECT pg_advisory_xact_lock({FAN_OUT_LOCK})"),
+        &[],
+    )?;
+    Ok(())
+}
+
 /// How far the fan-out may go, read in its own short transaction before the claim's: `None`
 /// when nothing was stored after the cursor. Else the highest `seq` handed out so far, read
 /// once no webhook insert is in flight (the exclusive [`INGEST_LOCK`]): every lane-0 event up to

@@ -219,13 +219,7 @@ pub(super) fn set_paused(db: &mut Db<'_>, name: &str, paused: bool) -> StoreResu
 /// deletes one without state rows under that lock), and the insert, whose snapshot is taken
 /// after the lock, sees that delete or is seen by it.
 pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> StoreResult<usize> {
-    db.execute(
-        &format!(
-            "SELECT pg_advisory_xact_lock({})",
-            super::fan_out::FAN_OUT_LOCK
-        ),
-        &[],
-    )?;
+    super::fan_out::lock(db)?;
     let sql = format!(
         "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
          SELECT l.seq, $1, $2, 'pending', $3 FROM event_log l
