@@ -249,7 +249,7 @@ fn postgres_plans_read_ranges_from_the_cursor_and_rows_by_their_keys() {
             .unwrap()
         })
     };
-    let fan_out = plan(&sql("fan-out"), "'w', 30000, 256, 1000000");
+    let fan_out = plan(&sql("fan-out"), "'w', 30000, 256, 1000000, 0");
     assert!(
         fan_out.contains("Index Cond: ((seq > $") && fan_out.contains("(seq <= $4)"),
         "the fan-out's read of the log starts at the cursor:\n{fan_out}"

@@ -190,9 +190,10 @@ pub(super) fn claim(
             .collect::<Result<_, _>>()?,
         ClaimFor::Subscription(sub) => vec![sub],
     };
-    let mut claims: Vec<Picked> = Vec::new();
-    claim_due(db, routes, &subs, worker, limit, lease_ms, &mut claims)?;
-    let room = limit - claims.len();
+    let mut due = Vec::new();
+    claim_due(db, routes, &subs, worker, limit, lease_ms, &mut due)?;
+    let room = limit - due.len();
+    let mut claims = open(db, due, worker, lease_ms, now)?;
     let claims_now = match whose {
         // An ordered subscription's rows start pending: claimed below, by key.
         ClaimFor::Lane(Lane::InProcess) => Some(IN_PROCESS_CLAIMS_NOW.to_string()),
@@ -206,29 +207,78 @@ pub(super) fn claim(
         let room = crate::store::routes::fan_out_room(&routes.live, whose, room);
         let room = i64::try_from(room).unwrap_or(i64::MAX);
         let sql = super::fan_out::fan_out_sql(routes, &claims_now);
-        for r in db.query(&sql, &[&worker, &lease_ms, &room, &to])? {
-            claims.push(picked(&r)?);
+        for r in db.query(&sql, &[&worker, &lease_ms, &room, &to, &now])? {
+            claims.push(claimed(&r, 5, picked(&r)?, now + lease_ms)?);
         }
+        // What the fan-out did not claim, up to the limit.
+        let limit = limit.saturating_sub(claims.len());
+        let mut due = Vec::new();
         if let ClaimFor::Subscription(_) = whose {
             // Another node's fan-out, committed while this one waited for the lock, may have
             // given this subscription pending rows: this statement's snapshot sees them. (An
             // ordered one's new rows too.)
-            claim_due(db, routes, &subs, worker, limit, lease_ms, &mut claims)?;
+            claim_due(db, routes, &subs, worker, limit, lease_ms, &mut due)?;
         } else {
             let ordered: Vec<i64> = subs
                 .iter()
                 .copied()
                 .filter(|&s| ordered_sub(&routes.live, s).is_some())
                 .collect();
-            claim_due(db, routes, &ordered, worker, limit, lease_ms, &mut claims)?;
+            claim_due(db, routes, &ordered, worker, limit, lease_ms, &mut due)?;
         }
+        claims.extend(open(db, due, worker, lease_ms, now)?);
     }
-    if claims.is_empty() {
+    Ok(claims)
+}
+
+/// The columns of a claimed event that [`claimed`] reads (`l` the log, `p` the payloads).
+pub(super) const EVENT_COLUMNS: &str =
+    "l.source, l.event_id, l.event_type, p.payload, p.content_type, l.received_at";
+
+/// A claim as the worker gets it, from a row whose columns from `at` on are
+/// [`EVENT_COLUMNS`]. `claimed_until` is in the caller's clock, for the handler's "does the
+/// lease cover the call" check: the database's lease began after the caller's `now`, so it
+/// ends no earlier.
+fn claimed(
+    r: &postgres::Row,
+    at: usize,
+    picked: Picked,
+    claimed_until: i64,
+) -> StoreResult<Claimed> {
+    let (seq, sub, attempt, budget_used, claim_token) = picked;
+    Ok(Claimed {
+        claim: ClaimRef {
+            seq,
+            source: r.try_get(at)?,
+            event_id: r.try_get(at + 1)?,
+            subscription: sub,
+            attempt,
+            claim_token,
+        },
+        event_type: r.try_get(at + 2)?,
+        budget_used,
+        payload: r.try_get(at + 3)?,
+        content_type: r.try_get(at + 4)?,
+        received_at: r.try_get(at + 5)?,
+        claimed_until,
+    })
+}
+
+/// Open the attempts of rows claimed by [`claim_due`] and read their events: two statements
+/// (none for no claims). The fan-out does both in its own statement.
+fn open(
+    db: &mut Db<'_>,
+    picked: Vec<Picked>,
+    worker: &str,
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<Vec<Claimed>> {
+    if picked.is_empty() {
         return Ok(Vec::new());
     }
-    let seqs: Vec<i64> = claims.iter().map(|c| c.0).collect();
-    let subs: Vec<i64> = claims.iter().map(|c| c.1).collect();
-    let attempts: Vec<i64> = claims.iter().map(|c| c.2).collect();
+    let seqs: Vec<i64> = picked.iter().map(|c| c.0).collect();
+    let subs: Vec<i64> = picked.iter().map(|c| c.1).collect();
+    let attempts: Vec<i64> = picked.iter().map(|c| c.2).collect();
     db.execute(
         "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
          SELECT seq, sub, attempt, $4, $5 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
@@ -236,43 +286,27 @@ pub(super) fn claim(
         &[&seqs, &subs, &attempts, &worker, &now],
     )?;
     let events = db.query(
-        "SELECT l.seq, l.source, l.event_id, l.event_type, p.payload, p.content_type,
-                l.received_at
-           FROM event_log l JOIN event_payloads p ON p.seq = l.seq
-          WHERE l.seq = ANY($1)",
+        &format!(
+            "SELECT l.seq, {EVENT_COLUMNS}
+               FROM event_log l JOIN event_payloads p ON p.seq = l.seq
+              WHERE l.seq = ANY($1)"
+        ),
         &[&seqs],
     )?;
-    let mut by_seq = std::collections::HashMap::with_capacity(events.len());
-    for r in &events {
-        let seq: i64 = r.try_get(0)?;
-        by_seq.insert(seq, r);
-    }
-    claims
+    let by_seq: std::collections::HashMap<i64, &postgres::Row> = events
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r)))
+        .collect::<StoreResult<_>>()?;
+    picked
         .into_iter()
-        .map(|(seq, sub, attempt, budget_used, claim_token)| {
-            let r = by_seq.get(&seq).ok_or_else(|| {
+        .map(|p| {
+            let r = by_seq.get(&p.0).ok_or_else(|| {
                 crate::store::StoreError::Internal(anyhow::anyhow!(
-                    "claimed event {seq} has no body"
+                    "claimed event {} has no body",
+                    p.0
                 ))
             })?;
-            Ok(Claimed {
-                claim: ClaimRef {
-                    seq,
-                    source: r.try_get(1)?,
-                    event_id: r.try_get(2)?,
-                    subscription: sub,
-                    attempt,
-                    claim_token,
-                },
-                event_type: r.try_get(3)?,
-                budget_used,
-                payload: r.try_get(4)?,
-                content_type: r.try_get(5)?,
-                received_at: r.try_get(6)?,
-                // In the caller's clock, for the handler's "does the lease cover the call"
-                // check: the database's lease began after `now`, so it ends no earlier.
-                claimed_until: now + lease_ms,
-            })
+            claimed(r, 1, p, now + lease_ms)
         })
         .collect()
 }

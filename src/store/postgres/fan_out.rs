@@ -3,7 +3,7 @@
 //! never past an insert that has not committed (see [`fan_out_limit`]).
 
 use super::NOW_MS;
-use super::session::Db;
+use super::session::{Conn, Db};
 use super::subscriptions::Routes;
 use crate::store::StoreResult;
 
@@ -33,37 +33,41 @@ pub(super) fn lock(db: &mut Db<'_>) -> StoreResult<()> {
     Ok(())
 }
 
-/// How far the fan-out may go, read in its own short transaction before the claim's: `None`
-/// when nothing was stored after the cursor. Else the highest `seq` handed out so far, read
-/// once no webhook insert is in flight (the exclusive [`INGEST_LOCK`]): every lane-0 event up to
-/// it is committed or rolled back, and a later one gets a higher `seq`. Inserts wait for this
-/// moment; it is taken only when there is something new.
-pub(super) fn fan_out_limit(db: &mut Db<'_>) -> StoreResult<Option<i64>> {
-    let behind: bool = db
-        .query_one(
-            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)
-                    > (SELECT after_seq FROM queue_cursor)",
-            &[],
-        )?
-        .try_get(0)?;
-    if !behind {
-        return Ok(None);
-    }
-    db.execute(&format!("SELECT pg_advisory_xact_lock({INGEST_LOCK})"), &[])?;
-    // Read after the lock: the sequence is not versioned, so this is what was handed out.
-    let limit: i64 = db
-        .query_one(
-            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)",
-            &[],
-        )?
-        .try_get(0)?;
-    Ok(Some(limit))
+/// How far the fan-out may go, read before the claim's transaction: `None` when nothing was
+/// stored after the cursor. Else the highest `seq` handed out so far, read once no webhook
+/// insert is in flight (the exclusive [`INGEST_LOCK`]): every lane-0 event up to it is
+/// committed or rolled back, and a later one gets a higher `seq`. Inserts wait for this moment;
+/// it is taken only when there is something new. One statement in a transaction of its own
+/// (the lock is held to its end): the sequence is read in the projection over the row that
+/// took the lock, so after it (the sequence is not versioned: this is what was handed out).
+pub(super) fn fan_out_limit(conn: &mut Conn) -> StoreResult<Option<i64>> {
+    const LAST: &str =
+        "coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)";
+    let rows = conn.query_alone(
+        &format!(
+            "WITH behind AS MATERIALIZED (
+                SELECT {LAST} > (SELECT after_seq FROM queue_cursor) AS yes
+             ), locked AS MATERIALIZED (
+                SELECT pg_advisory_xact_lock({INGEST_LOCK}) FROM behind WHERE yes
+             )
+             SELECT {LAST} FROM locked"
+        ),
+        &[],
+    )?;
+    Ok(match rows.first() {
+        Some(row) => Some(row.try_get(0)?),
+        None => None,
+    })
 }
 
 /// The fan-out of the next lane-0 events after the cursor, up to `$4` (see
 /// [`fan_out_limit`]): a state row per live subscription whose route matches (claimed for the
-/// ones `claims_now`, an expression on `u`, picks; pending for the others), and the cursor
-/// moved past them, in one statement. $1 worker, $2 lease, $3 limit, $4 the highest `seq` it may take.
+/// ones `claims_now`, an expression on `u`, picks; pending for the others), the cursor moved
+/// past them, and each claim's attempt opened, in one statement that returns the claims with
+/// their events (the columns of `consume::CLAIMED`). $1 worker, $2 lease, $3 limit, $4 the
+/// highest `seq` it may take, $5 the caller's clock (the attempts' start). One round trip
+/// under the fan-out's lock, where three were (the attempts and the bodies each had theirs):
+/// every other claim waits for this lock.
 pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
     format!(
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
@@ -98,11 +102,16 @@ pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
               FROM batch b CROSS JOIN subscriptions u
              WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq AND {}
             RETURNING seq, sub, status, attempts, attempts - budget_floor AS used, claim_token
+         ), opened AS (
+            INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
+            SELECT seq, sub, attempts, $1, $5 FROM fanned WHERE status = 'claimed'
          )
-         SELECT seq, sub, attempts, used, claim_token FROM fanned
-          WHERE status = 'claimed'",
+         SELECT f.seq, f.sub, f.attempts, f.used, f.claim_token, {}
+           FROM fanned f JOIN event_log l ON l.seq = f.seq JOIN event_payloads p ON p.seq = f.seq
+          WHERE f.status = 'claimed'",
         routes.keys_by_id("(SELECT p.payload FROM event_payloads p WHERE p.seq = b.seq)"),
-        routes.by_id("b.")
+        routes.by_id("b."),
+        super::consume::EVENT_COLUMNS,
     )
 }
 

@@ -44,10 +44,10 @@ use std::time::Duration;
 use anyhow::Context;
 use r2d2::Pool;
 
-use super::{Lane, StoreError, StoreResult};
+use super::{StoreError, StoreResult};
 use crate::config::redact_credentials;
 pub use migrations::MIGRATIONS;
-use session::{Db, Manager};
+use session::{Conn, Db, Manager};
 
 /// The database's clock in unix milliseconds, for every comparison that decides whether a
 /// lease has run out or an event is due: nodes with skewed clocks then agree. `clock_timestamp`
@@ -131,14 +131,6 @@ impl PostgresStore {
         })
     }
 
-    /// How far an in-process claim may fan events out (see `fan_out::fan_out_limit`).
-    fn fan_out_limit(&self, lane: Lane) -> StoreResult<Option<i64>> {
-        match lane {
-            Lane::InProcess => self.tx(fan_out::fan_out_limit),
-            Lane::CallOut => Ok(None),
-        }
-    }
-
     fn routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
         if let Some(routes) = self.routes.read().clone() {
             return Ok(routes);
@@ -148,8 +140,8 @@ impl PostgresStore {
         Ok(routes)
     }
 
-    /// Run `f` in one transaction on a pooled connection and commit.
-    fn tx<T: Send>(&self, f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send) -> StoreResult<T> {
+    /// Run `f` with a pooled connection.
+    fn conn<T: Send>(&self, f: impl FnOnce(&mut Conn) -> StoreResult<T> + Send) -> StoreResult<T> {
         off_async(|| {
             let pool = self
                 .pool
@@ -158,25 +150,44 @@ impl PostgresStore {
             let mut conn = pool
                 .get()
                 .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
-            let mut db = conn.begin()?;
-            let value = f(&mut db)?;
-            db.commit()?;
-            Ok(value)
+            f(&mut conn)
         })
     }
 
-    /// A consumer transaction that finishes a batch: run first without savepoints, and again
-    /// with a savepoint per event only if the database refused an effect (see
-    /// [`finish::finish_all`]).
-    fn finishing<T: Send>(
-        &self,
-        f: impl Fn(&mut Db<'_>, bool) -> StoreResult<T> + Send + Sync,
-    ) -> StoreResult<T> {
-        match self.tx(|db| f(db, false)) {
-            Err(e) if errors::refused_by_a_constraint(&e) => self.tx(|db| f(db, true)),
-            other => other,
-        }
+    /// Run `f` in one transaction on a pooled connection and commit.
+    fn tx<T: Send>(&self, f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send) -> StoreResult<T> {
+        self.conn(|conn| in_tx(conn, f))
     }
+
+    /// A consumer's transaction, on one pooled connection: for a claim that may fan events out
+    /// (`fans_out`), first how far it may (see `fan_out::fan_out_limit`: a statement of its
+    /// own, before the transaction), handed to `f`. A transaction that finishes a batch runs
+    /// first without savepoints, and again with a savepoint per event only if the database
+    /// refused an effect (see [`finish::finish_all`]): `f`'s last argument.
+    fn consuming<T: Send>(
+        &self,
+        fans_out: bool,
+        f: impl Fn(&mut Db<'_>, Option<i64>, bool) -> StoreResult<T> + Send + Sync,
+    ) -> StoreResult<T> {
+        self.conn(|conn| {
+            let to = match fans_out {
+                true => fan_out::fan_out_limit(conn)?,
+                false => None,
+            };
+            match in_tx(conn, |db| f(db, to, false)) {
+                Err(e) if errors::refused_by_a_constraint(&e) => in_tx(conn, |db| f(db, to, true)),
+                other => other,
+            }
+        })
+    }
+}
+
+/// Run `f` in one transaction on `conn` and commit.
+fn in_tx<T>(conn: &mut Conn, f: impl FnOnce(&mut Db<'_>) -> StoreResult<T>) -> StoreResult<T> {
+    let mut db = conn.begin()?;
+    let value = f(&mut db)?;
+    db.commit()?;
+    Ok(value)
 }
 
 /// Run `f` where the blocking client may block. The `postgres` client drives its connection

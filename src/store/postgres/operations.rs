@@ -93,8 +93,7 @@ impl Store for PostgresStore {
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
         let routes = self.routes()?;
-        let to = self.fan_out_limit(lane)?;
-        self.tx(|db| {
+        self.consuming(lane == Lane::InProcess, |db, to, _| {
             consume::commit_unflushed(db, lane)?;
             let whose = ClaimFor::Lane(lane);
             consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)
@@ -102,7 +101,9 @@ impl Store for PostgresStore {
     }
 
     fn finish(&self, items: &[Finish], now: i64) -> StoreResult<Vec<Finished>> {
-        self.finishing(|db, isolate| finish::finish_all(db, items, now, isolate))
+        self.consuming(false, |db, _, isolate| {
+            finish::finish_all(db, items, now, isolate)
+        })
     }
 
     fn finish_and_claim(
@@ -115,8 +116,7 @@ impl Store for PostgresStore {
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
         let routes = self.routes()?;
-        let to = self.fan_out_limit(lane)?;
-        self.finishing(|db, isolate| {
+        self.consuming(lane == Lane::InProcess, |db, to, isolate| {
             consume::commit_unflushed(db, lane)?;
             let finished = finish::finish_all(db, items, now, isolate)?;
             let whose = ClaimFor::Lane(lane);
@@ -180,8 +180,9 @@ impl Store for PostgresStore {
         now: i64,
     ) -> StoreResult<SubscriptionClaim> {
         let routes = self.routes()?;
-        let to = self.fan_out_limit(Lane::InProcess)?;
-        self.tx(|db| breaker::claim(db, &routes, to, worker, sub, limit, lease_ms, now))
+        self.consuming(true, |db, to, _| {
+            breaker::claim(db, &routes, to, worker, sub, limit, lease_ms, now)
+        })
     }
 
     fn open_breaker(

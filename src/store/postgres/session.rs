@@ -38,6 +38,20 @@ impl Conn {
         })
     }
 
+    /// One statement in a transaction of its own (the server's implicit one: no `BEGIN` or
+    /// `COMMIT` round trips), with the connection's statement cache.
+    pub(super) fn query_alone(&mut self, sql: &str, params: Params<'_>) -> StoreResult<Vec<Row>> {
+        let statement = match self.statements.get(sql) {
+            Some(statement) => statement.clone(),
+            None => {
+                let statement = self.client.prepare(sql)?;
+                self.statements.insert(sql.to_string(), statement.clone());
+                statement
+            }
+        };
+        Ok(self.client.query(&statement, params)?)
+    }
+
     /// Forget prepared statements (after a schema change, whose plans they may not survive).
     pub(super) fn forget_statements(&mut self) {
         self.statements.clear();
