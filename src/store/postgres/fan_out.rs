@@ -107,7 +107,10 @@ pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
             SELECT seq, sub, attempts, $1, $5 FROM fanned WHERE status = 'claimed'
          )
          SELECT f.seq, f.sub, f.attempts, f.used, f.claim_token, {}
-           FROM fanned f JOIN event_log l ON l.seq = f.seq JOIN event_payloads p ON p.seq = f.seq
+           FROM fanned f JOIN event_log l ON l.seq = f.seq
+           -- Left: a claim whose body is missing fails the claim (a NULL read as bytes),
+           -- as `consume::open` does, rather than vanish from the answer while claimed.
+           LEFT JOIN event_payloads p ON p.seq = f.seq
           WHERE f.status = 'claimed'",
         routes.keys_by_id("(SELECT p.payload FROM event_payloads p WHERE p.seq = b.seq)"),
         routes.by_id("b."),
