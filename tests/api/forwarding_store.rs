@@ -5,25 +5,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 
-use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::store::{Finish, Gate, InsertOutcome, Next, Outcome};
-use webhook_inbox::subscriptions::{HttpTarget, Kind, Route, Subscription};
+use webhook_inbox::subscriptions::{HttpTarget, Kind, Subscription};
 
 use crate::helpers::*;
 
 fn subscriptions() -> [Subscription; 2] {
     let sub = |name: &str, kind: Kind, http: Option<HttpTarget>| Subscription {
-        name: name.into(),
-        kind,
-        route: Route::default(),
-        mode: DeliveryMode::AtLeastOnce,
-        max_attempts: 5,
-        backoff_base_ms: 1,
-        backoff_max_ms: 4,
         http,
-        token: None,
-        ordering: None,
+        ..test_subscription(name, kind)
     };
     let target = HttpTarget {
         url: "http://127.0.0.1:9/hooks".into(),

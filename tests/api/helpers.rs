@@ -329,3 +329,23 @@ pub fn order_body(order_id: &str, customer: &str, points: i64) -> String {
     })
     .to_string()
 }
+
+/// A subscription with the tests' defaults: every event, at least once, 5 attempts, backoff
+/// from 1 to 4 ms, no HTTP target, unordered.
+pub fn test_subscription(
+    name: &str,
+    kind: webhook_inbox::subscriptions::Kind,
+) -> webhook_inbox::subscriptions::Subscription {
+    webhook_inbox::subscriptions::Subscription {
+        name: name.into(),
+        kind,
+        route: webhook_inbox::subscriptions::Route::default(),
+        mode: webhook_inbox::domain::DeliveryMode::AtLeastOnce,
+        max_attempts: 5,
+        backoff_base_ms: 1,
+        backoff_max_ms: 4,
+        http: None,
+        token: None,
+        ordering: None,
+    }
+}

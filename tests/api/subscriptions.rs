@@ -495,23 +495,11 @@ fn six_workers_released_together_handle_each_event_once_per_subscription(
     kind: crate::stores::StoreKind,
 ) {
     use std::sync::{Arc, Barrier};
-    use webhook_inbox::domain::DeliveryMode;
     use webhook_inbox::store::InsertOutcome;
-    use webhook_inbox::subscriptions::{Kind, Route, Subscription};
+    use webhook_inbox::subscriptions::Kind;
 
     let h = Harness::on(kind, 5, 30);
-    let sub = |name: &str, kind: Kind| Subscription {
-        name: name.into(),
-        kind,
-        route: Route::default(),
-        mode: DeliveryMode::AtLeastOnce,
-        max_attempts: 5,
-        backoff_base_ms: 1,
-        backoff_max_ms: 4,
-        http: None,
-        token: None,
-        ordering: None,
-    };
+    let sub = test_subscription;
     let subs = [
         sub("points", Kind::LoyaltyCredit),
         sub("ledger", Kind::Audit),

@@ -7,28 +7,12 @@
 
 use std::sync::Barrier;
 
-use webhook_inbox::domain::DeliveryMode;
 use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::store::{Lane, NewDelivery, Store};
 use webhook_inbox::subscriptions::{Kind, Route, Subscription};
 
 use super::fresh::FreshDb;
-use crate::helpers::new_delivery;
-
-fn subscription(name: &str, kind: Kind) -> Subscription {
-    Subscription {
-        name: name.into(),
-        kind,
-        route: Route::default(),
-        mode: DeliveryMode::AtLeastOnce,
-        max_attempts: 5,
-        backoff_base_ms: 1,
-        backoff_max_ms: 4,
-        http: None,
-        token: None,
-        ordering: None,
-    }
-}
+use crate::helpers::{new_delivery, test_subscription as subscription};
 
 #[derive(Clone, Copy, Debug)]
 enum Writer {
