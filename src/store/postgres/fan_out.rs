@@ -64,10 +64,10 @@ pub(super) fn fan_out_limit(conn: &mut Conn) -> StoreResult<Option<i64>> {
 /// [`fan_out_limit`]): a state row per live subscription whose route matches (claimed for the
 /// ones `claims_now`, an expression on `u`, picks; pending for the others), the cursor moved
 /// past them, and each claim's attempt opened, in one statement that returns the claims with
-/// their events (after the five claim columns, `consume::EVENT_COLUMNS`). $1 worker, $2 lease, $3 limit, $4 the
-/// highest `seq` it may take, $5 the caller's clock (the attempts' start). One round trip
-/// under the fan-out's lock, where three were (the attempts and the bodies each had theirs):
-/// every other claim waits for this lock.
+/// their events (after the five claim columns, `consume::EVENT_COLUMNS`). $1 worker, $2
+/// lease, $3 limit, $4 the highest `seq` it may take, $5 the caller's clock (the attempts'
+/// start). One round trip under the fan-out's lock, where three were (the attempts and the
+/// bodies each had theirs): every other claim waits for this lock.
 pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
     format!(
         "WITH clock AS MATERIALIZED (SELECT {NOW_MS} AS ms),
