@@ -10,10 +10,11 @@
 //! token, as on SQLite. Times that only record what happened (received, completed, attempt
 //! start and end) are the caller's, as on SQLite.
 //!
-//! Every method is one transaction on one pooled connection; a commit is durable
-//! (`synchronous_commit = on`, set in the connection options) before the method returns, but
-//! for the in-process lane's claims, whose effects commit in the same transactions
-//! (see [`consume::commit_unflushed`]).
+//! Every method is one transaction on one pooled connection (an in-process claim reads how
+//! far it may fan out first, in a statement of its own on the same connection); a commit is
+//! durable (`synchronous_commit = on`, set in the connection options) before the method
+//! returns, but for the in-process lane's claims, whose effects commit in the same
+//! transactions (see [`consume::commit_unflushed`]).
 
 mod breaker;
 mod consume;
