@@ -41,14 +41,8 @@ impl Conn {
     /// One statement in a transaction of its own (the server's implicit one: no `BEGIN` or
     /// `COMMIT` round trips), with the connection's statement cache.
     pub(super) fn query_alone(&mut self, sql: &str, params: Params<'_>) -> StoreResult<Vec<Row>> {
-        let statement = match self.statements.get(sql) {
-            Some(statement) => statement.clone(),
-            None => {
-                let statement = self.client.prepare(sql)?;
-                self.statements.insert(sql.to_string(), statement.clone());
-                statement
-            }
-        };
+        let client = &mut self.client;
+        let statement = cached(&mut self.statements, sql, |sql| client.prepare(sql))?;
         Ok(self.client.query(&statement, params)?)
     }
 
@@ -131,6 +125,20 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// `sql`'s statement from a connection's cache, prepared (and kept) at its first use.
+fn cached(
+    statements: &mut HashMap<String, Statement>,
+    sql: &str,
+    prepare: impl FnOnce(&str) -> Result<Statement, postgres::Error>,
+) -> StoreResult<Statement> {
+    if let Some(statement) = statements.get(sql) {
+        return Ok(statement.clone());
+    }
+    let statement = prepare(sql)?;
+    statements.insert(sql.to_string(), statement.clone());
+    Ok(statement)
+}
+
 /// One transaction with the connection's statement cache.
 pub struct Db<'c> {
     tx: Transaction<'c>,
@@ -141,12 +149,8 @@ pub(super) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 impl Db<'_> {
     fn statement(&mut self, sql: &str) -> StoreResult<Statement> {
-        if let Some(statement) = self.statements.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.tx.prepare(sql)?;
-        self.statements.insert(sql.to_string(), statement.clone());
-        Ok(statement)
+        let tx = &mut self.tx;
+        cached(self.statements, sql, |sql| tx.prepare(sql))
     }
 
     /// The parameter types of `sql` as the server inferred them.
