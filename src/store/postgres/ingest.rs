@@ -1,19 +1,30 @@
 //! Storing deliveries: a group commit is one multi-row `INSERT … ON CONFLICT (source,
-//! event_id) DO NOTHING RETURNING`, its bodies in the same statement. The unique key is the
-//! dedup, across nodes too: a second node inserting the same key waits for the first one's
-//! transaction and then inserts nothing. There is no SELECT before the INSERT.
+//! event_id) DO NOTHING RETURNING`, its bodies and its announcement to the listeners in the
+//! same statement. The unique key is the dedup, across nodes too: a second node inserting the
+//! same key waits for the first one's transaction and then inserts nothing. There is no SELECT
+//! before the INSERT.
+//!
+//! A batch of webhooks (no submitted request in it) is that one statement in the server's
+//! implicit transaction: one round trip, where `BEGIN`, the insert, `NOTIFY` and `COMMIT` were
+//! four. Its redeliveries, if any, are counted in a transaction after it: a redelivery's answer
+//! waits for both, and a counter lost to a crash between them belongs to a delivery that was
+//! not answered yet.
 
 use std::collections::HashSet;
 
+use postgres::Row;
+
 use super::QUEUED_CHANNEL;
 use super::fan_out::INGEST_LOCK;
-use super::session::Db;
+use super::session::{Conn, Db, Params};
 use super::subscriptions::Routes;
 use crate::store::{InsertOutcome, Lane, NewDelivery, StoreError, StoreResult};
 
 /// Only the first copy of each key in a batch is offered to the INSERT; the rows are inserted
 /// in key order, so that two nodes whose batches share keys take their locks in one order and
-/// cannot deadlock. `ord` says which batch item each inserted row was.
+/// cannot deadlock. `ord` says which batch item each inserted row was. The `NOTIFY` (an init
+/// plan, run once, and only if a row was inserted) is delivered at commit, to every node's
+/// listener (see `listen`).
 fn insert_sql() -> String {
     format!(
         "WITH input AS (
@@ -37,7 +48,9 @@ fn insert_sql() -> String {
             SELECT inserted.seq, input.payload, input.content_type
               FROM inserted JOIN input USING (source, event_id)
          )
-         SELECT input.ord, inserted.seq FROM inserted JOIN input USING (source, event_id)"
+         SELECT input.ord, inserted.seq,
+                (SELECT count(*) FROM pg_notify('{QUEUED_CHANNEL}', '')) AS announced
+           FROM inserted JOIN input USING (source, event_id)"
     )
 }
 
@@ -56,6 +69,44 @@ pub(super) fn insert_all(
     batch: &[NewDelivery],
     routes: &Routes,
 ) -> StoreResult<Vec<InsertOutcome>> {
+    let rows = insert_new(batch, |sql, params| db.query(sql, params))?;
+    let mut outcomes = vec![None; batch.len()];
+    for row in &rows {
+        let ord = queued(row, &mut outcomes)?;
+        // A submitted request is claimed through its state rows, written with it; a webhook's
+        // are written by the claim that fans it out.
+        if batch[ord].lane == Lane::CallOut {
+            let seq: i64 = row.try_get(1)?;
+            db.execute(&super::fan_out::fan_out_one_sql(routes), &[&seq])?;
+        }
+    }
+    count_redeliveries(db, batch, &mut outcomes)?;
+    Ok(finished(outcomes))
+}
+
+/// [`insert_all`] for a batch of webhooks only (nothing to fan out with the rows): the insert
+/// in a transaction of its own, then the redeliveries' counts in another.
+pub(super) fn insert_webhooks(
+    conn: &mut Conn,
+    batch: &[NewDelivery],
+) -> StoreResult<Vec<InsertOutcome>> {
+    debug_assert!(batch.iter().all(|d| d.lane != Lane::CallOut));
+    let rows = insert_new(batch, |sql, params| conn.query_alone(sql, params))?;
+    let mut outcomes = vec![None; batch.len()];
+    for row in &rows {
+        queued(row, &mut outcomes)?;
+    }
+    if outcomes.iter().any(Option::is_none) {
+        super::in_tx(conn, |db| count_redeliveries(db, batch, &mut outcomes))?;
+    }
+    Ok(finished(outcomes))
+}
+
+/// Run the INSERT over the first copy of each key in `batch`: a row per inserted delivery.
+fn insert_new(
+    batch: &[NewDelivery],
+    query: impl FnOnce(&str, Params<'_>) -> StoreResult<Vec<Row>>,
+) -> StoreResult<Vec<Row>> {
     let mut seen = HashSet::with_capacity(batch.len());
     let first: Vec<usize> = (0..batch.len())
         .filter(|&i| seen.insert((&batch[i].source, &batch[i].event_id)))
@@ -75,7 +126,7 @@ pub(super) fn insert_all(
         .map(|&i| batch[i].content_type.as_deref())
         .collect();
     let ords: Vec<i64> = first.iter().map(|&i| i as i64).collect();
-    let rows = db.query(
+    query(
         &insert_sql(),
         &[
             &sources,
@@ -88,20 +139,24 @@ pub(super) fn insert_all(
             &content_types,
             &ords,
         ],
-    )?;
-    let mut outcomes = vec![None; batch.len()];
-    for row in &rows {
-        let ord: i64 = row.try_get(0)?;
-        outcomes[ord as usize] = Some(InsertOutcome::Queued);
-        // A submitted request is claimed through its state rows, written with it; a webhook's
-        // are written by the claim that fans it out.
-        if batch[ord as usize].lane == Lane::CallOut {
-            let seq: i64 = row.try_get(1)?;
-            db.execute(&super::fan_out::fan_out_one_sql(routes), &[&seq])?;
-        }
-    }
-    let queued = !rows.is_empty();
-    // The redeliveries, in key order (the lock order of the INSERT above).
+    )
+}
+
+/// Mark the batch item an inserted row was as queued; its place in the batch.
+fn queued(row: &Row, outcomes: &mut [Option<InsertOutcome>]) -> StoreResult<usize> {
+    let ord = usize::try_from(row.try_get::<_, i64>(0)?)
+        .map_err(|e| StoreError::Internal(anyhow::anyhow!("an inserted row's place: {e}")))?;
+    outcomes[ord] = Some(InsertOutcome::Queued);
+    Ok(ord)
+}
+
+/// Count the redeliveries (the items not inserted), in key order: the lock order of the
+/// INSERT.
+fn count_redeliveries(
+    db: &mut Db<'_>,
+    batch: &[NewDelivery],
+    outcomes: &mut [Option<InsertOutcome>],
+) -> StoreResult<()> {
     let mut again: Vec<usize> = (0..batch.len())
         .filter(|&i| outcomes[i].is_none())
         .collect();
@@ -129,12 +184,12 @@ pub(super) fn insert_all(
             (false, true) => InsertOutcome::MismatchRejected,
         });
     }
-    if queued {
-        // Delivered at commit, to every node's listener (see `listen`).
-        db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
-    }
-    Ok(outcomes
+    Ok(())
+}
+
+fn finished(outcomes: Vec<Option<InsertOutcome>>) -> Vec<InsertOutcome> {
+    outcomes
         .into_iter()
         .map(|o| o.expect("every item is inserted or a redelivery"))
-        .collect())
+        .collect()
 }

@@ -57,6 +57,9 @@ impl Store for PostgresStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
+        if batch.iter().all(|d| d.lane != Lane::CallOut) {
+            return self.conn(|conn| ingest::insert_webhooks(conn, batch));
+        }
         let routes = self.routes()?;
         self.tx(|db| ingest::insert_all(db, batch, &routes))
     }
