@@ -142,8 +142,8 @@ impl Consumer {
         for _ in 0..MAX_ROUNDS {
             // While ingest is busy the pool takes turns, and a batch is claimed only once its
             // worker holds the turn: a batch claimed with the last round's commit would age
-            // while the other workers take theirs (measured in the soak: the oldest claimed
-            // event was the lag, and it grew with the rounds' length, 0.13 to 0.28 s).
+            // while the other workers take theirs (measured in a soak: the oldest event, the
+            // lag, was a claimed one in every sample).
             let one_at_a_time = self.ingest.recent().then(|| self.ingest_first.lock());
             let round = Instant::now();
             let batch = match claimed.take() {

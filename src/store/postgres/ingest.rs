@@ -11,6 +11,7 @@
 //! not answered yet.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 use postgres::Row;
 
@@ -24,8 +25,8 @@ use crate::store::{InsertOutcome, Lane, NewDelivery, StoreError, StoreResult};
 /// in key order, so that two nodes whose batches share keys take their locks in one order and
 /// cannot deadlock. `ord` says which batch item each inserted row was. The `NOTIFY` (an init
 /// plan, run once, and only if a row was inserted) is delivered at commit, to every node's
-/// listener (see `listen`).
-fn insert_sql() -> String {
+/// listener (see `listen`). Written once: every group commit runs it.
+static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH input AS (
             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
@@ -52,7 +53,7 @@ fn insert_sql() -> String {
                 (SELECT count(*) FROM pg_notify('{QUEUED_CHANNEL}', '')) AS announced
            FROM inserted JOIN input USING (source, event_id)"
     )
-}
+});
 
 /// A redelivery: counted on the row, and compared with the first body's SHA-256.
 const REDELIVERED: &str = "UPDATE event_log
@@ -127,7 +128,7 @@ fn insert_new(
         .collect();
     let ords: Vec<i64> = first.iter().map(|&i| i as i64).collect();
     query(
-        &insert_sql(),
+        &INSERT_SQL,
         &[
             &sources,
             &ids,
