@@ -31,6 +31,12 @@ const MAX_ROUNDS: usize = 10_000;
 /// The longest rest after a round while ingest is busy (see `Consumer::ingest_first`).
 const MAX_REST: Duration = Duration::from_millis(50);
 
+/// While deliveries queue for the writer, the pool rests this many times as long as its round
+/// took: ingest keeps about three quarters of the turns, and the drain still scales with the
+/// rounds (a fixed rest of `MAX_REST` drained a few hundred events a second whatever the
+/// backlog, and a soak at half the maximum fell behind whenever the disk slowed its commits).
+const SATURATED_REST_ROUNDS: u32 = 3;
+
 /// Finished attempts waiting to be committed, with the handler each came from (for metrics).
 #[derive(Default)]
 struct Pending {
@@ -171,17 +177,17 @@ impl Consumer {
             if one_at_a_time.is_some() {
                 self.flush(&mut pending)?;
                 // Still holding the turn, so the whole pool rests: while deliveries queue for
-                // the writer, the longest rest (providers first); while the pool keeps up, as
-                // long as the round took (at most half the time); while it is behind, not at
-                // all.
+                // the writer, three rounds' time (providers first, the backlog still drains);
+                // while the pool keeps up, as long as the round took; while it is behind, not
+                // at all.
                 let rest = if self.ingest.saturated() {
-                    MAX_REST
+                    round.elapsed() * SATURATED_REST_ROUNDS
                 } else if !behind {
-                    round.elapsed().min(MAX_REST)
+                    round.elapsed()
                 } else {
                     Duration::ZERO
                 };
-                std::thread::sleep(rest);
+                std::thread::sleep(rest.min(MAX_REST));
             } else {
                 let (results, next) = self.store.finish_and_claim(
                     &pending.items,
