@@ -47,12 +47,18 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     responses((status = 200, description = "The metrics", body = String,
         content_type = "application/openmetrics-text")))]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    // The lag is measured at each read's start, its snapshot: a time taken after it would add
+    // the read's own duration, which grows with the history (`completed` is a count of every
+    // state row; a soak's gauge crept from 0.05 to 0.22 s over 18 million events while the
+    // oldest due event, read from the file, stayed at 0.01 to 0.04 s).
+    let counted_at = now_ms();
     let counts = blocking(&state, |s| s.status_counts()).await?;
     let lifecycle = blocking(&state, |s| s.lifecycle_counts()).await?;
+    let listed_at = now_ms();
     let subscriptions = blocking(&state, |s| s.subscriptions(false)).await?;
     state.metrics.set_lifecycle(&lifecycle);
-    state.metrics.set_subscriptions(&subscriptions, now_ms());
-    let text = state.metrics.render(&counts, now_ms());
+    state.metrics.set_subscriptions(&subscriptions, listed_at);
+    let text = state.metrics.render(&counts, counted_at);
     Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
         .body(text))
