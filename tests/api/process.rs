@@ -173,14 +173,19 @@ impl ServerProcess {
         child.wait().unwrap();
     }
 
-    /// SIGTERM, then wait (bounded) for a clean exit; returns the exit status.
-    pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+    /// Send a signal by name (`TERM`, `STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.pid().to_string())
             .status()
             .unwrap();
-        assert!(status.success());
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit; returns the exit status.
+    pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        self.signal("TERM");
         let mut child = self.child.take().unwrap();
         exit_within(&mut child, within, "the server should exit on SIGTERM")
     }
