@@ -4,8 +4,11 @@
 //! again); the store's fences and unique keys make each effect happen once.
 
 mod backoff;
+mod failures;
 mod pool;
 mod rules;
+
+use failures::guarded;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,14 +19,11 @@ pub use backoff::Backoff;
 pub use pool::{ConsumerPool, PoolOptions};
 
 use crate::config::ConsumerSettings;
-use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::handlers::{Handled, Registry};
 use crate::ingest::Activity;
 use crate::metrics::Metrics;
-use crate::store::{
-    AttemptResult, Claimed, ExpiredClaim, Expiry, Finish, Finished, Lane, Next, Store, StoreResult,
-};
+use crate::store::{AttemptResult, Claimed, Finish, Finished, Lane, Next, Store, StoreResult};
 
 /// Bound on the batches one pass takes before it returns to its caller.
 const MAX_ROUNDS: usize = 10_000;
@@ -165,9 +165,8 @@ impl Consumer {
             // A claim of at least an eighth of the batch (what a store hands out beside
             // ingest) says a backlog is waiting. Resting then lets steady ingest grow it
             // without end (measured: at 4,000 deliveries/s, a tenth of the maximum, the pool
-            // drained 1,500/s and the lag grew by a minute a minute), so the pool rests only
-            // while it keeps up, or while deliveries queue for the writer (ingest saturated:
-            // providers first, the backlog waits).
+            // drained 1,500/s and the lag grew by a minute a minute), so while behind the pool
+            // rests only if deliveries queue for the writer (ingest saturated: providers first).
             let behind = batch.len() >= limit.div_ceil(8);
             let mut pending = self.handle_batch(batch, stopping)?;
             if stopping() {
@@ -375,37 +374,6 @@ impl Consumer {
         self.metrics.attempt(handler, attempt_result.as_str());
     }
 
-    /// Settle expired leases (see [`Store::sweep`]) by [`Consumer::expiry`].
-    pub fn sweep(&self) -> StoreResult<usize> {
-        self.store.sweep(now_ms(), &|expired| self.expiry(expired))
-    }
-
-    /// What a lease that ran out means, by the handler's mode: an at-most-once handler may
-    /// already have acted, so its event is failed as abandoned for ops to decide; an
-    /// at-least-once one gets the event again, unless its budget is spent.
-    fn expiry(&self, expired: &ExpiredClaim) -> Expiry {
-        let claim = &expired.claim;
-        let (_, mode, max_attempts, _) =
-            self.rule_of(claim.subscription, &claim.source, &expired.event_type);
-        match mode {
-            DeliveryMode::AtMostOnce => Expiry::Fail {
-                error: "abandoned: the lease expired during an at-most-once attempt; the \
-                        downstream may have acted, so it is not retried without force"
-                    .into(),
-                abandoned: true,
-            },
-            DeliveryMode::AtLeastOnce if expired.budget_used >= i64::from(max_attempts) => {
-                Expiry::Fail {
-                    error: "lease expired on the last attempt".into(),
-                    abandoned: false,
-                }
-            }
-            DeliveryMode::AtLeastOnce => Expiry::Retry {
-                error: "lease expired".into(),
-            },
-        }
-    }
-
     /// Run `run_once` on a blocking thread, keeping the caller's span.
     pub async fn run_once_blocking(
         self: &Arc<Self>,
@@ -420,34 +388,5 @@ impl Consumer {
         .instrument(tracing::Span::current())
         .await
         .map_err(|e| crate::store::StoreError::Internal(anyhow::anyhow!("consumer task: {e}")))?
-    }
-}
-
-/// Run a handler so that a panic fails its event with the panic's message, rather than taking
-/// the worker's pass down and leaving the claim to the sweeper until its budget is spent. A
-/// handler that calls out may have acted before panicking: at most once, that is `abandoned`.
-fn guarded(handler: &dyn crate::handlers::Handler, event: &Claimed) -> Handled {
-    let panic =
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.handle(event))) {
-            Ok(handled) => return handled,
-            Err(panic) => panic,
-        };
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into());
-    let why = format!("handler {} panicked: {message}", handler.name());
-    tracing::error!(
-        source = %event.claim.source,
-        event_id = %event.claim.event_id,
-        "{why}"
-    );
-    let may_have_acted = handler.call_timeout().is_some()
-        && handler.mode() == crate::domain::DeliveryMode::AtMostOnce;
-    if may_have_acted {
-        Handled::Abandoned(why)
-    } else {
-        Handled::Permanent(why)
     }
 }
