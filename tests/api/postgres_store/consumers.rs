@@ -6,7 +6,9 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Claimed, Expiry, Finished, Lane, Next, Outcome, Status, Store};
+use webhook_inbox::store::{
+    Claimed, Expiry, Finished, InsertOutcome, Lane, Next, Outcome, Status, Store,
+};
 
 use super::fresh::FreshDb;
 use super::{ORDER, credit, finish, page, wait_until};
@@ -252,6 +254,62 @@ fn postgres_two_nodes_sweeping_at_once_settle_each_expired_claim_once() {
     assert!(
         nodes[1]
             .claim("w", Lane::CallOut, 10, 1000, now_ms())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A fan-out reads a bounded range of numbers past the cursor first (see
+/// `plans::postgres_a_fan_out_reads_a_bounded_range_of_the_backlog_whatever_its_plan`); an event
+/// behind a longer run of numbers that hold no event (each redelivery takes one) is still
+/// claimed at the next claim, not one range further per claim.
+#[test]
+fn postgres_an_event_behind_a_long_run_of_redeliveries_is_claimed_at_the_next_claim() {
+    let Some(db) = FreshDb::create() else { return };
+    let store = db.migrated();
+    let first = new_delivery("shop", "evt-1", ORDER, &order_body("o-1", "c-1", 5));
+    store
+        .insert_deliveries(std::slice::from_ref(&first))
+        .unwrap();
+    // 200 redeliveries, each in a group commit of its own (one takes a number; within a
+    // batch they are answered together).
+    for _ in 0..200 {
+        assert_eq!(
+            store
+                .insert_deliveries(std::slice::from_ref(&first))
+                .unwrap(),
+            [InsertOutcome::Duplicate]
+        );
+    }
+    let second = new_delivery("shop", "evt-2", ORDER, &order_body("o-2", "c-1", 5));
+    store.insert_deliveries(&[second]).unwrap();
+    let seqs: Vec<i64> = ["evt-1", "evt-2"]
+        .iter()
+        .map(|id| store.event("shop", id).unwrap().unwrap().event.seq)
+        .collect();
+    assert!(
+        seqs[1] - seqs[0] > 2 * 4 * 10,
+        "the redeliveries took no numbers between the two events: {seqs:?}"
+    );
+    // The first claim's range (four times its limit) holds the first event only; the second
+    // one's, the next forty numbers, holds none.
+    let a = store
+        .claim("A", Lane::InProcess, 10, 60_000, now_ms())
+        .unwrap();
+    let ids =
+        |c: &[Claimed]| -> Vec<String> { c.iter().map(|c| c.claim.event_id.clone()).collect() };
+    assert_eq!(ids(&a), ["evt-1"]);
+    let b = store
+        .claim("A", Lane::InProcess, 10, 60_000, now_ms())
+        .unwrap();
+    assert_eq!(
+        ids(&b),
+        ["evt-2"],
+        "the second claim reads past the run of numbers"
+    );
+    assert!(
+        store
+            .claim("A", Lane::InProcess, 10, 60_000, now_ms())
             .unwrap()
             .is_empty()
     );
