@@ -179,6 +179,21 @@ fn listing_events_newest_first_sorts_nothing() {
     }
 }
 
+/// The `batch`th group of 250 `order.completed` deliveries (events `e-{n}`, orders `o-{n}`).
+fn orders(batch: usize) -> Vec<webhook_inbox::store::NewDelivery> {
+    (0..250)
+        .map(|i| {
+            let n = batch * 250 + i;
+            new_delivery(
+                "shop",
+                &format!("e-{n}"),
+                "order.completed",
+                &order_body(&format!("o-{n}"), "c-1", 1),
+            )
+        })
+        .collect()
+}
+
 /// `EXPLAIN [options] EXECUTE` of `sql` prepared with `args` after `settings` (`SET LOCAL`s)
 /// (the client runs a runtime of its own: off the test's thread). With `ANALYZE` in `options`
 /// the statement runs, in a transaction rolled back after it.
@@ -226,18 +241,7 @@ fn postgres_plans_read_ranges_from_the_cursor_and_rows_by_their_keys() {
     let h = Harness::on(crate::stores::StoreKind::Postgres, 5, 30);
     // 3,000 events handled, then 500 waiting for their fan-out.
     for batch in 0..14 {
-        let deliveries: Vec<_> = (0..250)
-            .map(|i| {
-                let n = batch * 250 + i;
-                new_delivery(
-                    "shop",
-                    &format!("e-{n}"),
-                    "order.completed",
-                    &order_body(&format!("o-{n}"), "c-1", 1),
-                )
-            })
-            .collect();
-        h.store.insert_deliveries(&deliveries).unwrap();
+        h.store.insert_deliveries(&orders(batch)).unwrap();
         if batch == 11 {
             assert_eq!(h.drain(), 3000);
         }
@@ -291,18 +295,7 @@ fn postgres_a_fan_out_reads_a_bounded_range_of_the_backlog_whatever_its_plan() {
     }
     let h = Harness::on(crate::stores::StoreKind::Postgres, 5, 30);
     for batch in 0..12 {
-        let deliveries: Vec<_> = (0..250)
-            .map(|i| {
-                let n = batch * 250 + i;
-                new_delivery(
-                    "shop",
-                    &format!("e-{n}"),
-                    "order.completed",
-                    &order_body(&format!("o-{n}"), "c-1", 1),
-                )
-            })
-            .collect();
-        h.store.insert_deliveries(&deliveries).unwrap();
+        h.store.insert_deliveries(&orders(batch)).unwrap();
     }
     let db = &h.db;
     let statements = webhook_inbox::store::postgres::statements_for_plans(&db.url()).unwrap();
