@@ -262,6 +262,40 @@ struct WaitState {
     claim_next: bool,
     last_claim: tokio::time::Instant,
     done: bool,
+    /// The claims of the answer just yielded, until the server has written it.
+    given: Option<Given>,
+}
+
+/// Claims yielded to a long poll's client and not yet known to be written: dropped while
+/// armed (the write failed and the stream was dropped), they go back at once, due now, rather
+/// than wait out their leases (for an at-most-once subscription: be abandoned, never
+/// delivered).
+struct Given {
+    store: Arc<dyn Store>,
+    refs: Vec<ClaimRef>,
+}
+
+impl Drop for Given {
+    fn drop(&mut self) {
+        if self.refs.is_empty() {
+            return;
+        }
+        let refs = std::mem::take(&mut self.refs);
+        let store = Arc::clone(&self.store);
+        tracing::info!(
+            claims = refs.len(),
+            "a long poll's answer could not be written: its claims go back"
+        );
+        let give_back = move || {
+            if let Err(e) = store.release(&refs, now_ms()) {
+                tracing::warn!(error = %e, "cannot give back a gone client's claims");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(give_back)),
+            Err(_) => give_back(),
+        }
+    }
 }
 
 /// A long poll as a stream of steps, to be written to the client as they come: a heartbeat
@@ -280,9 +314,17 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
         woken,
         claim_next: false,
         done: false,
+        given: None,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         if s.done {
+            if let Some(mut given) = s.given.take() {
+                // One turn for the server to write the answer: it writes what the stream has
+                // yielded when the stream is pending, and drops the stream (and `given`, which
+                // gives the claims back) if that write fails. Polled again, it was written.
+                tokio::task::yield_now().await;
+                given.refs.clear();
+            }
             return None;
         }
         let now = tokio::time::Instant::now();
@@ -301,6 +343,10 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
             match claim_once(&w.store, w.puller.id, &w.worker, w.max, w.lease_ms).await {
                 Ok(claims) if !claims.is_empty() || last => {
                     s.done = true;
+                    s.given = Some(Given {
+                        store: Arc::clone(&w.store),
+                        refs: claims.iter().map(|c| c.claim.clone()).collect(),
+                    });
                     return Some((Waited::Claims(claims), s));
                 }
                 Ok(_) => {}

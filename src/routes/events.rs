@@ -328,6 +328,10 @@ pub async fn retry(
         RetryOutcome::NeedsForce(_) => Err(ApiError::Conflict(format!(
             "event `{event_id}` is completed; retry with ?force=true to run it again"
         ))),
+        RetryOutcome::KeyInFlight(_, (held_source, held_id)) => Err(ApiError::Conflict(format!(
+            "a later event of the same ordering key, `{held_source}/{held_id}`, is in flight: \
+             retry `{event_id}` once it has finished, so that its key's events keep their order"
+        ))),
     }
 }
 

@@ -300,6 +300,9 @@ pub enum RetryOutcome {
     NeedsForce(EventRecord),
     /// A tombstone: its body is gone, so it can never run again, forced or not.
     Purged(EventRecord),
+    /// An ordered subscription's later event of the same key is in flight: run now, this one
+    /// would be handled beside it, out of order. (source, event_id) of the one in flight.
+    KeyInFlight(EventRecord, (String, String)),
 }
 
 /// What a purge may take (SPEC section 12): terminal events that became terminal before these

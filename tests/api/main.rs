@@ -42,6 +42,7 @@ mod nodes;
 mod ops;
 mod ordering;
 mod ordering_nodes;
+mod ordering_repairs;
 mod panics;
 mod pg_restart;
 mod pgdb;

@@ -60,7 +60,7 @@ impl KeyOrder {
     }
 }
 
-fn ordered_pull(on_failure: OnFailure) -> Subscription {
+pub fn ordered_pull(on_failure: OnFailure) -> Subscription {
     Subscription {
         name: "orders".into(),
         kind: Kind::Pull,

@@ -571,3 +571,140 @@ async fn bad_input_is_refused_naming_the_field() {
     assert_eq!(r.body["results"][0]["applied"], true, "{}", r.body);
     app.stop().await;
 }
+
+/// One claim twice in an ack batch is refused whole, naming the second entry, on every store
+/// (PostgreSQL applied both, SQLite answered `lease_lost` for the second: seen before the
+/// check).
+#[tokio::test]
+async fn a_claim_acked_twice_in_one_batch_is_refused_and_nothing_applies() {
+    let app = pull_app("").await;
+    app.deliver("shop", "d", &order_body("d", "c1", 5)).await;
+    let claims = app.claim(json!({})).await;
+    assert_eq!(claims.len(), 1);
+    let token = claims[0]["token"].as_str().unwrap();
+    let r = app
+        .pull(
+            "ack",
+            json!({"results": [{"token": token, "outcome": "done"},
+                               {"token": token, "outcome": "done"}]}),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.body["error"], "invalid_request");
+    let message = r.body["message"].as_str().unwrap();
+    assert!(message.contains("results[1].token"), "{message}");
+    // Nothing applied: the claim is still held, and one ack completes it.
+    let r = app
+        .pull(
+            "ack",
+            json!({"results": [{"token": token, "outcome": "done"}]}),
+        )
+        .await;
+    assert_eq!(r.body["results"][0]["applied"], true, "{}", r.body);
+    app.stop().await;
+}
+
+/// A `lease_seconds` longer than a pull lease may be (12 h) is still a valid default: a claim
+/// that sends no `lease_ms` gets the longest lease, not a 422 about a field it never sent.
+/// Seen failing before the default was clamped.
+#[tokio::test]
+async fn a_claim_without_lease_ms_is_served_whatever_the_service_lease() {
+    let app = spawn_app_with(
+        |c| {
+            *c = c.replace("lease_seconds = 30", "lease_seconds = 86400");
+            pull_config("")(c)
+        },
+        BuildOptions::default(),
+    )
+    .await;
+    assert_eq!(app.settings.consumers.lease_seconds, 86_400);
+    app.deliver("shop", "l", &order_body("l", "c1", 5)).await;
+    let r = app.pull("claim", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let claims = r.body["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1);
+    let until =
+        webhook_inbox::domain::time::parse_rfc3339(claims[0]["lease_until"].as_str().unwrap())
+            .unwrap();
+    let hours = (until - webhook_inbox::domain::time::now_ms()) as f64 / 3_600_000.0;
+    assert!((11.9..=12.0).contains(&hours), "lease of {hours} h");
+    app.stop().await;
+}
+
+/// A long poll whose client is gone when its answer is written (after its last heartbeat,
+/// while the claim ran) gives its claims back at once, rather than leaving them leased to
+/// nobody. The claim is held up by a write lock taken from the test on the SQLite file, the
+/// client resets its connection meanwhile, and then the lock goes. Seen failing without the
+/// give-back: the event stayed claimed for its 60 s lease.
+#[tokio::test]
+async fn a_long_poll_answer_that_cannot_be_written_gives_its_claims_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = pull_app("").await;
+    app.deliver("shop", "r", &order_body("r", "c1", 5)).await;
+    // Claimed and acked `retry` in 1.5 s: due by time, so that a poll's own look claims it.
+    let claims = app.claim(json!({})).await;
+    let token = claims[0]["token"].as_str().unwrap();
+    let r = app
+        .pull(
+            "ack",
+            json!({"results": [{"token": token, "outcome": "retry", "retry_after_ms": 1500}]}),
+        )
+        .await;
+    assert_eq!(r.body["results"][0]["status"], "pending", "{}", r.body);
+    let body = json!({"wait_ms": 20000, "lease_ms": 60000}).to_string();
+    let mut socket = tokio::net::TcpStream::connect(app.address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let request = format!(
+        "POST /subscriptions/orders/claim HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \
+         {PULL_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    // Heartbeats come; the write lock is taken from outside; once they stop for a while, the
+    // poll's claim is waiting for the lock.
+    let conn = rusqlite::Connection::open(app.dir.path().join("inbox.db")).unwrap();
+    let (release_lock, wait_release) = std::sync::mpsc::channel::<()>();
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buf))
+        .await
+        .expect("the poll answers with headers and heartbeats")
+        .unwrap();
+    assert!(n > 0);
+    let holder = std::thread::spawn(move || {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        wait_release.recv().unwrap();
+        conn.execute_batch("ROLLBACK").unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        assert!(Instant::now() < deadline, "the heartbeats never stopped");
+        match tokio::time::timeout(Duration::from_millis(400), socket.read(&mut buf)).await {
+            Ok(Ok(n)) => assert!(n > 0, "the poll ended early"),
+            Ok(Err(e)) => panic!("{e}"),
+            // No heartbeat for 400 ms: the poll is in its claim, waiting for the lock.
+            Err(_) => break,
+        }
+    }
+    // The client resets its connection (SO_LINGER 0), then the claim gets the lock.
+    socket.set_zero_linger().unwrap();
+    drop(socket);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    release_lock.send(()).unwrap();
+    holder.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let claims = loop {
+        let claims = app.claim(json!({})).await;
+        if !claims.is_empty() || Instant::now() > deadline {
+            break claims;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        claims.len(),
+        1,
+        "the gone client's claim was not given back"
+    );
+    assert_eq!(claims[0]["event_id"], "r");
+    app.stop().await;
+}

@@ -94,9 +94,16 @@ pub async fn claim(
             format!("must be between 1 and {}", pull::MAX_CLAIM),
         ));
     }
-    let lease_ms = asked
-        .lease_ms
-        .unwrap_or_else(|| state.settings.consumers.lease_ms());
+    // The default is the service's lease, within what a client may ask for: `lease_seconds`
+    // may be longer than a pull lease can be, and a client that sent no `lease_ms` must not be
+    // refused for one it never sent.
+    let lease_ms = asked.lease_ms.unwrap_or_else(|| {
+        state
+            .settings
+            .consumers
+            .lease_ms()
+            .clamp(*pull::LEASE_MS.start(), *pull::LEASE_MS.end())
+    });
     check_lease(lease_ms)?;
     let wait_ms = asked.wait_ms.unwrap_or(0);
     if wait_ms > pull::MAX_WAIT_MS {
@@ -233,6 +240,23 @@ pub async fn ack(
             .enumerate()
             .map(|(i, r)| (format!("results[{i}].token"), r.token.as_str())),
     )?;
+    // One claim twice in a batch would be applied twice on a store whose fence does not see
+    // the batch's own first write (PostgreSQL's statement over the whole batch): one answer for
+    // both stores, before anything changes.
+    let mut seen = std::collections::HashMap::with_capacity(held.len());
+    for (i, h) in held.iter().enumerate() {
+        let key = (
+            h.claim.seq,
+            h.claim.subscription,
+            h.claim.claim_token.as_str(),
+        );
+        if let Some(first) = seen.insert(key, i) {
+            return Err(invalid(
+                &format!("results[{i}].token"),
+                format!("is the claim of results[{first}].token again: ack each claim once"),
+            ));
+        }
+    }
     let now = now_ms();
     let items: Vec<Finish> = held
         .iter()

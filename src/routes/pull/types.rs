@@ -10,7 +10,8 @@ use crate::pull::AckOutcome;
 pub struct ClaimRequest {
     /// At most this many events (1 to 1,000; default 100).
     pub(super) max: Option<u64>,
-    /// The lease, in ms (1,000 to 43,200,000; default the service's `consumers.lease_seconds`).
+    /// The lease, in ms (1,000 to 43,200,000; default the service's `consumers.lease_seconds`,
+    /// at most 43,200,000).
     pub(super) lease_ms: Option<i64>,
     /// Wait up to this long for work (0 to 60,000 ms; default 0: answer at once).
     pub(super) wait_ms: Option<u64>,

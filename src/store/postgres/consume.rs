@@ -297,18 +297,48 @@ fn open(
         .iter()
         .map(|r| Ok((r.try_get(0)?, r)))
         .collect::<StoreResult<_>>()?;
-    picked
-        .into_iter()
-        .map(|p| {
-            let r = by_seq.get(&p.0).ok_or_else(|| {
-                crate::store::StoreError::Internal(anyhow::anyhow!(
-                    "claimed event {} has no body",
-                    p.0
-                ))
-            })?;
-            claimed(r, 1, p, now + lease_ms)
-        })
-        .collect()
+    let mut claims = Vec::with_capacity(picked.len());
+    for p in picked {
+        match by_seq.get(&p.0) {
+            Some(r) => claims.push(claimed(r, 1, p, now + lease_ms)?),
+            None => bodiless(db, p, now)?,
+        }
+    }
+    Ok(claims)
+}
+
+/// What a state whose event has no body left becomes when it is claimed: failed at once, with
+/// the reason in its history, rather than a claim that fails (and with it every claim after it
+/// that meets the same row). Nothing can deliver it, and ops see why.
+fn bodiless(
+    db: &mut Db<'_>,
+    (seq, _, attempt, _, claim_token): Picked,
+    now: i64,
+) -> StoreResult<()> {
+    const WHY: &str = "the event's body is gone (purged): nothing to deliver";
+    tracing::warn!(seq, "a claimed event has no body left: failed");
+    let claim = ClaimRef {
+        source: String::new(),
+        event_id: String::new(),
+        seq,
+        subscription: 0,
+        claim_token,
+        attempt,
+    };
+    let sql = fenced_sql(
+        "status = 'failed', last_error = $7, abandoned = false, next_attempt_at = NULL",
+        Fence::Expired,
+    );
+    fenced(
+        db,
+        &sql,
+        &claim,
+        now,
+        Some(AttemptResult::PermanentError),
+        Some(WHY),
+        &[&WHY],
+    )?;
+    Ok(())
 }
 
 /// How a fenced transition finds its row: the worker's own transitions hold only while its

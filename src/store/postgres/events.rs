@@ -361,6 +361,11 @@ pub(super) fn retry(
             return Ok(refusal.answer(event));
         }
     };
+    if let Some(held) = later_in_flight(db, event.seq, &targets)? {
+        let mut event = event;
+        fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
+        return Ok(RetryOutcome::KeyInFlight(event, held));
+    }
     let sql = format!(
         "UPDATE event_state SET {} WHERE seq = $1 AND sub = $2 AND status = $3",
         retry_set()
@@ -380,6 +385,41 @@ pub(super) fn retry(
     };
     fill_subscriptions(db, routes, std::slice::from_mut(&mut retried))?;
     Ok(RetryOutcome::Retried(retried))
+}
+
+/// The event in flight after `seq` in the key of one of `targets` (ordered subscriptions
+/// only): a retry now would run beside it. The key's later unfinished states are locked as
+/// they are read: a claim of one of them that is under way is waited for (and then read as
+/// claimed), and one that comes later skips the locked rows (`SKIP LOCKED`) until this retry
+/// has committed, after which the retried state, pending and earlier, holds them back.
+fn later_in_flight(
+    db: &mut Db<'_>,
+    seq: i64,
+    targets: &[StateRow],
+) -> StoreResult<Option<(String, String)>> {
+    for t in targets {
+        let rows = db.query(
+            "SELECT e.seq, e.status FROM event_state e
+              WHERE e.sub = $2 AND e.order_key IS NOT NULL AND e.seq > $1
+                AND e.order_key = (SELECT k.order_key FROM event_state k
+                                    WHERE k.seq = $1 AND k.sub = $2)
+                AND e.status <> 'completed'
+              ORDER BY e.seq FOR UPDATE OF e",
+            &[&seq, &t.sub],
+        )?;
+        for r in &rows {
+            let status: String = r.try_get(1)?;
+            if status == "claimed" {
+                let held: i64 = r.try_get(0)?;
+                let row = db.query_one(
+                    "SELECT source, event_id FROM event_log WHERE seq = $1",
+                    &[&held],
+                )?;
+                return Ok(Some((row.try_get(0)?, row.try_get(1)?)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Bulk retry: failed states of events matching the filter (in its subscription, or in any)
@@ -428,7 +468,17 @@ pub(super) fn retry_failed(
             row.try_get(2)?,
             row.try_get(3)?,
         );
-        if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
+        // A later event of an ordered key in flight: left failed (the single retry says why).
+        let in_flight = crate::store::routes::ordered(&routes.live, sub).is_some() && {
+            let state = StateRow {
+                sub,
+                status: Status::Failed,
+                abandoned,
+                purged,
+            };
+            later_in_flight(db, seq, std::slice::from_ref(&state))?.is_some()
+        };
+        if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() && !in_flight {
             retried += db.execute(&update, &[&seq, &sub])? as usize;
         }
     }

@@ -61,13 +61,7 @@ impl Routes {
             .live
             .iter()
             .filter_map(|s| Some((s.id, s.ordered.as_ref()?)))
-            .map(|(id, o)| {
-                let path: Vec<String> = o.path.iter().map(|k| routes::quote(k)).collect();
-                format!(
-                    " WHEN {id} THEN webhook_inbox_order_key({payload}, ARRAY[{}]::text[])",
-                    path.join(", ")
-                )
-            })
+            .map(|(id, o)| format!(" WHEN {id} THEN {}", key_sql(o, payload)))
             .collect();
         if arms.is_empty() {
             "NULL::text".into()
@@ -75,6 +69,15 @@ impl Routes {
             format!("(CASE u.id{arms} ELSE NULL END)")
         }
     }
+}
+
+/// The order key of the body `payload` (an expression) for ordered subscription `o`.
+fn key_sql(o: &routes::Ordered, payload: &str) -> String {
+    let path: Vec<String> = o.path.iter().map(|k| routes::quote(k)).collect();
+    format!(
+        "webhook_inbox_order_key({payload}, ARRAY[{}]::text[])",
+        path.join(", ")
+    )
 }
 
 /// A glob (`*`, `?`) as a `LIKE` pattern with `\` as its escape.
@@ -138,6 +141,24 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
 /// Make the table the config's list (see `Store::sync_subscriptions`). Several nodes starting
 /// at once with one config write the same rows.
 pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
+    // A new subscription takes the events after `start_after_seq`: read as the fan-out reads
+    // its bound, with no webhook insert in flight (the exclusive ingest lock, after the
+    // fan-out's, in the order the removal below takes them), so that an insert that took a
+    // lower number but commits later is not left out of it.
+    let names: Vec<&str> = subs.iter().map(|s| s.name.as_str()).collect();
+    let known: i64 = db
+        .query_one(
+            "SELECT count(*) FROM subscriptions WHERE name = ANY($1)",
+            &[&names],
+        )?
+        .try_get(0)?;
+    if usize::try_from(known).unwrap_or(0) < names.len() {
+        db.batch(&format!(
+            "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
+            super::fan_out::FAN_OUT_LOCK,
+            super::fan_out::INGEST_LOCK
+        ))?;
+    }
     let mut ids = Vec::with_capacity(subs.len());
     for s in subs {
         let except = serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into());
@@ -146,7 +167,8 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
                 "INSERT INTO subscriptions (name, kind, lane, sources, types, except_types,
                                             start_after_seq, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6,
-                         (SELECT coalesce(max(seq), 0) FROM event_log), $7)
+                         coalesce(pg_sequence_last_value(
+                             pg_get_serial_sequence('event_log', 'seq')), 0), $7)
                  ON CONFLICT (name) DO UPDATE
                     SET kind = excluded.kind, lane = excluded.lane, sources = excluded.sources,
                         types = excluded.types, except_types = excluded.except_types,
@@ -218,21 +240,45 @@ pub(super) fn set_paused(db: &mut Db<'_>, name: &str, paused: bool) -> StoreResu
 /// fan-out: a node whose config no longer names the subscription may be deleting it (`sync`
 /// deletes one without state rows under that lock), and the insert, whose snapshot is taken
 /// after the lock, sees that delete or is seen by it.
+///
+/// The log rows are locked first, in a statement of their own: a purge holds the rows of the
+/// events it makes tombstones `FOR UPDATE` to its commit, and a statement that waited for such
+/// a lock still reads the bodies in the snapshot it began with, where the purged body is still
+/// there (a pending state on a tombstone: seen, and every later claim of the subscription
+/// failed). The insert's own snapshot is taken after the locks are held: it sees every purge
+/// that got there first, and a purge that comes later waits for this commit, then sees the
+/// pending state and keeps the body.
 pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> StoreResult<usize> {
     super::fan_out::lock(db)?;
-    let sql = format!(
-        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
-         SELECT l.seq, $1, $2, 'pending', $3 FROM event_log l
-          WHERE l.received_at >= $4
-            AND EXISTS (SELECT 1 FROM subscriptions u WHERE u.id = $1 AND u.removed_at IS NULL)
-            AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
+    let rows = format!(
+        "FROM event_log l
+          WHERE l.received_at >= $1
             AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursor))
-            AND {}
-            FOR KEY SHARE OF l
-         ON CONFLICT (seq, sub) DO NOTHING",
+            AND {}",
         route_sql(&sub.route, "l.")
     );
-    Ok(db.execute(&sql, &[&sub.id, &sub.lane, &now, &since])? as usize)
+    db.execute(
+        &format!("SELECT count(*) FROM (SELECT 1 {rows} FOR KEY SHARE OF l) locked"),
+        &[&since],
+    )?;
+    // An ordered subscription's states take their key, as the fan-out gives them.
+    let key = sub.ordered.as_ref().map_or_else(
+        || "NULL::text".to_string(),
+        |o| {
+            key_sql(
+                o,
+                "(SELECT p.payload FROM event_payloads p WHERE p.seq = l.seq)",
+            )
+        },
+    );
+    let sql = format!(
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at, order_key)
+         SELECT l.seq, $2, $3, 'pending', $4, {key} {rows}
+            AND EXISTS (SELECT 1 FROM subscriptions u WHERE u.id = $2 AND u.removed_at IS NULL)
+            AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
+         ON CONFLICT (seq, sub) DO NOTHING"
+    );
+    Ok(db.execute(&sql, &[&since, &sub.id, &sub.lane, &now])? as usize)
 }
 
 /// Every subscription with its counts; `completed` false leaves completed at 0 (a scrape reads

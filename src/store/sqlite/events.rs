@@ -373,6 +373,11 @@ pub(super) fn retry(
             return Ok(refusal.answer(event));
         }
     };
+    if let Some(held) = later_in_flight(tx, event.seq, &targets)? {
+        let mut event = event;
+        fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
+        return Ok(RetryOutcome::KeyInFlight(event, held));
+    }
     let sql = format!(
         "UPDATE event_state SET {} WHERE seq = ?2 AND sub = ?3 AND status = ?4",
         RETRY_SET.replace('?', "?1")
@@ -394,6 +399,33 @@ pub(super) fn retry(
     fill_subscriptions(tx, routes, std::slice::from_mut(&mut retried))?;
     Ok(RetryOutcome::Retried(retried))
 }
+
+/// The event in flight after `seq` in the key of one of `targets` (ordered subscriptions
+/// only): a retry now would run beside it. Read inside the retry's write transaction.
+fn later_in_flight(
+    tx: &Transaction<'_>,
+    seq: i64,
+    targets: &[StateRow],
+) -> StoreResult<Option<(String, String)>> {
+    let mut stmt = tx.prepare_cached(&format!(
+        "SELECT l.source, l.event_id FROM event_state e JOIN event_log l ON l.seq = e.seq
+          WHERE e.sub = ?2 AND e.order_key = ({KEY_OF}) AND e.order_key IS NOT NULL
+            AND e.seq > ?1 AND e.status = 'claimed'
+          ORDER BY e.seq LIMIT 1"
+    ))?;
+    for t in targets {
+        if let Some(held) = stmt
+            .query_row(params![seq, t.sub], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+        {
+            return Ok(Some(held));
+        }
+    }
+    Ok(None)
+}
+
+/// The order key of the state (?1 seq, ?2 sub).
+const KEY_OF: &str = "SELECT k.order_key FROM event_state k WHERE k.seq = ?1 AND k.sub = ?2";
 
 /// Bulk retry: failed states of events matching the filter (in its subscription, or in any)
 /// that [`rules::may_retry`] lets go without `force` (abandoned at-most-once events each need a
@@ -442,9 +474,26 @@ pub(super) fn retry_failed(
     ))?;
     let mut retried = 0;
     for (seq, sub, abandoned, purged) in candidates {
-        if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok() {
+        if rules::may_retry(Status::Failed, abandoned, purged, false).is_ok()
+            && !key_in_flight(tx, routes, seq, sub)?
+        {
             retried += update.execute(params![now, seq, sub])?;
         }
     }
     Ok(retried)
+}
+
+/// Whether a bulk retry leaves this failed state as it is: a later event of its ordering key
+/// is in flight (the single retry says which; see [`later_in_flight`]).
+fn key_in_flight(tx: &Transaction<'_>, routes: &Routes, seq: i64, sub: i64) -> StoreResult<bool> {
+    if crate::store::routes::ordered(&routes.live, sub).is_none() {
+        return Ok(false);
+    }
+    let state = StateRow {
+        sub,
+        status: Status::Failed,
+        abandoned: false,
+        purged: false,
+    };
+    Ok(later_in_flight(tx, seq, std::slice::from_ref(&state))?.is_some())
 }

@@ -199,9 +199,14 @@ pub(super) fn backfill(
     since: i64,
     now: i64,
 ) -> StoreResult<usize> {
+    // An ordered subscription's states take their key, as the fan-out gives them.
+    let key = sub
+        .ordered
+        .as_ref()
+        .map_or_else(|| "NULL".to_string(), |o| key_sql(&o.path));
     let sql = format!(
-        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
-         SELECT l.seq, ?1, ?2, 'pending', ?3 FROM event_log l
+        "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at, order_key)
+         SELECT l.seq, ?1, ?2, 'pending', ?3, {key} FROM event_log l
           WHERE l.received_at >= ?4 AND l.payload IS NOT NULL
             AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursors WHERE lane = 0))
             AND {}
