@@ -240,33 +240,42 @@ pub async fn ack(
             .enumerate()
             .map(|(i, r)| (format!("results[{i}].token"), r.token.as_str())),
     )?;
-    // One claim twice in a batch would be applied twice on a store whose fence does not see
-    // the batch's own first write (PostgreSQL's statement over the whole batch): one answer for
-    // both stores, before anything changes.
-    let mut seen = std::collections::HashMap::with_capacity(held.len());
-    for (i, h) in held.iter().enumerate() {
-        let key = (
-            h.claim.seq,
-            h.claim.subscription,
-            h.claim.claim_token.as_str(),
-        );
-        if let Some(first) = seen.insert(key, i) {
-            return Err(invalid(
-                &format!("results[{i}].token"),
-                format!("is the claim of results[{first}].token again: ack each claim once"),
-            ));
-        }
-    }
+    // One claim twice in a batch is applied once, the first time, and the later entries are
+    // answered `lease_lost` (the claim is finished by then), on both stores: PostgreSQL's one
+    // statement over the whole batch does not see the batch's own first write, and applied
+    // both (SQLite's statements, one after the other, answered as here).
+    let mut seen = std::collections::HashSet::with_capacity(held.len());
+    let first: Vec<bool> = held
+        .iter()
+        .map(|h| {
+            seen.insert((
+                h.claim.seq,
+                h.claim.subscription,
+                h.claim.claim_token.clone(),
+            ))
+        })
+        .collect();
     let now = now_ms();
     let items: Vec<Finish> = held
         .iter()
         .zip(&asked.results)
-        .map(|(h, r)| Finish {
+        .zip(&first)
+        .filter(|(_, first)| **first)
+        .map(|((h, r), _)| Finish {
             claim: h.claim.clone(),
             next: puller.next(h, r.outcome, r.error.as_deref(), r.retry_after_ms, now),
         })
         .collect();
-    let finished = blocking(&state, move |s| s.finish(&items, now)).await?;
+    let mut applied = blocking(&state, move |s| s.finish(&items, now))
+        .await?
+        .into_iter();
+    let finished: Vec<Finished> = first
+        .iter()
+        .map(|&first| match first {
+            true => applied.next().unwrap_or(Finished::LeaseLost),
+            false => Finished::LeaseLost,
+        })
+        .collect();
     if asked
         .results
         .iter()
