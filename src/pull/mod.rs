@@ -40,10 +40,6 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 /// How often a long poll looks again without being woken: work that becomes due by time (a
 /// retry's backoff) wakes nobody.
 const POLL: Duration = Duration::from_secs(1);
-/// How long after a long poll's answer its end is written: a client gone meanwhile answers
-/// the answer's write with a reset within a round trip, and the end's write then fails (see
-/// [`wait_for_claims`]). The client reads its answer at once; only the end waits.
-const ANSWER_CHECK: Duration = Duration::from_millis(20);
 /// How often a waiting client is sent a byte of whitespace (see [`Waited::Heartbeat`]).
 const HEARTBEAT: Duration = Duration::from_millis(100);
 
@@ -268,8 +264,6 @@ struct WaitState {
     done: bool,
     /// The claims of the answer just yielded, until the server has written it.
     given: Option<Given>,
-    /// The same, while the trailing space after the answer is written.
-    written: Option<Given>,
 }
 
 /// Claims yielded to a long poll's client and not yet known to be written: dropped while
@@ -321,21 +315,13 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
         claim_next: false,
         done: false,
         given: None,
-        written: None,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         if s.done {
-            // The answer is written while the stream waits here. A client that closed its
-            // side meanwhile (a crashed process: its kernel answers the write with a reset)
-            // fails the next write, and a trailing space (whitespace after JSON is valid) is
-            // that write: it fails, the stream is dropped, and `given` gives the claims back.
-            if let Some(given) = s.given.take().filter(|g| !g.refs.is_empty()) {
-                tokio::time::sleep(ANSWER_CHECK).await;
-                s.written = Some(given);
-                return Some((Waited::Heartbeat, s));
-            }
-            if let Some(mut given) = s.written.take() {
-                // One turn for the server to write that space: polled again, it was written.
+            if let Some(mut given) = s.given.take() {
+                // One turn for the server to write the answer: it writes what the stream has
+                // yielded when the stream is pending, and drops the stream (and `given`, which
+                // gives the claims back) if that write fails. Polled again, it was written.
                 tokio::task::yield_now().await;
                 given.refs.clear();
             }
