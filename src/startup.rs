@@ -59,6 +59,8 @@ pub struct Application {
     tls: Option<Arc<Certificates>>,
     /// Writes refused deliveries for `GET /rejections` (none when `keep_count` is 0).
     rejection_writer: Option<rejections::Writer>,
+    /// This node's record in the registry: kept alive while it runs, removed when it stops.
+    node: Node,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -153,6 +155,23 @@ impl Application {
             }
         }
         crate::subscriptions::check_tokens(&subscriptions, &settings)?;
+        // This node's record first (the names its config holds), then its config applied as
+        // the desired state of those: a subscription another live node's config names stays.
+        let node = Node {
+            name: format!(
+                "{}-{}",
+                worker_name(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
+            subscriptions: subscriptions.iter().map(|s| s.name.clone()).collect(),
+        };
+        store
+            .node_seen(
+                &node.name,
+                &node.subscriptions,
+                crate::domain::time::now_ms(),
+            )
+            .context("recording this node")?;
         let ids = store
             .sync_subscriptions(&subscriptions, crate::domain::time::now_ms())
             .context("applying the config's subscriptions")?;
@@ -286,6 +305,7 @@ impl Application {
             _held: held,
             tls,
             rejection_writer,
+            node,
         })
     }
 
@@ -329,6 +349,12 @@ impl Application {
         let rejections = self
             .rejection_writer
             .map(|writer| tokio::spawn(writer.run()));
+        let (stop_heartbeat, heartbeat_stopped) = tokio::sync::watch::channel(false);
+        let heartbeat = tokio::spawn(heartbeat(
+            Arc::clone(&self.state.store),
+            self.node.clone(),
+            heartbeat_stopped,
+        ));
         let handle = self.server.handle();
         let stopping = async {
             shutdown.await;
@@ -348,9 +374,57 @@ impl Application {
             task.abort();
         }
         purge.await.context("retention purge task")?;
+        let _ = stop_heartbeat.send(true);
+        heartbeat.await.context("heartbeat task")?;
+        // Gone: this node's config keeps no subscription alive any more.
+        let (store, node) = (Arc::clone(&self.state.store), self.node.name.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || store.node_gone(&node))
+            .await
+            .context("node record task")?
+        {
+            tracing::warn!(error = %e, "cannot remove this node's record: it ages out");
+        }
         served.context("HTTP server")?;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// A serving node as the registry knows it (see `store::registry`).
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    /// The subscriptions its config names.
+    subscriptions: Vec<String>,
+}
+
+/// Say every `registry::HEARTBEAT` that this node is alive, until stopped. A missed beat (the
+/// store unavailable) is logged; the node's config then stops holding its subscriptions only
+/// once the record is `registry::NODE_TTL_MS` old.
+async fn heartbeat(
+    store: Arc<dyn Store>,
+    node: Node,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(crate::store::registry::HEARTBEAT) => {}
+            _ = stopped.changed() => return,
+        }
+        let (store, node) = (Arc::clone(&store), node.clone());
+        let beat = tokio::task::spawn_blocking(move || {
+            store.node_seen(
+                &node.name,
+                &node.subscriptions,
+                crate::domain::time::now_ms(),
+            )
+        })
+        .await;
+        match beat {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot record this node's heartbeat"),
+            Err(e) => tracing::warn!(error = %e, "the heartbeat task failed"),
+        }
     }
 }
 

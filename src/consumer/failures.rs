@@ -10,6 +10,8 @@ use crate::store::{Claimed, ExpiredClaim, Expiry, StoreResult};
 impl Consumer {
     /// Settle expired leases (see [`Store::sweep`]) by [`Consumer::expiry`].
     pub fn sweep(&self) -> StoreResult<usize> {
+        // Decided by the registry's rules as they are now.
+        self.refresh_rules();
         self.store.sweep(now_ms(), &|expired| self.expiry(expired))
     }
 
@@ -18,9 +20,9 @@ impl Consumer {
     /// at-least-once one gets the event again, unless its budget is spent.
     fn expiry(&self, expired: &ExpiredClaim) -> Expiry {
         let claim = &expired.claim;
-        let (_, mode, max_attempts, _) =
-            self.rule_of(claim.subscription, &claim.source, &expired.event_type);
-        match mode {
+        let rule = self.rule_of(claim.subscription, &claim.source, &expired.event_type);
+        let max_attempts = rule.max_attempts;
+        match rule.mode {
             DeliveryMode::AtMostOnce => Expiry::Fail {
                 error: "abandoned: the lease expired during an at-most-once attempt; the \
                         downstream may have acted, so it is not retried without force"

@@ -60,8 +60,9 @@ pub struct Consumer {
     lease_ms: i64,
     max_attempts: u32,
     backoff: Backoff,
-    /// Each live subscription's rule, by the store's id.
-    rules: std::collections::HashMap<i64, rules::Rule>,
+    /// Each live subscription's rule, by the store's id, as the registry held them at the
+    /// last read.
+    rules: parking_lot::RwLock<std::collections::HashMap<i64, Arc<rules::Rule>>>,
     /// While deliveries are being stored, workers drain one round at a time, and after each
     /// round the pool rests (see `run_until_idle`): ingest comes first (a provider waits for
     /// its answer; the backlog can wait). One round at a time alone was not enough: one
@@ -256,10 +257,14 @@ impl Consumer {
                 tracing::info!(released, "released unstarted claims at shutdown");
                 break;
             }
-            let (handler, ..) = self.rule_of(
-                event.claim.subscription,
-                &event.claim.source,
-                &event.event_type,
+            let handler = Arc::clone(
+                &self
+                    .rule_of(
+                        event.claim.subscription,
+                        &event.claim.source,
+                        &event.event_type,
+                    )
+                    .handler,
             );
             let calls_out = handler.call_timeout().is_some();
             let started = Instant::now();
@@ -296,11 +301,12 @@ impl Consumer {
     }
 
     fn next_state(&self, event: &Claimed, handled: Handled) -> Next {
-        let (_, _, max_attempts, backoff) = self.rule_of(
+        let rule = self.rule_of(
             event.claim.subscription,
             &event.claim.source,
             &event.event_type,
         );
+        let (max_attempts, backoff) = (rule.max_attempts, &rule.backoff);
         match handled {
             Handled::Complete { effect, outcome } => Next::Complete { effect, outcome },
             Handled::Permanent(error) => Next::Fail {

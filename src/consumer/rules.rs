@@ -1,6 +1,8 @@
-//! Each subscription's rule for its claims: its handler, mode, budget and backoff, matched by
-//! name to the store's ids.
+//! Each subscription's rule for its claims: its handler, mode, budget and backoff, as the
+//! registry in the store holds them (SPEC section 13, "One registry"): every node decides by
+//! the subscription's own rules, whatever its own config names.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Backoff, Consumer};
@@ -11,55 +13,69 @@ use crate::subscriptions::Subscription;
 /// How the consumer treats the claims of one subscription: its handler, its mode, its budget
 /// and backoff.
 pub(super) struct Rule {
-    handler: Arc<dyn Handler>,
-    mode: DeliveryMode,
-    max_attempts: u32,
-    backoff: Backoff,
+    pub handler: Arc<dyn Handler>,
+    pub mode: DeliveryMode,
+    pub max_attempts: u32,
+    pub backoff: Backoff,
 }
 
 impl Consumer {
-    /// Serve these subscriptions (the config's), matched by name to the store's ids: their
-    /// handlers, modes, budgets and backoffs. A claim of a subscription not named here (one
-    /// removed while its claim ran) falls back to the handler the implicit routing picks.
-    pub fn with_subscriptions(mut self, subs: &[Subscription]) -> Consumer {
-        let ids = match self.store.subscription_ids() {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the subscriptions' ids");
-                Vec::new()
-            }
-        };
-        self.rules = ids
-            .into_iter()
-            .filter_map(|(id, name)| {
-                let sub = subs.iter().find(|s| s.name == name)?;
-                Some((
-                    id,
-                    Rule {
-                        handler: self.registry.for_subscription(sub.kind, sub.mode),
-                        mode: sub.mode,
-                        max_attempts: sub.max_attempts,
-                        backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
-                    },
-                ))
-            })
-            .collect();
+    /// Read the rules from the registry now (the subscriptions, whichever node's config or
+    /// the API made them). The subscriptions given are applied to the store already
+    /// (`Store::sync_subscriptions`): their rules are the registry's.
+    pub fn with_subscriptions(self, _subs: &[Subscription]) -> Consumer {
+        self.refresh_rules();
         self
     }
 
-    /// The handler of a claim, its mode, budget and backoff.
-    pub(super) fn rule_of(
-        &self,
-        subscription: i64,
-        source: &str,
-        event_type: &str,
-    ) -> (&Arc<dyn Handler>, DeliveryMode, u32, &Backoff) {
-        match self.rules.get(&subscription) {
-            Some(r) => (&r.handler, r.mode, r.max_attempts, &r.backoff),
-            None => {
-                let handler = self.registry.route(source, event_type);
-                (handler, handler.mode(), self.max_attempts, &self.backoff)
+    /// Read every live subscription's rule again from the registry (at each sweep, and when a
+    /// claim names a subscription not seen yet).
+    pub(super) fn refresh_rules(&self) {
+        let live = match self.store.registry() {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the subscriptions' rules");
+                return;
             }
+        };
+        let rules: HashMap<i64, Arc<Rule>> = live
+            .into_iter()
+            .map(|l| {
+                let rule = Rule {
+                    handler: self.registry.for_subscription(l.kind, l.rules.mode),
+                    mode: l.rules.mode,
+                    max_attempts: l.rules.max_attempts,
+                    backoff: Backoff::new(l.rules.backoff_base_ms, l.rules.backoff_max_ms),
+                };
+                (l.id, Arc::new(rule))
+            })
+            .collect();
+        *self.rules.write() = rules;
+    }
+
+    /// The rule of a claim's subscription, from the registry. One the registry no longer
+    /// holds was removed while its claim ran: removing it finished its states and cleared
+    /// their claims, so whatever is decided here is fenced out; it is decided as at-most-once
+    /// all the same (nothing runs twice on a guess).
+    pub(super) fn rule_of(&self, subscription: i64, source: &str, event_type: &str) -> Arc<Rule> {
+        let known = self.rules.read().get(&subscription).cloned();
+        if let Some(rule) = known {
+            return rule;
         }
+        self.refresh_rules();
+        let known = self.rules.read().get(&subscription).cloned();
+        if let Some(rule) = known {
+            return rule;
+        }
+        tracing::warn!(
+            subscription,
+            "a claim of a subscription the registry does not hold (removed): at-most-once"
+        );
+        Arc::new(Rule {
+            handler: Arc::clone(self.registry.route(source, event_type)),
+            mode: DeliveryMode::AtMostOnce,
+            max_attempts: self.max_attempts,
+            backoff: self.backoff,
+        })
     }
 }

@@ -22,6 +22,22 @@ pub enum DeliveryMode {
     AtLeastOnce,
 }
 
+impl DeliveryMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryMode::AtMostOnce => "at-most-once",
+            DeliveryMode::AtLeastOnce => "at-least-once",
+        }
+    }
+
+    /// As the registry keeps it (its `CHECK` allows these two).
+    pub fn parse(s: &str) -> Option<DeliveryMode> {
+        [DeliveryMode::AtMostOnce, DeliveryMode::AtLeastOnce]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
     #[error("must not be empty")]

@@ -273,6 +273,21 @@ pub fn copy_all(
             written,
         });
     }
+    // The subscriptions' rules as the source's registry holds them (the implicit three, by
+    // the check above): a node's config applies its own again when it starts.
+    let rules: Vec<crate::subscriptions::Subscription> = from
+        .registry()?
+        .into_iter()
+        .filter_map(|live| {
+            let mut sub = implicit.iter().find(|i| i.name == live.name)?.clone();
+            sub.mode = live.rules.mode;
+            sub.max_attempts = live.rules.max_attempts;
+            sub.backoff_base_ms = live.rules.backoff_base_ms;
+            sub.backoff_max_ms = live.rules.backoff_max_ms;
+            Some(sub)
+        })
+        .collect();
+    to.sync_subscriptions(&rules, crate::domain::time::now_ms())?;
     to.copy_finished()?;
     to.mark_copy(None)?;
     Ok(report)

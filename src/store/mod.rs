@@ -9,9 +9,10 @@
 mod claims;
 pub mod copy;
 pub mod postgres;
+pub mod registry;
 mod rejection;
 mod request_types;
-mod routes;
+pub mod routes;
 pub mod rules;
 pub mod sqlite;
 mod types;
@@ -71,8 +72,16 @@ pub trait Store: Send + Sync + 'static {
     /// the events stored after now; one no longer named is marked removed (its work stops, its
     /// history stays); one named again comes back. Returns the ids in `subs`' order.
     fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>>;
+    /// This node is alive and its config names these subscriptions (see `store::registry`):
+    /// at start, before `sync_subscriptions`, and every `registry::HEARTBEAT` after.
+    fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()>;
+    /// This node stops: its config keeps no subscription alive any more.
+    fn node_gone(&self, node: &str) -> StoreResult<()>;
     /// The subscriptions not removed, as `(id, name)`.
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>>;
+    /// The live subscriptions with their kinds and rules, as the registry holds them now (the
+    /// cached view, read again when the registry changed).
+    fn registry(&self) -> StoreResult<Vec<routes::Live>>;
     /// Every subscription, removed ones last, with counts by status. `completed` counts are
     /// read from the whole history (a scan on SQLite): `false` leaves them 0, for `/metrics`.
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>>;

@@ -16,7 +16,47 @@ pub struct Live {
     pub start_after_seq: i64,
     /// Ordering per key (`ordered_by`), if any.
     pub ordered: Option<Ordered>,
+    /// What it is and how its claims are decided, as the registry holds them: every node
+    /// decides by these, whatever its own config says.
+    pub kind: crate::subscriptions::Kind,
+    pub rules: Rules,
 }
+
+/// A subscription's rules for its claims, from the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    pub mode: crate::domain::DeliveryMode,
+    pub max_attempts: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Rules {
+    pub fn of(sub: &crate::subscriptions::Subscription) -> Rules {
+        Rules {
+            mode: sub.mode,
+            max_attempts: sub.max_attempts,
+            backoff_base_ms: sub.backoff_base_ms,
+            backoff_max_ms: sub.backoff_max_ms,
+        }
+    }
+
+    /// From the registry's columns (checked when they were written; a value out of range
+    /// falls back to the default rather than fail every claim).
+    pub fn from_row(mode: &str, max_attempts: i64, base_ms: i64, max_ms: i64) -> Rules {
+        Rules {
+            mode: crate::domain::DeliveryMode::parse(mode)
+                .unwrap_or(crate::domain::DeliveryMode::AtLeastOnce),
+            max_attempts: u32::try_from(max_attempts).unwrap_or(15).max(1),
+            backoff_base_ms: u64::try_from(base_ms).unwrap_or(1000),
+            backoff_max_ms: u64::try_from(max_ms).unwrap_or(3_600_000),
+        }
+    }
+}
+
+/// The columns `load` reads for a [`Live`], after `id, name, lane, sources, types,
+/// except_types, start_after_seq, ordered_by, on_failure`.
+pub const RULE_COLUMNS: &str = "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms";
 
 /// An ordered subscription's key (object keys from the top of the body) and failure rule.
 #[derive(Debug, Clone)]

@@ -46,7 +46,7 @@ fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
                AND name <> 'schema_migrations' AND name <> 'queue_cursors'
                AND name NOT IN ('loyalty_customer_credits', 'loyalty_unlisted_credits',
-                                'copy_in_progress')
+                                'copy_in_progress', 'nodes', 'subscription_registry')
              ORDER BY name",
         )
         .unwrap()

@@ -2,7 +2,7 @@
 
 use super::consume;
 use super::session::Db;
-use super::subscriptions::Routes;
+use super::subscriptions::RouteCache;
 use crate::store::{ClaimFor, Gate, StoreResult, SubscriptionClaim};
 
 /// The subscription's gate: its row read plainly, or, when a probe looks due, locked, so that
@@ -24,7 +24,7 @@ fn gate(db: &mut Db<'_>, sub: i64, lock: bool, now: i64) -> StoreResult<Gate> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn claim(
     db: &mut Db<'_>,
-    routes: &Routes,
+    routes: &RouteCache,
     fan_out_to: Option<i64>,
     worker: &str,
     sub: i64,

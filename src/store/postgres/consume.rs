@@ -7,11 +7,12 @@
 //! Due-ness and leases are the database's clock. Every later transition is fenced by the claim
 //! token, so a worker that lost its claim changes nothing.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::NOW_MS;
 use super::session::Db;
-use super::subscriptions::Routes;
+use super::subscriptions::{RouteCache, Routes};
 use crate::store::routes::{Ordered, ordered as ordered_sub};
 use crate::store::{
     AttemptResult, ClaimFor, ClaimRef, Claimed, Lane, LoyaltyAccount, LoyaltyCredit, Page,
@@ -168,7 +169,7 @@ pub(super) const IN_PROCESS_CLAIMS_NOW: &str =
 #[allow(clippy::too_many_arguments)]
 pub(super) fn claim(
     db: &mut Db<'_>,
-    routes: &Routes,
+    cache: &RouteCache,
     fan_out_to: Option<i64>,
     worker: &str,
     whose: ClaimFor,
@@ -176,22 +177,26 @@ pub(super) fn claim(
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
-    let subs: Vec<i64> = match whose {
+    let (mut routes, subs): (Arc<Routes>, Vec<i64>) = match whose {
         // The kinds with workers of their own (forwarders, pull clients) are not the lane's.
-        ClaimFor::Lane(lane) => db
-            .query(
-                "SELECT id FROM subscriptions
-                  WHERE lane = $1 AND NOT paused AND removed_at IS NULL
-                    AND kind NOT IN ('http', 'pull') ORDER BY id",
+        // Read with the registry's version, in one statement: the routes used are the ones
+        // of the subscriptions listed.
+        ClaimFor::Lane(lane) => {
+            let row = db.query_one(
+                "SELECT (SELECT version FROM subscription_registry WHERE id = 0),
+                        array(SELECT id FROM subscriptions
+                               WHERE lane = $1 AND NOT paused AND removed_at IS NULL
+                                 AND kind NOT IN ('http', 'pull') ORDER BY id)",
                 &[&lane.as_i64()],
-            )?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?,
-        ClaimFor::Subscription(sub) => vec![sub],
+            )?;
+            let version: i64 = row.try_get(0)?;
+            (cache.at(db, version)?, row.try_get(1)?)
+        }
+        // A subscription's own claim: its own route and rules are its node's.
+        ClaimFor::Subscription(sub) => (cache.kept(db)?, vec![sub]),
     };
     let mut due = Vec::new();
-    claim_due(db, routes, &subs, worker, limit, lease_ms, &mut due)?;
+    claim_due(db, &routes, &subs, worker, limit, lease_ms, &mut due)?;
     let room = limit - due.len();
     let mut claims = open(db, due, worker, lease_ms, now)?;
     let claims_now = match whose {
@@ -204,9 +209,13 @@ pub(super) fn claim(
     };
     if let (Some(claims_now), Some(to), true) = (claims_now, fan_out_to, room > 0) {
         super::fan_out::lock(db)?;
+        // Fanned out by the registry as this transaction sees it after the lock: a change
+        // another node committed meanwhile (a subscription added) is in it (its start is read
+        // under the same locks: see `subscriptions::sync`).
+        routes = cache.current(db)?;
         let room = crate::store::routes::fan_out_room(&routes.live, whose, room);
         let room = i64::try_from(room).unwrap_or(i64::MAX);
-        let sql = super::fan_out::fan_out_sql(routes, &claims_now);
+        let sql = super::fan_out::fan_out_sql(&routes, &claims_now);
         for r in db.query(&sql, &[&worker, &lease_ms, &room, &to, &now])? {
             claims.push(claimed(&r, 5, picked(&r)?, now + lease_ms)?);
         }
@@ -217,14 +226,14 @@ pub(super) fn claim(
             // Another node's fan-out, committed while this one waited for the lock, may have
             // given this subscription pending rows: this statement's snapshot sees them. (An
             // ordered one's new rows too.)
-            claim_due(db, routes, &subs, worker, limit, lease_ms, &mut due)?;
+            claim_due(db, &routes, &subs, worker, limit, lease_ms, &mut due)?;
         } else {
             let ordered: Vec<i64> = subs
                 .iter()
                 .copied()
                 .filter(|&s| ordered_sub(&routes.live, s).is_some())
                 .collect();
-            claim_due(db, routes, &ordered, worker, limit, lease_ms, &mut due)?;
+            claim_due(db, &routes, &ordered, worker, limit, lease_ms, &mut due)?;
         }
         claims.extend(open(db, due, worker, lease_ms, now)?);
     }

@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "lighter_writes",
         include_str!("../../../migrations/postgres/0006_lighter_writes.sql"),
     ),
+    (
+        7,
+        "registry",
+        include_str!("../../../migrations/postgres/0007_registry.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

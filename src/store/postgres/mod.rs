@@ -104,8 +104,8 @@ pub struct PostgresStore {
     connect: session::Connect,
     /// Stops the LISTEN thread (if any) when the store goes.
     stopping: Arc<AtomicBool>,
-    /// The live subscriptions' routes, read once from the table and after each change.
-    routes: parking_lot::RwLock<Option<Arc<subscriptions::Routes>>>,
+    /// The live subscriptions' routes, read again whenever the registry's version moved.
+    routes: subscriptions::RouteCache,
 }
 
 impl PostgresStore {
@@ -128,17 +128,19 @@ impl PostgresStore {
             pool: Some(pool),
             connect,
             stopping: Arc::new(AtomicBool::new(false)),
-            routes: parking_lot::RwLock::new(None),
+            routes: subscriptions::RouteCache::default(),
         })
     }
 
+    /// The routes as the registry holds them now (a read of its version, and of the routes
+    /// when it moved): for ops and writes whose view may be a moment old. Claims check theirs
+    /// in their own transaction (`consume::claim`).
     fn routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
-        if let Some(routes) = self.routes.read().clone() {
-            return Ok(routes);
-        }
-        let routes = Arc::new(self.tx(subscriptions::load)?);
-        *self.routes.write() = Some(Arc::clone(&routes));
-        Ok(routes)
+        self.tx(|db| self.routes.current(db))
+    }
+
+    fn fresh_routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
+        self.routes()
     }
 
     /// Run `f` with a pooled connection.

@@ -30,7 +30,7 @@ impl Store for PostgresStore {
                 .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
             migrations::apply(&mut conn)
         })
-        .inspect(|_| *self.routes.write() = None)
+        .inspect(|_| self.routes.forget())
     }
 
     fn ready(&self) -> StoreResult<Readiness> {
@@ -95,11 +95,10 @@ impl Store for PostgresStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
-        let routes = self.routes()?;
         self.consuming(lane == Lane::InProcess, |db, to, _| {
             consume::commit_unflushed(db, lane)?;
             let whose = ClaimFor::Lane(lane);
-            consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)
+            consume::claim(db, &self.routes, to, worker, whose, limit, lease_ms, now)
         })
     }
 
@@ -118,12 +117,12 @@ impl Store for PostgresStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
-        let routes = self.routes()?;
         self.consuming(lane == Lane::InProcess, |db, to, isolate| {
             consume::commit_unflushed(db, lane)?;
             let finished = finish::finish_all(db, items, now, isolate)?;
             let whose = ClaimFor::Lane(lane);
-            let claimed = consume::claim(db, &routes, to, worker, whose, limit, lease_ms, now)?;
+            let claimed =
+                consume::claim(db, &self.routes, to, worker, whose, limit, lease_ms, now)?;
             Ok((finished, claimed))
         })
     }
@@ -157,8 +156,23 @@ impl Store for PostgresStore {
 
     fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
         let ids = self.tx(|db| subscriptions::sync(db, subs, now))?;
-        *self.routes.write() = None;
+        self.routes.forget();
         Ok(ids)
+    }
+
+    fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
+        self.tx(|db| subscriptions::node_seen(db, node, subscriptions, now))
+    }
+
+    fn node_gone(&self, node: &str) -> StoreResult<()> {
+        self.tx(|db| {
+            db.execute("DELETE FROM nodes WHERE name = $1", &[&node])?;
+            Ok(())
+        })
+    }
+
+    fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
+        Ok(self.fresh_routes()?.live.clone())
     }
 
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
@@ -182,9 +196,8 @@ impl Store for PostgresStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<SubscriptionClaim> {
-        let routes = self.routes()?;
         self.consuming(true, |db, to, _| {
-            breaker::claim(db, &routes, to, worker, sub, limit, lease_ms, now)
+            breaker::claim(db, &self.routes, to, worker, sub, limit, lease_ms, now)
         })
     }
 

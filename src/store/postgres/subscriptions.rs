@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::session::Db;
-use crate::store::routes;
 use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
+use crate::store::{registry, routes};
 use crate::subscriptions::{Route, Subscription};
 
 pub(super) use crate::store::routes::Live;
@@ -17,6 +17,52 @@ pub(super) struct Routes {
     pub live: Vec<Live>,
     /// When each ordered subscription's claim last read its whole backlog.
     pub whole_looks: Arc<parking_lot::Mutex<std::collections::HashMap<i64, Instant>>>,
+    /// The registry's version these were read at.
+    pub version: i64,
+}
+
+/// The live subscriptions' routes a node keeps, and the registry's version they were read at.
+#[derive(Debug, Default)]
+pub(super) struct RouteCache(parking_lot::RwLock<Option<Arc<Routes>>>);
+
+impl RouteCache {
+    /// The kept routes (read in `db`'s transaction the first time), not checked against the
+    /// registry: for a caller that checks them itself ([`Self::at`]).
+    pub fn kept(&self, db: &mut Db<'_>) -> StoreResult<Arc<Routes>> {
+        // Bound first: a guard in the match's scrutinee would live through `reload`'s write.
+        let kept = self.0.read().clone();
+        match kept {
+            Some(routes) => Ok(routes),
+            None => self.reload(db),
+        }
+    }
+
+    /// The routes of the registry's `version` (read by the caller in `db`'s transaction): the
+    /// kept ones if they are that version's, else read again in `db`'s transaction.
+    pub fn at(&self, db: &mut Db<'_>, version: i64) -> StoreResult<Arc<Routes>> {
+        let kept = self.0.read().clone();
+        match kept {
+            Some(routes) if routes.version == version => Ok(routes),
+            _ => self.reload(db),
+        }
+    }
+
+    /// The routes as the registry holds them in `db`'s transaction (its version read first).
+    pub fn current(&self, db: &mut Db<'_>) -> StoreResult<Arc<Routes>> {
+        let version = registry_version(db)?;
+        self.at(db, version)
+    }
+
+    fn reload(&self, db: &mut Db<'_>) -> StoreResult<Arc<Routes>> {
+        let routes = Arc::new(load(db)?);
+        *self.0.write() = Some(Arc::clone(&routes));
+        Ok(routes)
+    }
+
+    /// Forget the routes: the next use reads them again.
+    pub fn forget(&self) {
+        *self.0.write() = None;
+    }
 }
 
 /// A claim reads an ordered subscription's whole backlog at most this often.
@@ -113,10 +159,14 @@ fn route_of(r: &postgres::Row, at: usize) -> StoreResult<Route> {
 }
 
 pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
+    let version = registry_version(db)?;
     let rows = db.query(
-        "SELECT id, name, lane, sources, types, except_types, start_after_seq, ordered_by,
-                on_failure
-           FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
+        &format!(
+            "SELECT id, name, lane, sources, types, except_types, start_after_seq, ordered_by,
+                    on_failure, {}
+               FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
+            routes::RULE_COLUMNS
+        ),
         &[],
     )?;
     let live = rows
@@ -129,36 +179,55 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                 route: route_of(r, 3)?,
                 start_after_seq: r.try_get(6)?,
                 ordered: routes::Ordered::from_row(r.try_get(7)?, r.try_get(8)?),
+                kind: crate::subscriptions::Kind::parse(r.try_get(9)?)
+                    .unwrap_or(crate::subscriptions::Kind::Audit),
+                rules: routes::Rules::from_row(
+                    r.try_get(10)?,
+                    r.try_get(11)?,
+                    r.try_get(12)?,
+                    r.try_get(13)?,
+                ),
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(Routes {
         live,
         whole_looks: Arc::default(),
+        version,
     })
+}
+
+/// The registry's version now (see migration 0007), in the caller's transaction.
+pub(super) fn registry_version(db: &mut Db<'_>) -> StoreResult<i64> {
+    Ok(db
+        .query_one(
+            "SELECT version FROM subscription_registry WHERE id = 0",
+            &[],
+        )?
+        .try_get(0)?)
 }
 
 /// Make the table the config's list (see `Store::sync_subscriptions`). Several nodes starting
 /// at once with one config write the same rows.
 pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
-    // A new subscription takes the events after `start_after_seq`: read as the fan-out reads
-    // its bound, with no webhook insert in flight (the exclusive ingest lock, after the
-    // fan-out's, in the order the removal below takes them), so that an insert that took a
-    // lower number but commits later is not left out of it.
-    let names: Vec<&str> = subs.iter().map(|s| s.name.as_str()).collect();
-    let known: i64 = db
-        .query_one(
-            "SELECT count(*) FROM subscriptions WHERE name = ANY($1)",
-            &[&names],
-        )?
-        .try_get(0)?;
-    if usize::try_from(known).unwrap_or(0) < names.len() {
-        db.batch(&format!(
-            "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
-            super::fan_out::FAN_OUT_LOCK,
-            super::fan_out::INGEST_LOCK
-        ))?;
-    }
+    // Both locks first, the fan-out's then the ingest's (the order every holder of both takes
+    // them), held to the commit:
+    // - a new subscription takes the events after `start_after_seq`, read as the fan-out reads
+    //   its bound, with no webhook insert in flight, so that an insert that took a lower
+    //   number but commits later is not left out of it;
+    // - one no longer named keeps its row while it has a history, and one that never took an
+    //   event goes: a fan-out (or a submission's state rows) may be giving it its first rows
+    //   at this moment, unseen by the check below until it commits; with both locks held,
+    //   every such writer has committed and the next ones read the subscriptions after this
+    //   commit (the state rows' foreign key made that race fail until migration 0006 dropped
+    //   it);
+    // - the next fan-out reads the registry's version after this commit.
+    // A node applies its config once, at start: the wait it costs ingest is one transaction.
+    db.batch(&format!(
+        "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
+        super::fan_out::FAN_OUT_LOCK,
+        super::fan_out::INGEST_LOCK
+    ))?;
     let mut ids = Vec::with_capacity(subs.len());
     for s in subs {
         let except = serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into());
@@ -185,47 +254,93 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
                 ],
             )?
             .try_get(0)?;
+        let rules = routes::Rules::of(s);
         db.execute(
-            "UPDATE subscriptions SET ordered_by = $2, on_failure = $3 WHERE id = $1",
+            "UPDATE subscriptions SET ordered_by = $2, on_failure = $3, mode = $4,
+                    max_attempts = $5, backoff_base_ms = $6, backoff_max_ms = $7,
+                    origin = 'config'
+              WHERE id = $1",
             &[
                 &id,
                 &s.ordering.as_ref().map(|o| o.pointer.as_str()),
                 &s.ordering
                     .as_ref()
                     .map_or("hold", |o| o.on_failure.as_str()),
+                &rules.mode.as_str(),
+                &i64::from(rules.max_attempts),
+                &i64::try_from(rules.backoff_base_ms).unwrap_or(i64::MAX),
+                &i64::try_from(rules.backoff_max_ms).unwrap_or(i64::MAX),
             ],
         )?;
         ids.push(id);
     }
-    // One no longer named keeps its row while it has a history; one that never took an event
-    // goes. A fan-out (or a submission's state rows) may be giving it its first rows at this
-    // moment, unseen by the check below until it commits: with both locks held, every such
-    // writer has committed and the next ones read the subscriptions after this commit. (The
-    // state rows' foreign key made the race fail until migration 0006 dropped it.)
-    let leaving: bool = db
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM subscriptions WHERE NOT (id = ANY($1)))",
-            &[&ids],
+    // Only one that came from a config, and that no live node's config names (see
+    // `store::registry`).
+    let unheld: Vec<i64> = db
+        .query(
+            "SELECT u.id FROM subscriptions u
+              WHERE NOT (u.id = ANY($1)) AND u.origin = 'config'
+                AND NOT EXISTS (SELECT 1 FROM nodes n,
+                                       json_array_elements_text(n.subscriptions::json) j
+                                 WHERE n.seen_at >= $2 AND j = u.name)",
+            &[&ids, &(now - registry::NODE_TTL_MS)],
         )?
-        .try_get(0)?;
-    if leaving {
-        db.batch(&format!(
-            "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
-            super::fan_out::FAN_OUT_LOCK,
-            super::fan_out::INGEST_LOCK
-        ))?;
-    }
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
     db.execute(
-        "DELETE FROM subscriptions u WHERE NOT (u.id = ANY($1))
+        "DELETE FROM subscriptions u WHERE u.id = ANY($1)
             AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id)",
-        &[&ids],
+        &[&unheld],
     )?;
-    db.execute(
-        "UPDATE subscriptions SET removed_at = $2
-          WHERE NOT (id = ANY($1)) AND removed_at IS NULL",
-        &[&ids, &now],
-    )?;
+    let leaving: Vec<i64> = db
+        .query(
+            "UPDATE subscriptions SET removed_at = $2
+              WHERE id = ANY($1) AND removed_at IS NULL RETURNING id",
+            &[&unheld, &now],
+        )?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    for id in leaving {
+        finish_removed(db, id, now)?;
+    }
+    bump(db)?;
     Ok(ids)
+}
+
+/// Removed means finished: its pending and claimed states are completed with outcome
+/// `removed` (a claim in flight is fenced out), its history kept. Returns how many.
+pub(super) fn finish_removed(db: &mut Db<'_>, id: i64, now: i64) -> StoreResult<usize> {
+    let [attempts, states] = registry::finish_removed_sql("$1", "$2");
+    db.execute(&attempts, &[&id, &now])?;
+    Ok(db.execute(&states, &[&id, &now])? as usize)
+}
+
+/// Move the registry's version on: every node's next claim reads the subscriptions again.
+pub(super) fn bump(db: &mut Db<'_>) -> StoreResult<()> {
+    db.execute(
+        "UPDATE subscription_registry SET version = version + 1 WHERE id = 0",
+        &[],
+    )?;
+    Ok(())
+}
+
+/// A node's record: the subscriptions its config names, seen now.
+pub(super) fn node_seen(
+    db: &mut Db<'_>,
+    node: &str,
+    names: &[String],
+    now: i64,
+) -> StoreResult<()> {
+    let names = serde_json::to_string(names).unwrap_or_else(|_| "[]".into());
+    db.execute(
+        "INSERT INTO nodes (name, subscriptions, seen_at) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO UPDATE SET subscriptions = excluded.subscriptions,
+                                          seen_at = excluded.seen_at",
+        &[&node, &names, &now],
+    )?;
+    Ok(())
 }
 
 pub(super) fn set_paused(db: &mut Db<'_>, name: &str, paused: bool) -> StoreResult<bool> {

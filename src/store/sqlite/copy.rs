@@ -234,6 +234,9 @@ pub(super) const DERIVED: &[&str] = &[
     "copy_in_progress",
     "queue_cursors",
     "subscriptions",
+    // The registry's version and the nodes sharing a database are the target's own.
+    "subscription_registry",
+    "nodes",
     "loyalty_customer_credits",
     "loyalty_unlisted_credits",
 ];

@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "ordering",
         include_str!("../../../migrations/sqlite/0013_ordering.sql"),
     ),
+    (
+        14,
+        "registry",
+        include_str!("../../../migrations/sqlite/0014_registry.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -241,14 +241,30 @@ impl SqliteStore {
         &self.path
     }
 
-    /// The live subscriptions' routes (read once from the table, then kept).
-    fn routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
-        if let Some(routes) = self.routes.read().clone() {
+    /// The live subscriptions' routes as the registry holds them now: the cached ones while
+    /// the registry's version is theirs, else read again (and kept). Read in the caller's
+    /// transaction, so that a claim fans out by the registry it sees (a point read).
+    fn routes_in(&self, conn: &Connection) -> StoreResult<Arc<subscriptions::Routes>> {
+        let version = subscriptions::registry_version(conn)?;
+        let kept = self.routes.read().clone();
+        if let Some(routes) = kept
+            && routes.version == version
+        {
             return Ok(routes);
         }
-        let routes = Arc::new(self.read(subscriptions::load)?);
+        let routes = Arc::new(subscriptions::load(conn)?);
         *self.routes.write() = Some(Arc::clone(&routes));
         Ok(routes)
+    }
+
+    /// [`Self::routes_in`] on a connection of its own (for reads, and writes whose view of
+    /// the registry may be a moment old).
+    fn routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
+        self.read(|c| self.routes_in(c))
+    }
+
+    fn fresh_routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
+        self.routes()
     }
 
     /// Forget the routes: the next use reads them again.

@@ -48,8 +48,10 @@ impl Store for SqliteStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        let routes = self.routes()?;
-        self.write(|tx| ingest::insert_all(tx, batch, &routes))
+        self.write(|tx| {
+            let routes = self.routes_in(tx)?;
+            ingest::insert_all(tx, batch, &routes)
+        })
     }
 
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
@@ -83,8 +85,8 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<Vec<Claimed>> {
-        let routes = self.routes()?;
         self.consumer_write(|tx| {
+            let routes = self.routes_in(tx)?;
             let limit = self.claim_limit(limit);
             consume::claim(tx, &routes, worker, lane, limit, lease_ms, now)
         })
@@ -103,8 +105,8 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)> {
-        let routes = self.routes()?;
         self.finishing(|tx, isolate| {
+            let routes = self.routes_in(tx)?;
             let finished = finish::finish_all(tx, items, now, isolate)?;
             let limit = self.claim_limit(limit);
             let claimed = consume::claim(tx, &routes, worker, lane, limit, lease_ms, now)?;
@@ -145,6 +147,21 @@ impl Store for SqliteStore {
         Ok(ids)
     }
 
+    fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
+        self.write(|tx| subscriptions::node_seen(tx, node, subscriptions, now))
+    }
+
+    fn node_gone(&self, node: &str) -> StoreResult<()> {
+        self.write(|tx| {
+            tx.execute("DELETE FROM nodes WHERE name = ?1", [node])?;
+            Ok(())
+        })
+    }
+
+    fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
+        Ok(self.fresh_routes()?.live.clone())
+    }
+
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
         Ok(self
             .routes()?
@@ -166,8 +183,8 @@ impl Store for SqliteStore {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<SubscriptionClaim> {
-        let routes = self.routes()?;
         self.consumer_write(|tx| {
+            let routes = self.routes_in(tx)?;
             let limit = self.claim_limit(limit);
             breaker::claim(tx, &routes, worker, sub, limit, lease_ms, now)
         })

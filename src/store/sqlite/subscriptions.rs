@@ -3,8 +3,8 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use crate::store::routes;
 use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
+use crate::store::{registry, routes};
 use crate::subscriptions::{Route, Subscription};
 
 pub(super) use crate::store::routes::Live;
@@ -21,6 +21,8 @@ pub(super) struct Routes {
     /// `ordering::claim`).
     pub whole_looks:
         std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<i64, std::time::Instant>>>,
+    /// The registry's version these were read at.
+    pub version: i64,
 }
 
 impl Routes {
@@ -47,12 +49,14 @@ fn route_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Route> {
 
 /// The live subscriptions as the table has them.
 pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
+    let version = registry_version(conn)?;
     let live = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "SELECT id, name, lane, sources, types, except_types, start_after_seq, ordered_by,
-                    on_failure
+                    on_failure, {}
                FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
-        )?
+            routes::RULE_COLUMNS
+        ))?
         .query_map([], |r| {
             Ok(Live {
                 id: r.get(0)?,
@@ -61,6 +65,14 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
                 route: route_of(r, 3)?,
                 start_after_seq: r.get(6)?,
                 ordered: routes::Ordered::from_row(r.get(7)?, &r.get::<_, String>(8)?),
+                kind: crate::subscriptions::Kind::parse(&r.get::<_, String>(9)?)
+                    .unwrap_or(crate::subscriptions::Kind::Audit),
+                rules: routes::Rules::from_row(
+                    &r.get::<_, String>(10)?,
+                    r.get(11)?,
+                    r.get(12)?,
+                    r.get(13)?,
+                ),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -88,7 +100,15 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
         by_id,
         keys_by_id,
         whole_looks: Default::default(),
+        version,
     })
+}
+
+/// The registry's version now (see migration 0014).
+pub(super) fn registry_version(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT version FROM subscription_registry WHERE id = 0")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// The order key of the body of `l`: the value at `path` as text, NULL when the body is not
@@ -153,15 +173,23 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
                 |r| r.get(0),
             )?,
         };
+        let rules = routes::Rules::of(s);
         tx.prepare_cached(
-            "UPDATE subscriptions SET ordered_by = ?2, on_failure = ?3 WHERE id = ?1",
+            "UPDATE subscriptions SET ordered_by = ?2, on_failure = ?3, mode = ?4,
+                    max_attempts = ?5, backoff_base_ms = ?6, backoff_max_ms = ?7,
+                    origin = 'config'
+              WHERE id = ?1",
         )?
         .execute(params![
             id,
             s.ordering.as_ref().map(|o| o.pointer.as_str()),
             s.ordering
                 .as_ref()
-                .map_or("hold", |o| o.on_failure.as_str())
+                .map_or("hold", |o| o.on_failure.as_str()),
+            rules.mode.as_str(),
+            rules.max_attempts,
+            i64::try_from(rules.backoff_base_ms).unwrap_or(i64::MAX),
+            i64::try_from(rules.backoff_max_ms).unwrap_or(i64::MAX),
         ])?;
         ids.push(id);
     }
@@ -171,17 +199,62 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
         "DELETE FROM subscriptions WHERE id = ?1
             AND NOT EXISTS (SELECT 1 FROM event_state WHERE sub = ?1)",
     )?;
+    // Only one that came from a config, and that no live node's config names (see
+    // `store::registry`).
     let mut keep = tx.prepare("UPDATE subscriptions SET removed_at = ?2 WHERE id = ?1")?;
-    let all: Vec<(i64, bool)> = tx
-        .prepare("SELECT id, removed_at IS NOT NULL FROM subscriptions")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+    let unheld: Vec<(i64, bool)> = tx
+        .prepare(
+            "SELECT u.id, u.removed_at IS NOT NULL FROM subscriptions u
+              WHERE u.origin = 'config'
+                AND NOT EXISTS (SELECT 1 FROM nodes n, json_each(n.subscriptions) j
+                                 WHERE n.seen_at >= ?1 AND j.value = u.name)",
+        )?
+        .query_map([now - registry::NODE_TTL_MS], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
         .collect::<Result<_, _>>()?;
-    for (id, removed) in all {
+    for (id, removed) in unheld {
         if !ids.contains(&id) && forget.execute([id])? == 0 && !removed {
             keep.execute(params![id, now])?;
+            finish_removed(tx, id, now)?;
         }
     }
+    bump(tx)?;
     Ok(ids)
+}
+
+/// Removed means finished: its pending and claimed states are completed with outcome
+/// `removed` (a claim in flight is fenced out), its history kept. Returns how many.
+pub(super) fn finish_removed(tx: &Transaction<'_>, id: i64, now: i64) -> StoreResult<usize> {
+    let [attempts, states] = registry::finish_removed_sql("?1", "?2");
+    tx.execute(&attempts, params![id, now])?;
+    Ok(tx.execute(&states, params![id, now])?)
+}
+
+/// Move the registry's version on: every node's next claim reads the subscriptions again.
+pub(super) fn bump(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.execute(
+        "UPDATE subscription_registry SET version = version + 1 WHERE id = 0",
+        [],
+    )?;
+    Ok(())
+}
+
+/// A node's record: the subscriptions its config names, seen now.
+pub(super) fn node_seen(
+    tx: &Transaction<'_>,
+    node: &str,
+    names: &[String],
+    now: i64,
+) -> StoreResult<()> {
+    let names = serde_json::to_string(names).unwrap_or_else(|_| "[]".into());
+    tx.execute(
+        "INSERT INTO nodes (name, subscriptions, seen_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (name) DO UPDATE SET subscriptions = excluded.subscriptions,
+                                          seen_at = excluded.seen_at",
+        params![node, names, now],
+    )?;
+    Ok(())
 }
 
 pub(super) fn set_paused(tx: &Transaction<'_>, name: &str, paused: bool) -> StoreResult<bool> {

@@ -51,7 +51,7 @@ fn postgres_every_event_keeps_its_state_under_the_subscription_that_handled_it()
                 (5, 1, 'w', 5, 6, 'lease_expired', 'lease expired');",
     );
     let store = webhook_inbox::store::open(&Database::Postgres(db.url.clone())).unwrap();
-    assert_eq!(store.migrate().unwrap(), vec![3, 4, 5, 6]);
+    assert_eq!(store.migrate().unwrap(), vec![3, 4, 5, 6, 7]);
     let expected = [
         (
             "shop",

@@ -1,0 +1,42 @@
+//! The registry of subscriptions that every node shares (SPEC section 13, "One registry"):
+//! what both stores write when a node's config is applied, and the nodes' records.
+//!
+//! A node's config is the desired state of the subscriptions it names. At start a node records
+//! those names (with a heartbeat, [`HEARTBEAT`]), then applies its config: the subscriptions it
+//! names are written as it says, and a subscription that came from a config is removed only
+//! when no live node's config names it (the node restarted without it was the last one), never
+//! one that the API or a session made. Every change moves the registry's version on; a node's
+//! cached view is checked against it in each claim, so a node never fans out or decides with a
+//! stale view.
+
+use std::time::Duration;
+
+/// How often a serving node says it is alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// A node not seen for this long is gone: its config no longer keeps subscriptions alive.
+pub const NODE_TTL_MS: i64 = 3 * HEARTBEAT.as_millis() as i64;
+
+/// The error a removal writes on an attempt it ends (a claim that was in flight).
+pub const REMOVED_ERROR: &str = "the subscription was removed";
+
+/// The statements that finish what a removed subscription left (outcome `removed`), each with
+/// the placeholders `{sub}` and `{now}` for the dialect's own.
+pub fn finish_removed_sql(sub: &str, now: &str) -> [String; 2] {
+    [
+        format!(
+            "UPDATE event_attempts SET finished_at = {now}, result = 'permanent_error',
+                    error = '{REMOVED_ERROR}'
+              WHERE finished_at IS NULL AND sub = {sub}
+                AND event_seq IN (SELECT seq FROM event_state
+                                   WHERE sub = {sub} AND status = 'claimed')"
+        ),
+        format!(
+            "UPDATE event_state
+                SET status = 'completed', outcome = 'removed', next_attempt_at = NULL,
+                    claimed_until = NULL, claimed_by = NULL, claim_token = NULL,
+                    completed_at = {now}, finished_at = {now}
+              WHERE sub = {sub} AND status IN ('pending', 'claimed')"
+        ),
+    ]
+}
