@@ -164,28 +164,38 @@ fn listen_reconnects_when_its_long_poll_is_cut() {
     let mut server = ServerProcess::start(dir.path(), &config, port, "server1.log");
     let endpoint = Receiver::start(Duration::ZERO, 204);
     let mut listen = Listen::start(dir.path(), &server.base, &endpoint.url, &[]);
-    // Into its long poll (nothing to claim), then cut.
-    std::thread::sleep(Duration::from_millis(700));
+    let client = reqwest::blocking::Client::new();
+    let forwarded = |n: usize, listen: &Listen| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while endpoint.calls().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "not forwarded: {:?}",
+                listen.output()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // One event through, so that `listen` is connected; its next claim is a long poll, cut.
+    let body = order_body("o1", "c1", 1);
+    assert_eq!(
+        send_signed(&client, &server.base, &settings, "before", &body),
+        200
+    );
+    forwarded(1, &listen);
+    std::thread::sleep(Duration::from_millis(500));
     server.kill();
     std::thread::sleep(Duration::from_millis(300));
     assert!(listen.running(), "listen exited: {:?}", listen.output());
     let server = ServerProcess::start(dir.path(), &config, port, "server2.log");
-    let client = reqwest::blocking::Client::new();
-    let body = order_body("o1", "c1", 1);
+    let body = order_body("o2", "c1", 1);
     assert_eq!(
         send_signed(&client, &server.base, &settings, "after", &body),
         200
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while endpoint.calls().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "not forwarded after the restart: {:?}",
-            listen.output()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    forwarded(2, &listen);
     assert!(listen.running(), "{:?}", listen.output());
     let (_, err) = listen.output();
+    assert!(err.contains("was cut"), "{err}");
     assert!(err.contains("trying again in"), "{err}");
 }

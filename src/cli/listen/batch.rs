@@ -6,8 +6,9 @@
 //! large the batch.
 //!
 //! When the endpoint refuses connections, nothing was sent: the batch is given back
-//! (`release`, due now, no retry spent) and no more is claimed until a TCP connect succeeds,
-//! probed with a bounded exponential backoff. A long poll that fails or is cut is retried the
+//! (`release`: pending and due now, never failed for it) and no more is claimed until a TCP
+//! connect succeeds, probed with a bounded exponential backoff, so that an outage of any length
+//! costs each event at most the one attempt its claim counted. A long poll that fails or is cut is retried the
 //! same way. On Ctrl-C the claims not started are given back; a call in flight may have reached
 //! the endpoint, so it is left to its lease.
 
@@ -27,6 +28,11 @@ const WAIT: Duration = Duration::from_secs(20);
 const SLACK: Duration = Duration::from_secs(1);
 /// After a call ends, its ack must still find the lease held.
 const ACK_ROOM: Duration = Duration::from_secs(1);
+
+const STOPPED: &str = "stopped: unforwarded claims given back";
+/// A call in flight may have reached the endpoint: releasing it could deliver it twice at once.
+const STOPPED_IN_CALL: &str =
+    "stopped: unforwarded claims given back; the call in flight is left to its lease";
 
 pub(super) struct Listener {
     server: Server,
@@ -115,8 +121,8 @@ impl Listener {
                 Ended::EndpointDown(cause) => loop {
                     let wait = endpoint_backoff.step();
                     eprintln!(
-                        "{} refused the connection ({cause}): its events are given back, not \
-                         retried; trying it again in {wait:?}",
+                        "{} refused the connection ({cause}): its events are given back; \
+                         trying it again in {wait:?}",
                         self.endpoint.url()
                     );
                     if pause(wait, &mut stop).await {
@@ -146,7 +152,7 @@ impl Listener {
                 let extended = tokio::select! {
                     e = self.server.extend(tokens, self.lease) => e,
                     () = stop.as_mut() => {
-                        self.release(waiting.iter(), "stopped: unforwarded claims given back").await;
+                        self.release(waiting.iter(), STOPPED).await;
                         return Ended::Stopped;
                     }
                 };
@@ -156,8 +162,7 @@ impl Listener {
                         held_until = sent + self.lease;
                         for c in waiting.iter().filter(|c| lost.contains(&c.token)) {
                             eprintln!(
-                                "{}  {}: lease lost before its call, not forwarded (it \
-                                       comes again)",
+                                "{}  {}: lease lost before its call; not forwarded, it comes again",
                                 c.source, c.event_id
                             );
                         }
@@ -166,8 +171,8 @@ impl Listener {
                     }
                     Err(e) => {
                         eprintln!(
-                            "could not extend the leases ({e}): the batch's {} other events \
-                             come again when their leases end",
+                            "could not extend the leases ({e}): the batch's {} events left come \
+                             again when their leases end",
                             waiting.len()
                         );
                         return Ended::Done;
@@ -177,8 +182,7 @@ impl Listener {
             let called = tokio::select! {
                 c = self.endpoint.forward(claim) => c,
                 () = stop.as_mut() => {
-                    self.release(waiting.iter().skip(1), "stopped: unforwarded claims given back; the call in \
-                                            flight is left to its lease").await;
+                    self.release(waiting.iter().skip(1), STOPPED_IN_CALL).await;
                     return Ended::Stopped;
                 }
             };
@@ -196,7 +200,7 @@ impl Listener {
         Ended::Done
     }
 
-    /// Give back claims never started: pending and due now, no retry spent.
+    /// Give back claims never started: pending and due now, with no retry backoff.
     async fn release(&self, claims: impl Iterator<Item = &Claim>, said: &str) {
         let results: Vec<Value> = claims
             .map(|c| json!({"token": c.token, "outcome": "release"}))
