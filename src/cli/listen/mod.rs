@@ -1,7 +1,8 @@
 //! `webhook-inbox listen`: a pull client for a developer's laptop. It claims the events of a
 //! `pull` subscription with long polls, posts each to a local URL signed as an `http`
-//! subscription signs (Standard Webhooks), and acks by the answer: a 2xx is done, anything
-//! else is retried with the subscription's backoff. No port is opened anywhere.
+//! subscription signs (Standard Webhooks), and acks each by its answer: a 2xx is done, anything
+//! else is retried with the subscription's backoff, and a connection never made gives the
+//! event back. No port is opened anywhere.
 //!
 //! - `server`: the subscription's pull routes (claim, ack, extend), read byte for byte.
 //! - `endpoint`: the call to the local URL, and whether it can have reached it.
