@@ -37,6 +37,7 @@ mod lag;
 mod leases;
 mod lifecycle;
 mod listen;
+mod listen_faults;
 mod loyalty;
 mod nodes;
 mod ops;

@@ -20,6 +20,27 @@ pub struct Seen {
     pub most_in_flight: AtomicUsize,
     /// Requests answered (or whose answer was abandoned by the caller).
     pub done: AtomicUsize,
+    /// Every request whole, in the order they were answered.
+    pub calls: Mutex<Vec<Call>>,
+}
+
+/// One request as the receiver read it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// When it was read whole, in ms since the epoch.
+    pub read_at: i64,
+}
+
+impl Call {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 pub struct Receiver {
@@ -33,7 +54,12 @@ pub struct Receiver {
 impl Receiver {
     /// Answers `status` after holding each request for `delay`.
     pub fn start(delay: Duration, status: u16) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Receiver::start_on(0, delay, status)
+    }
+
+    /// [`Receiver::start`] on a given port (0: any).
+    pub fn start_on(port: u16, delay: Duration, status: u16) -> Receiver {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Seen::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -58,6 +84,10 @@ impl Receiver {
             port,
             thread: Some(thread),
         }
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.seen.calls.lock().unwrap().clone()
     }
 
     pub fn keys(&self) -> Vec<String> {
@@ -100,6 +130,7 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
     for _ in 0..100 {
         let mut key = String::new();
         let mut length = 0usize;
+        let mut headers = Vec::new();
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
@@ -114,11 +145,13 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
                 break;
             }
             if let Some((name, value)) = header.split_once(':') {
-                match name.trim().to_ascii_lowercase().as_str() {
-                    "idempotency-key" => key = value.trim().to_string(),
-                    "content-length" => length = value.trim().parse().unwrap_or(0),
+                let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_string());
+                match name.as_str() {
+                    "idempotency-key" => key = value.clone(),
+                    "content-length" => length = value.parse().unwrap_or(0),
                     _ => {}
                 }
+                headers.push((name, value));
             }
         }
         let mut body = vec![0; length];
@@ -126,16 +159,27 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
             return;
         }
         seen.keys.lock().unwrap().push(key);
+        let read_at = now_ms();
         let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(delay);
         seen.in_flight.fetch_sub(1, Ordering::SeqCst);
         seen.done.fetch_add(1, Ordering::SeqCst);
         let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\n{{}}");
-        if writer.write_all(answer.as_bytes()).is_err() {
+        let written = writer.write_all(answer.as_bytes());
+        seen.calls.lock().unwrap().push(Call {
+            headers,
+            body,
+            read_at,
+        });
+        if written.is_err() {
             return;
         }
     }
+}
+
+fn now_ms() -> i64 {
+    webhook_inbox::domain::time::now_ms()
 }
 
 /// Wait (bounded) until `done` holds; panics with `what` when it does not.
