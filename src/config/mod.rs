@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use database::{Database, redact_credentials, sqlite_path};
-pub use edge::{Cidr, ConnectionSettings, RejectionSettings, any_contains};
+pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
 pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, subscription_secret,
     subscription_token,
@@ -87,9 +87,12 @@ pub struct Settings {
     /// them again). Relative paths are relative to the working directory.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
-    /// Proxies (CIDR ranges or addresses) whose `Forwarded` / `X-Forwarded-For` headers name
-    /// the sender; anyone else's are ignored. Empty: the peer is the sender.
+    /// Proxies (CIDR ranges or addresses) whose forwarding header names the sender; anyone
+    /// else's are ignored. Empty: the peer is the sender.
     pub trusted_proxies: Vec<Cidr>,
+    /// Which header those proxies set: `x-forwarded-for` (default) or `forwarded` (RFC 7239).
+    /// Only that one is read; the other is whatever the client wrote.
+    pub forwarded_header: ForwardedHeader,
     /// Limits on connections and on the time a request's head and body may take.
     pub connections: ConnectionSettings,
     pub sources: Vec<SourceSettings>,
@@ -190,6 +193,7 @@ impl Default for Settings {
             tls_cert: None,
             tls_key: None,
             trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::default(),
             connections: ConnectionSettings::default(),
             sources: Vec::new(),
             subscriptions: Vec::new(),

@@ -8,7 +8,7 @@ use actix_web::http::header::CONTENT_LENGTH;
 use sha2::{Digest, Sha256};
 
 use super::{ApiError, sender};
-use crate::config::Cidr;
+use crate::config::Settings;
 use crate::domain::time::now_ms;
 use crate::store::NewRejection;
 
@@ -60,7 +60,7 @@ pub fn record(
     source: &str,
     error: &ApiError,
     body: Option<&BodyFacts>,
-    trusted_proxies: &[Cidr],
+    settings: &Settings,
 ) -> NewRejection {
     let mut headers = serde_json::Map::new();
     for (name, value) in req.headers().iter() {
@@ -87,7 +87,7 @@ pub fn record(
     NewRejection {
         received_at: now_ms(),
         source: clip(source),
-        peer: sender::address(req, trusted_proxies).map(|ip| ip.to_string()),
+        peer: sender::address(req, settings).map(|ip| ip.to_string()),
         reason: error.code().to_string(),
         status: error.status_code().as_u16(),
         message: clip(&error.to_string()),

@@ -116,7 +116,7 @@ pub async fn receive(
                 &name,
                 e,
                 body.as_ref(),
-                &state.settings.trusted_proxies,
+                &state.settings,
             )
         });
     }
@@ -137,7 +137,7 @@ async fn answer(
         ApiError::UnknownSource(format!("no source named `{name}` is configured"))
     })?;
     if !source.allow_from.is_empty() {
-        let sender = sender::address(req, &state.settings.trusted_proxies);
+        let sender = sender::address(req, &state.settings);
         if !sender.is_some_and(|ip| any_contains(&source.allow_from, ip)) {
             state.metrics.delivery(&source.name, "forbidden");
             let from = sender.map_or("an address no trusted proxy named".into(), |ip| {
