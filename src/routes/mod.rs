@@ -136,6 +136,16 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// Whether a given request id may be logged and echoed as it is: 1 to 128 letters, digits, `-`,
+/// `_` or `.` (a UUID, nginx's hex `$request_id`, a load balancer's trace id). Anything else
+/// (spaces, `=`, quotes) could pose as another field of a log line, so a new id is made.
+fn token_like(id: &[u8]) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 /// A request id per request, taken from `x-request-id` when it is sane, else generated, and
 /// echoed in the response. Headers are never logged: they carry secrets.
 ///
@@ -151,7 +161,7 @@ pub async fn request_id(
     let header = req
         .headers()
         .get(&REQUEST_ID)
-        .filter(|v| v.to_str().is_ok_and(|v| !v.is_empty() && v.len() <= 128))
+        .filter(|v| token_like(v.as_bytes()))
         .cloned()
         .unwrap_or_else(|| {
             let mut buf = uuid::Uuid::encode_buffer();

@@ -175,6 +175,16 @@ fn hostile_data_runs_nothing_in_any_view() {
                 sign_in(&c, ADMIN_TOKEN).await;
                 wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 3;", "the 3 hostile events").await;
                 let clean = "return window.__pwned === undefined && document.querySelectorAll('main img, main script').length === 0;";
+                // No API path the dashboard builds lets the browser drop an id: `..` and `.` are
+                // refused (as `%2E%2E` would be normalised too), others stay one segment.
+                let paths = js(&c, "return import('/ui/js/api.js').then(m => ['..', '.', '...', 'a.b', '../../x'].map(id => { try { return new URL(m.eventPath('shop', id) + '/retry', location.href).pathname; } catch (e) { return e.code; } }));").await;
+                assert_eq!(paths, serde_json::json!([
+                    "unaddressable",
+                    "unaddressable",
+                    "unaddressable",
+                    "/events/shop/a.b/retry",
+                    "/events/shop/..%2F..%2Fx/retry",
+                ]));
                 assert_eq!(js(&c, clean).await, true, "the events list ran markup");
                 let shown = js(&c, "return [...document.querySelectorAll('#events-body a.event-id')].map(a => a.textContent).sort();").await;
                 let mut want: Vec<&str> = ids.to_vec();

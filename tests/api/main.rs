@@ -65,6 +65,7 @@ mod replay;
 mod requests;
 mod requires;
 mod schemes;
+mod security;
 mod senders;
 mod stores;
 mod subscriptions;
