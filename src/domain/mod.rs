@@ -143,7 +143,11 @@ mod tests {
     #[test]
     fn ids_made_only_of_dots_are_refused_and_others_with_dots_are_not() {
         for bad in [".", "..", "...", " .. "] {
-            assert_eq!(EventId::parse(bad), Err(super::NameError::OnlyDots), "{bad:?}");
+            assert_eq!(
+                EventId::parse(bad),
+                Err(super::NameError::OnlyDots),
+                "{bad:?}"
+            );
         }
         for good in ["..a", "a.b", ".x.", "v1.2"] {
             assert_eq!(EventId::parse(good).unwrap().as_str(), good);

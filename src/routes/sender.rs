@@ -191,7 +191,10 @@ mod tests {
             ("forwarded", "for=198.51.100.7"),
         ];
         assert_eq!(fwd(&spoofed).unwrap(), "198.51.100.7");
-        assert_eq!(fwd(&[("x-forwarded-for", "192.0.2.1")]).unwrap(), "10.0.0.1");
+        assert_eq!(
+            fwd(&[("x-forwarded-for", "192.0.2.1")]).unwrap(),
+            "10.0.0.1"
+        );
     }
 
     #[test]

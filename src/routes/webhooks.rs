@@ -14,9 +14,9 @@ use super::openapi::ErrorBody;
 use super::rejected::{self, BodyFacts};
 use super::{ApiError, AppState, sender};
 use crate::config::{MismatchPolicy, SourceSettings, any_contains};
-use crate::domain::{EventId, NameError};
 use crate::domain::payload::peek;
 use crate::domain::time::{now_ms, now_secs};
+use crate::domain::{EventId, NameError};
 use crate::signature::{BodyField, Headers, NotAscii};
 use crate::store::{InsertOutcome, Lane, NewDelivery};
 
@@ -110,15 +110,9 @@ pub async fn receive(
     if let Err(e) = &answer
         && e.status_code().is_client_error()
     {
-        state.rejections.record(|| {
-            rejected::record(
-                &req,
-                &name,
-                e,
-                body.as_ref(),
-                &state.settings,
-            )
-        });
+        state
+            .rejections
+            .record(|| rejected::record(&req, &name, e, body.as_ref(), &state.settings));
     }
     answer
 }
@@ -273,7 +267,10 @@ fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Chec
     })?;
     let event_id = EventId::parse_owned(event_id)
         .map_err(|e| {
-            let message = format!("event id {e} (read from {})", source.scheme.event_id_source());
+            let message = format!(
+                "event id {e} (read from {})",
+                source.scheme.event_id_source()
+            );
             match e {
                 NameError::Empty => ApiError::MissingEventId(message),
                 _ => ApiError::InvalidEventId(message),

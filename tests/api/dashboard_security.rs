@@ -12,7 +12,11 @@ use crate::helpers::ADMIN_TOKEN;
 use crate::process::{ServerProcess, free_port, write_config};
 
 /// The binary with no consumers running and nothing delivered yet.
-fn start() -> (ServerProcess, webhook_inbox::config::Settings, tempfile::TempDir) {
+fn start() -> (
+    ServerProcess,
+    webhook_inbox::config::Settings,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let (config, settings) = write_config(dir.path(), port, "", "workers = 0\nmax_attempts = 3");
@@ -130,7 +134,11 @@ fn hostile_data_runs_nothing_in_any_view() {
             "note": format!("{IMG} {BREAKOUT}"),
         })
         .to_string();
-        assert_eq!(crate::process::send_signed(&client, &base, &settings, id, &body), 200, "{id}");
+        assert_eq!(
+            crate::process::send_signed(&client, &base, &settings, id, &body),
+            200,
+            "{id}"
+        );
     }
     // A refused delivery with markup in its header values.
     let refused = client
@@ -158,10 +166,15 @@ fn hostile_data_runs_nothing_in_any_view() {
             .unwrap()
             .json()
             .unwrap();
-        if event.to_string().contains("onerror") && event["history"].to_string().contains("window.__pwned") {
+        if event.to_string().contains("onerror")
+            && event["history"].to_string().contains("window.__pwned")
+        {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "no endpoint answer kept: {event}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no endpoint answer kept: {event}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 

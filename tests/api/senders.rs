@@ -134,7 +134,12 @@ async fn behind_a_trusted_proxy_the_forwarded_sender_is_checked() {
             200,
         ),
         // A hop the proxy could not name: nobody can say who sent it.
-        ("unknown", "127.0.0.4", &[("x-forwarded-for", "unknown")], 403),
+        (
+            "unknown",
+            "127.0.0.4",
+            &[("x-forwarded-for", "unknown")],
+            403,
+        ),
         // The proxy itself is not an allowed sender.
         ("proxy-itself", "127.0.0.4", &[], 403),
     ];
@@ -157,15 +162,26 @@ async fn only_the_header_the_proxy_sets_names_the_sender() {
         (
             "xff-spoofed",
             "127.0.0.4",
-            &[("forwarded", "for=192.0.2.5"), ("x-forwarded-for", "198.51.100.1")],
+            &[
+                ("forwarded", "for=192.0.2.5"),
+                ("x-forwarded-for", "198.51.100.1"),
+            ],
             403,
         ),
         // nginx always sets X-Forwarded-For; without it the proxy is the sender.
-        ("xff-absent", "127.0.0.4", &[("forwarded", "for=192.0.2.5")], 403),
+        (
+            "xff-absent",
+            "127.0.0.4",
+            &[("forwarded", "for=192.0.2.5")],
+            403,
+        ),
         (
             "xff-inside",
             "127.0.0.4",
-            &[("forwarded", "for=198.51.100.1"), ("x-forwarded-for", "192.0.2.5")],
+            &[
+                ("forwarded", "for=198.51.100.1"),
+                ("x-forwarded-for", "192.0.2.5"),
+            ],
             200,
         ),
     ];
@@ -180,19 +196,40 @@ async fn only_the_header_the_proxy_sets_names_the_sender() {
         (
             "fwd-spoofed",
             "127.0.0.4",
-            &[("x-forwarded-for", "192.0.2.5"), ("forwarded", "for=198.51.100.1")],
+            &[
+                ("x-forwarded-for", "192.0.2.5"),
+                ("forwarded", "for=198.51.100.1"),
+            ],
             403,
         ),
-        ("fwd-absent", "127.0.0.4", &[("x-forwarded-for", "192.0.2.5")], 403),
+        (
+            "fwd-absent",
+            "127.0.0.4",
+            &[("x-forwarded-for", "192.0.2.5")],
+            403,
+        ),
         (
             "fwd-inside",
             "127.0.0.5",
-            &[("forwarded", "for=\"192.0.2.77:1234\";proto=https"), ("x-forwarded-for", "198.51.100.1")],
+            &[
+                ("forwarded", "for=\"192.0.2.77:1234\";proto=https"),
+                ("x-forwarded-for", "198.51.100.1"),
+            ],
             200,
         ),
-        ("fwd-unknown", "127.0.0.4", &[("forwarded", "for=unknown")], 403),
+        (
+            "fwd-unknown",
+            "127.0.0.4",
+            &[("forwarded", "for=unknown")],
+            403,
+        ),
         // Still never read from a peer that is not a trusted proxy.
-        ("fwd-untrusted", "127.0.0.3", &[("forwarded", "for=192.0.2.5")], 403),
+        (
+            "fwd-untrusted",
+            "127.0.0.3",
+            &[("forwarded", "for=192.0.2.5")],
+            403,
+        ),
     ];
     for (id, from, headers, status) in cases {
         let r = send_from(&app, from, id, headers).await;
@@ -243,5 +280,8 @@ fn a_bad_range_is_refused_at_start_naming_the_key() {
     let settings =
         webhook_inbox::config::Settings::from_toml(&test_config(&dir), "t", env).unwrap();
     let settings = format!("{settings:?}");
-    assert!(settings.contains("forwarded_header: Forwarded"), "{settings}");
+    assert!(
+        settings.contains("forwarded_header: Forwarded"),
+        "{settings}"
+    );
 }
