@@ -38,6 +38,7 @@ mod lag;
 mod leases;
 mod lifecycle;
 mod listen;
+mod log_lines;
 mod loyalty;
 mod nodes;
 mod ops;
