@@ -26,14 +26,23 @@ async fn event_ids_made_only_of_dots_are_refused() {
     for id in [".", "..", "...", " .. "] {
         let r = deliver_hmac(&app, id, &body).await;
         r.assert_error(400, "invalid_event_id");
-        assert!(r.body["message"].as_str().unwrap().contains("dots"), "{}", r.body);
+        assert!(
+            r.body["message"].as_str().unwrap().contains("dots"),
+            "{}",
+            r.body
+        );
         // Standard Webhooks signs the id, and refuses it all the same.
         if id.trim() == id {
             let r = app.deliver("shop", id, &body).await;
             r.assert_error(400, "invalid_event_id");
         }
     }
-    let r = deliver_hmac(&app, "", &json!({"event_id": "..", "type": "x"}).to_string()).await;
+    let r = deliver_hmac(
+        &app,
+        "",
+        &json!({"event_id": "..", "type": "x"}).to_string(),
+    )
+    .await;
     r.assert_error(400, "invalid_event_id");
     // Too long is not missing either.
     let r = deliver_hmac(&app, &"x".repeat(256), &body).await;
@@ -112,4 +121,188 @@ async fn only_a_token_like_request_id_is_taken() {
         assert_ne!(id, bad);
         assert_eq!(id.len(), 36, "{id}");
     }
+}
+
+/// Answers carrying events, refusals or settings are neither cached nor sniffed; errors do not
+/// reflect the request's path back.
+#[tokio::test]
+async fn authenticated_answers_are_not_cached_or_sniffed() {
+    let app = spawn_app().await;
+    app.deliver("shop", "e1", &order_body("o", "c", 1)).await;
+    for path in [
+        "/events",
+        "/events/export",
+        "/events/stats",
+        "/events/shop/e1",
+        "/rejections",
+        "/subscriptions",
+        "/loyalty/c",
+        "/events/shop/missing",
+    ] {
+        let r = app
+            .client
+            .get(app.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let h = r.headers();
+        assert_eq!(h["cache-control"], "no-store", "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+    }
+    let r = app.admin_post("/events/retry", Some(json!({}))).await;
+    assert_eq!(r.headers["cache-control"], "no-store", "{}", r.body);
+
+    let probe = "/no-such-route/%3Cscript%3E";
+    let r = app.get(probe).await;
+    r.assert_error(404, "not_found");
+    let message = r.body["message"].as_str().unwrap();
+    assert!(
+        !message.contains("no-such-route") && !message.contains("script"),
+        "{message}"
+    );
+    let r = app.get("/webhooks/shop-echo").await;
+    assert_eq!(r.status, 405);
+    assert!(
+        !r.body["message"].as_str().unwrap().contains("shop-echo"),
+        "{}",
+        r.body
+    );
+}
+
+/// A header repeated many times in a refused delivery is kept joined, under the same cap as
+/// one value.
+#[tokio::test]
+async fn a_repeated_header_in_a_refused_delivery_stays_capped() {
+    let app = spawn_app().await;
+    let mut req = app
+        .client
+        .post(app.url("/webhooks/shop"))
+        .header("content-type", "application/json")
+        .body("{}");
+    for i in 0..80 {
+        req = req.header("x-repeat", format!("value-{i:04}-{}", "r".repeat(40)));
+    }
+    assert_eq!(req.send().await.unwrap().status(), 401);
+    let mut kept = json!(null);
+    for _ in 0..100 {
+        let r = app.get("/rejections").await;
+        if let Some(first) = r.body["rejections"].as_array().and_then(|a| a.first()) {
+            kept = first.clone();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let value = kept["headers"]["x-repeat"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no x-repeat kept: {kept}"));
+    assert!(
+        value.chars().count() <= 256,
+        "{} characters kept",
+        value.len()
+    );
+}
+
+/// An endpoint that answers every call 500 with a body that claims 8 MB, sends 1 MB of it and
+/// then holds the connection open without sending more.
+fn endless_500() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(50) {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 8192];
+                // The request's head and body (its Content-Length), then the answer.
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&seen).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if seen.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let head = "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n\
+                            content-length: 8388608\r\n\r\n";
+                let _ = stream.write_all(head.as_bytes());
+                let chunk = "boom ".repeat(1000);
+                for _ in 0..200 {
+                    if stream.write_all(chunk.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_secs(10));
+            });
+        }
+    });
+    url
+}
+
+/// Issue 57: the forwarder keeps the start of a failed answer for the history and drops the
+/// rest unread; an endpoint's endless body neither fills memory nor holds the call to its
+/// timeout.
+#[tokio::test]
+async fn a_huge_failed_answer_is_read_only_as_far_as_the_history_needs() {
+    let url = endless_500();
+    let app = spawn_app_with(
+        |c| {
+            *c = c.replace("workers = 0", "workers = 1");
+            c.push_str(&format!(
+                "\n[[subscriptions]]\nname = \"billing\"\nkind = \"http\"\nsources = [\"shop\"]\n\
+                 url = \"{url}\"\nsigning_secret = \"{SW_SECRET}\"\ntimeout_ms = 4000\n"
+            ));
+        },
+        webhook_inbox::startup::BuildOptions {
+            idle_poll: Some(std::time::Duration::from_millis(50)),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(app.deliver("shop", "big-500", "{}").await.status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let attempt = loop {
+        let event = app.event("shop", "big-500").await;
+        let done = event["history"].as_array().and_then(|h| {
+            h.iter()
+                .find(|a| a["subscription"] == "billing" && !a["finished_at"].is_null())
+                .cloned()
+        });
+        if let Some(a) = done {
+            break a;
+        }
+        assert!(std::time::Instant::now() < deadline, "no attempt: {event}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let error = attempt["error"].as_str().unwrap();
+    assert!(
+        error.contains("500") && error.contains("boom boom"),
+        "{attempt}"
+    );
+    assert!(error.len() < 1024, "{} bytes kept", error.len());
+    let ms = |v: &serde_json::Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+        .unix_timestamp_nanos()
+            / 1_000_000
+    };
+    let took = ms(&attempt["finished_at"]) - ms(&attempt["started_at"]);
+    assert!(took < 2_000, "the call took {took} ms: {attempt}");
+    app.stop().await;
 }
