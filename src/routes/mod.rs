@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::{CACHE_CONTROL, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
 use actix_web::middleware::Next;
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use tokio::sync::Notify;
 
 pub use error::ApiError;
@@ -119,18 +119,18 @@ fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(method_not_allowed))
 }
 
-async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::NotFound(format!(
-        "no route for {} {}",
-        req.method(),
-        req.path()
-    )))
+/// The answer names neither the path nor the method: what a request sends is not echoed back
+/// to whoever can make a browser send it.
+async fn no_route() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound(
+        "no such route: the routes are listed in /openapi.json".into(),
+    ))
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+async fn method_not_allowed() -> HttpResponse {
     HttpResponse::MethodNotAllowed().json(serde_json::json!({
         "error": "method_not_allowed",
-        "message": format!("{} is not allowed on {}", req.method(), req.path()),
+        "message": "this route does not take that method: see /openapi.json",
     }))
 }
 
@@ -194,6 +194,14 @@ pub async fn request_id(
         tracing::debug!(request_id = %id, method = %response.request().method(),
             path = %response.request().path(), status = status.as_u16(), "answered");
     }
-    response.headers_mut().insert(REQUEST_ID, header);
+    let headers = response.headers_mut();
+    headers.insert(REQUEST_ID, header);
+    // Answers carry events, bodies, refusals and settings: no cache keeps them, and no
+    // browser reads one as anything but what it says it is. A route that allows caching (the
+    // dashboard's files) says so itself.
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     Ok(response)
 }

@@ -72,8 +72,10 @@ pub fn record(
             serde_json::Value::Null
         } else {
             let text = clip(&String::from_utf8_lossy(value.as_bytes()));
+            // A repeated header is one value, under the same cap as any other.
             match headers.get(&name).and_then(|v| v.as_str()) {
-                Some(earlier) => format!("{earlier}, {text}").into(),
+                Some(earlier) if earlier.chars().count() >= MAX_CHARS => earlier.into(),
+                Some(earlier) => clip(&format!("{earlier}, {text}")).into(),
                 None => text.into(),
             }
         };
