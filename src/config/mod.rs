@@ -225,6 +225,10 @@ impl Default for DownstreamSettings {
     }
 }
 
+/// The shortest bearer token accepted (admin, submission and pull tokens alike): a token is
+/// guessed online, and 16 random characters put that out of reach.
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
+
 /// Bounds that keep the arithmetic on these settings far from overflow.
 const MAX_LEASE_SECONDS: u64 = 86_400;
 pub(crate) const MAX_BACKOFF_MS: u64 = 30 * 86_400_000;
@@ -322,6 +326,25 @@ impl Settings {
                 })?;
         }
         self.database()?;
+        // Empty is allowed: `serve` then generates one into the data directory.
+        if !self.admin_token.is_empty() && self.admin_token.expose().chars().count() < MIN_TOKEN_LEN
+        {
+            return Err(invalid(
+                "admin_token",
+                format!(
+                    "must be at least {MIN_TOKEN_LEN} characters (leave it empty to have one \
+                     generated into the data directory)"
+                ),
+            ));
+        }
+        for (i, token) in self.submission_tokens.iter().enumerate() {
+            if token.expose().chars().count() < MIN_TOKEN_LEN {
+                return Err(invalid(
+                    format!("submission_tokens[{i}]"),
+                    format!("must be at least {MIN_TOKEN_LEN} characters"),
+                ));
+            }
+        }
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
         }

@@ -306,3 +306,42 @@ async fn a_huge_failed_answer_is_read_only_as_far_as_the_history_needs() {
     assert!(took < 2_000, "the call took {took} ms: {attempt}");
     app.stop().await;
 }
+
+/// A wrong token waits for its 401, on the admin, submission and pull routes; a missing one is
+/// answered at once (checks that a route needs a token stay fast).
+#[tokio::test]
+async fn a_wrong_token_is_answered_slowly() {
+    use std::time::{Duration, Instant};
+    let app = spawn_app().await;
+    let cases = [
+        ("GET", "/events"),
+        ("POST", "/requests"),
+        ("POST", "/subscriptions/nobody/claim"),
+    ];
+    for (method, path) in cases {
+        for (token, slow) in [(Some("a-wrong-token-guess"), true), (None, false)] {
+            let mut req = app
+                .client
+                .request(method.parse().unwrap(), app.url(path))
+                .json(&json!({}));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let started = Instant::now();
+            let status = req.send().await.unwrap().status();
+            let took = started.elapsed();
+            assert_eq!(status, 401, "{method} {path}");
+            if slow {
+                assert!(
+                    took >= Duration::from_millis(190),
+                    "{method} {path}: {took:?}"
+                );
+            } else {
+                assert!(
+                    took < Duration::from_millis(150),
+                    "{method} {path}: {took:?}"
+                );
+            }
+        }
+    }
+}
