@@ -57,10 +57,14 @@ pub fn run(config: Option<&Path>, args: SignArgs) -> anyhow::Result<()> {
     std::io::stdin()
         .read_to_end(&mut body)
         .context("reading the body from stdin")?;
-    // hmac-sha256 takes the id from `X-Event-Id`, else the body's `event_id`: a header is
-    // added only when asked for, or when the body has no id (the delivery would be refused).
+    // hmac-sha256 takes the id from the body's `event_id`, else `X-Event-Id` (the header is not
+    // signed): a header is added only when asked for, or when the body has no id (the delivery
+    // would be refused).
     let body_has_id = scheme == Scheme::HmacSha256
         && peek(&body, Some("application/json")).is_ok_and(|p| p.event_id().is_some());
+    if body_has_id && args.event_id.is_some() {
+        eprintln!("note: the body has an `event_id`: the server takes that, not X-Event-Id");
+    }
     let id_header = !(scheme == Scheme::HmacSha256 && args.event_id.is_none() && body_has_id);
     let event_id = args.event_id.unwrap_or_else(|| scheme.new_event_id());
     let mut headers = scheme

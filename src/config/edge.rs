@@ -1,5 +1,6 @@
 //! Settings of the edge: which addresses may send to a source (`allow_from`), whose
-//! forwarding headers to believe (`trusted_proxies`), and the connections' limits.
+//! forwarding header to believe (`trusted_proxies`, `forwarded_header`), and the connections'
+//! limits.
 
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -49,6 +50,21 @@ impl<'de> Deserialize<'de> for Cidr {
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
     }
+}
+
+/// The one forwarding header the trusted proxies set, and so the only one read from them. A
+/// proxy appends to the header it sets and passes any other through as the client wrote it
+/// (nginx's `$proxy_add_x_forwarded_for` leaves a client's `Forwarded` alone), so reading the
+/// other one would let a client name itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1` (nginx, HAProxy, most load balancers).
+    #[default]
+    #[serde(rename = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client;proto=https` (Envoy, Caddy or Traefik when configured to).
+    #[serde(rename = "forwarded")]
+    Forwarded,
 }
 
 /// How many refused deliveries are kept for ops (`GET /rejections`): the newest `keep_count`,

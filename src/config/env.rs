@@ -14,6 +14,7 @@ const STRING_KEYS: &[&str] = &[
     "database_url",
     "admin_token",
     "log_format",
+    "forwarded_header",
     "downstream.url",
     "downstream.mode",
     "tls_cert",

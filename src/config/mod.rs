@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use database::{Database, redact_credentials, sqlite_path};
-pub use edge::{Cidr, ConnectionSettings, RejectionSettings, any_contains};
+pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
 pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, subscription_secret,
     subscription_token,
@@ -87,9 +87,12 @@ pub struct Settings {
     /// them again). Relative paths are relative to the working directory.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
-    /// Proxies (CIDR ranges or addresses) whose `Forwarded` / `X-Forwarded-For` headers name
-    /// the sender; anyone else's are ignored. Empty: the peer is the sender.
+    /// Proxies (CIDR ranges or addresses) whose forwarding header names the sender; anyone
+    /// else's are ignored. Empty: the peer is the sender.
     pub trusted_proxies: Vec<Cidr>,
+    /// Which header those proxies set: `x-forwarded-for` (default) or `forwarded` (RFC 7239).
+    /// Only that one is read; the other is whatever the client wrote.
+    pub forwarded_header: ForwardedHeader,
     /// Limits on connections and on the time a request's head and body may take.
     pub connections: ConnectionSettings,
     pub sources: Vec<SourceSettings>,
@@ -190,6 +193,7 @@ impl Default for Settings {
             tls_cert: None,
             tls_key: None,
             trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::default(),
             connections: ConnectionSettings::default(),
             sources: Vec::new(),
             subscriptions: Vec::new(),
@@ -220,6 +224,10 @@ impl Default for DownstreamSettings {
         }
     }
 }
+
+/// The shortest bearer token accepted (admin, submission and pull tokens alike): a token is
+/// guessed online, and 16 random characters put that out of reach.
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// Bounds that keep the arithmetic on these settings far from overflow.
 const MAX_LEASE_SECONDS: u64 = 86_400;
@@ -318,6 +326,25 @@ impl Settings {
                 })?;
         }
         self.database()?;
+        // Empty is allowed: `serve` then generates one into the data directory.
+        if !self.admin_token.is_empty() && self.admin_token.expose().chars().count() < MIN_TOKEN_LEN
+        {
+            return Err(invalid(
+                "admin_token",
+                format!(
+                    "must be at least {MIN_TOKEN_LEN} characters (leave it empty to have one \
+                     generated into the data directory)"
+                ),
+            ));
+        }
+        for (i, token) in self.submission_tokens.iter().enumerate() {
+            if token.expose().chars().count() < MIN_TOKEN_LEN {
+                return Err(invalid(
+                    format!("submission_tokens[{i}]"),
+                    format!("must be at least {MIN_TOKEN_LEN} characters"),
+                ));
+            }
+        }
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
         }

@@ -142,7 +142,7 @@ fn environment_overrides_the_file() {
         env(&[
             ("WEBHOOK_INBOX_CONSUMERS__WORKERS", "7"),
             ("WEBHOOK_INBOX_DATABASE_URL", "sqlite:///tmp/x.db"),
-            ("WEBHOOK_INBOX_ADMIN_TOKEN", "12345"),
+            ("WEBHOOK_INBOX_ADMIN_TOKEN", "1234567890123456"),
             ("WEBHOOK_INBOX_URL", "http://cli-only"),
             ("OTHER", "ignored"),
         ]),
@@ -153,7 +153,7 @@ fn environment_overrides_the_file() {
         s.database().unwrap(),
         super::Database::Sqlite(std::path::PathBuf::from("/tmp/x.db"))
     );
-    assert_eq!(s.admin_token.expose(), "12345");
+    assert_eq!(s.admin_token.expose(), "1234567890123456");
     let err = Settings::from_toml("", "t", env(&[("WEBHOOK_INBOX_SOURCES", "[]")])).unwrap_err();
     assert!(err.to_string().contains("config file"), "{err}");
 }
@@ -161,7 +161,7 @@ fn environment_overrides_the_file() {
 #[test]
 fn secrets_never_show_in_debug_output() {
     let s = Settings::from_toml(
-        &format!("admin_token = \"tok-123\"\n{SOURCE}"),
+        &format!("admin_token = \"tok-123-long-enough\"\n{SOURCE}"),
         "t",
         env(&[]),
     )
@@ -170,6 +170,35 @@ fn secrets_never_show_in_debug_output() {
     assert!(!debug.contains("tok-123"));
     assert!(!debug.contains("MfKQ9r8G"));
     assert!(debug.contains("[redacted]"));
+}
+
+/// A guessable token is refused at start with its key named; an empty admin token is still
+/// the way to have one generated.
+#[test]
+fn short_admin_and_submission_tokens_are_refused() {
+    for (toml, key) in [
+        ("admin_token = \"change-me\"", "admin_token"),
+        ("admin_token = \"123456789012345\"", "admin_token"),
+        (
+            "submission_tokens = [\"a-long-enough-submit-token\", \"short\"]",
+            "submission_tokens[1]",
+        ),
+    ] {
+        let err = Settings::from_toml(&format!("{toml}\n{SOURCE}"), "t", env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key) && err.contains("16"), "{toml}: {err}");
+    }
+    let err = Settings::from_toml(SOURCE, "t", env(&[("WEBHOOK_INBOX_ADMIN_TOKEN", "weak")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("admin_token"), "{err}");
+    for toml in [
+        "admin_token = \"\"",
+        "admin_token = \"0123456789abcdef\"\nsubmission_tokens = [\"0123456789abcdef\"]",
+    ] {
+        Settings::from_toml(&format!("{toml}\n{SOURCE}"), "t", env(&[])).unwrap();
+    }
 }
 
 #[test]

@@ -48,6 +48,10 @@ pub enum NameError {
     BadCharacter,
     #[error("must not contain control characters")]
     Control,
+    /// `.` and `..` are path segments a browser or proxy removes (`/events/shop/../retry` is
+    /// `/events/retry`), so an id made of dots cannot be addressed safely.
+    #[error("must not be made only of dots")]
+    OnlyDots,
 }
 
 /// A source name as it appears in `/webhooks/{source}` and the config.
@@ -67,6 +71,10 @@ impl SourceName {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         {
             return Err(NameError::BadCharacter);
+        }
+        // `/webhooks/..` is `/` to whoever normalises the path before it arrives.
+        if s.bytes().all(|b| b == b'.') {
+            return Err(NameError::OnlyDots);
         }
         Ok(SourceName(s.to_string()))
     }
@@ -105,6 +113,9 @@ impl EventId {
         if s.chars().any(char::is_control) {
             return Err(NameError::Control);
         }
+        if s.bytes().all(|b| b == b'.') {
+            return Err(NameError::OnlyDots);
+        }
         Ok(s)
     }
 
@@ -131,6 +142,9 @@ mod tests {
             "   ",
             "a\u{7}b",
             "é",
+            ".",
+            " .. ",
+            "..a",
             long.as_str(),
             &long[1..],
         ] {
@@ -139,6 +153,20 @@ mod tests {
                 EventId::parse(s).map(EventId::into_string),
                 "{s:?}"
             );
+        }
+    }
+
+    #[test]
+    fn ids_made_only_of_dots_are_refused_and_others_with_dots_are_not() {
+        for bad in [".", "..", "...", " .. "] {
+            assert_eq!(
+                EventId::parse(bad),
+                Err(super::NameError::OnlyDots),
+                "{bad:?}"
+            );
+        }
+        for good in ["..a", "a.b", ".x.", "v1.2"] {
+            assert_eq!(EventId::parse(good).unwrap().as_str(), good);
         }
     }
 }

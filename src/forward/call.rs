@@ -129,10 +129,7 @@ pub async fn forward(
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry_after_ms(v, now_ms));
-    let text: String = match response.text().await {
-        Ok(t) => t.chars().take(200).collect(),
-        Err(_) => String::new(),
-    };
+    let text = start_of(response).await;
     let (unknown, result) = match status.as_u16() {
         // Refused (408 and 429 say not processed): safe to send again in either mode.
         400..=499 => (false, "4xx"),
@@ -145,6 +142,27 @@ pub async fn forward(
         retry_after_ms,
         result,
     )
+}
+
+/// How much of a failed answer's body is read: enough for the history's 200 characters in
+/// any encoding. The rest is never read: an endpoint's endless or multi-megabyte error page
+/// costs neither memory nor the call's remaining time.
+const ANSWER_READ_BYTES: usize = 4 * 1024;
+
+/// The first characters of a failed answer's body, for the history. Dropping the response
+/// with its body unread closes the connection instead of draining it.
+async fn start_of(mut response: reqwest::Response) -> String {
+    let mut kept = Vec::new();
+    while kept.len() < ANSWER_READ_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = ANSWER_READ_BYTES - kept.len();
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&kept).chars().take(200).collect()
 }
 
 fn failed(

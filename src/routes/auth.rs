@@ -3,8 +3,10 @@
 //! length (a byte-wise comparison returns early on a length mismatch).
 
 use std::future::{Ready, ready};
+use std::time::Duration;
 
 use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
+use futures_util::future::{Either, LocalBoxFuture};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -15,6 +17,33 @@ pub(super) fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get("Authorization")?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// How long a request that presented a wrong token waits for its 401: guesses in a row from
+/// one connection come at most a few a second. Tokens are at least 16 characters (config
+/// validation), so this is a speed bump for a script, not the defence; a missing token is
+/// answered at once.
+pub(super) const WRONG_TOKEN_DELAY: Duration = Duration::from_millis(200);
+
+/// The 401 for a request whose token was wrong, after [`WRONG_TOKEN_DELAY`]; at once when it
+/// had none.
+pub(super) async fn refused(req_had_token: bool) -> ApiError {
+    if req_had_token {
+        tokio::time::sleep(WRONG_TOKEN_DELAY).await;
+    }
+    ApiError::Unauthorized
+}
+
+type Checked<T> = Either<Ready<Result<T, ApiError>>, LocalBoxFuture<'static, Result<T, ApiError>>>;
+
+/// An extractor's answer: at once when the token was right or missing, else after the delay.
+fn answer<T: 'static>(req: &HttpRequest, outcome: Result<T, ApiError>) -> Checked<T> {
+    match outcome {
+        Err(ApiError::Unauthorized) if bearer(req).is_some() => {
+            Either::Right(Box::pin(async { Err(refused(true).await) }))
+        }
+        outcome => Either::Left(ready(outcome)),
+    }
 }
 
 fn matches(given: &str, expected: &Secret) -> bool {
@@ -32,13 +61,14 @@ pub struct Admin;
 
 impl FromRequest for Admin {
     type Error = ApiError;
-    type Future = Ready<Result<Admin, ApiError>>;
+    type Future = Checked<Admin>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(state(req).and_then(|state| match bearer(req) {
+        let outcome = state(req).and_then(|state| match bearer(req) {
             Some(t) if matches(t, &state.settings.admin_token) => Ok(Admin),
             _ => Err(ApiError::Unauthorized),
-        }))
+        });
+        answer(req, outcome)
     }
 }
 
@@ -47,10 +77,10 @@ pub struct Submitter;
 
 impl FromRequest for Submitter {
     type Error = ApiError;
-    type Future = Ready<Result<Submitter, ApiError>>;
+    type Future = Checked<Submitter>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(state(req).and_then(|state| {
+        let outcome = state(req).and_then(|state| {
             let token = bearer(req).ok_or(ApiError::Unauthorized)?;
             let settings = &state.settings;
             // Check every token (no early exit) so timing does not reveal which one matched.
@@ -62,6 +92,7 @@ impl FromRequest for Submitter {
             } else {
                 Err(ApiError::Unauthorized)
             }
-        }))
+        });
+        answer(req, outcome)
     }
 }

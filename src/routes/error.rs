@@ -27,6 +27,12 @@ pub enum ApiError {
     TimestampOutOfTolerance(String),
     #[error("{0}")]
     MissingEventId(String),
+    /// An event id that is there but unusable: too long, control characters, only dots.
+    #[error("{0}")]
+    InvalidEventId(String),
+    /// An event type longer than the store keeps.
+    #[error("{0}")]
+    InvalidEventType(String),
     #[error("{0}")]
     InvalidJson(String),
     #[error("{0}")]
@@ -67,6 +73,8 @@ impl ApiError {
             ApiError::MissingSignature(_) => "missing_signature",
             ApiError::TimestampOutOfTolerance(_) => "timestamp_out_of_tolerance",
             ApiError::MissingEventId(_) => "missing_event_id",
+            ApiError::InvalidEventId(_) => "invalid_event_id",
+            ApiError::InvalidEventType(_) => "invalid_event_type",
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::PayloadMismatch(_) => "payload_mismatch",
@@ -88,7 +96,10 @@ impl ResponseError for ApiError {
             | ApiError::MissingSignature(_)
             | ApiError::TimestampOutOfTolerance(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) | ApiError::UnknownSource(_) => StatusCode::NOT_FOUND,
-            ApiError::MissingEventId(_) | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::MissingEventId(_)
+            | ApiError::InvalidEventId(_)
+            | ApiError::InvalidEventType(_)
+            | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
             ApiError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadMismatch(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,

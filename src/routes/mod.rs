@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::{CACHE_CONTROL, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
 use actix_web::middleware::Next;
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use tokio::sync::Notify;
 
 pub use error::ApiError;
@@ -119,22 +119,32 @@ fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(method_not_allowed))
 }
 
-async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::NotFound(format!(
-        "no route for {} {}",
-        req.method(),
-        req.path()
-    )))
+/// The answer names neither the path nor the method: what a request sends is not echoed back
+/// to whoever can make a browser send it.
+async fn no_route() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound(
+        "no such route: the routes are listed in /openapi.json".into(),
+    ))
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+async fn method_not_allowed() -> HttpResponse {
     HttpResponse::MethodNotAllowed().json(serde_json::json!({
         "error": "method_not_allowed",
-        "message": format!("{} is not allowed on {}", req.method(), req.path()),
+        "message": "this route does not take that method: see /openapi.json",
     }))
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Whether a given request id may be logged and echoed as it is: 1 to 128 letters, digits, `-`,
+/// `_` or `.` (a UUID, nginx's hex `$request_id`, a load balancer's trace id). Anything else
+/// (spaces, `=`, quotes) could pose as another field of a log line, so a new id is made.
+fn token_like(id: &[u8]) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
 
 /// A request id per request, taken from `x-request-id` when it is sane, else generated, and
 /// echoed in the response. Headers are never logged: they carry secrets.
@@ -151,7 +161,7 @@ pub async fn request_id(
     let header = req
         .headers()
         .get(&REQUEST_ID)
-        .filter(|v| v.to_str().is_ok_and(|v| !v.is_empty() && v.len() <= 128))
+        .filter(|v| token_like(v.as_bytes()))
         .cloned()
         .unwrap_or_else(|| {
             let mut buf = uuid::Uuid::encode_buffer();
@@ -184,6 +194,14 @@ pub async fn request_id(
         tracing::debug!(request_id = %id, method = %response.request().method(),
             path = %response.request().path(), status = status.as_u16(), "answered");
     }
-    response.headers_mut().insert(REQUEST_ID, header);
+    let headers = response.headers_mut();
+    headers.insert(REQUEST_ID, header);
+    // Answers carry events, bodies, refusals and settings: no cache keeps them, and no
+    // browser reads one as anything but what it says it is. A route that allows caching (the
+    // dashboard's files) says so itself.
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     Ok(response)
 }

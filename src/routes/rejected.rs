@@ -8,7 +8,7 @@ use actix_web::http::header::CONTENT_LENGTH;
 use sha2::{Digest, Sha256};
 
 use super::{ApiError, sender};
-use crate::config::Cidr;
+use crate::config::Settings;
 use crate::domain::time::now_ms;
 use crate::store::NewRejection;
 
@@ -60,7 +60,7 @@ pub fn record(
     source: &str,
     error: &ApiError,
     body: Option<&BodyFacts>,
-    trusted_proxies: &[Cidr],
+    settings: &Settings,
 ) -> NewRejection {
     let mut headers = serde_json::Map::new();
     for (name, value) in req.headers().iter() {
@@ -72,8 +72,10 @@ pub fn record(
             serde_json::Value::Null
         } else {
             let text = clip(&String::from_utf8_lossy(value.as_bytes()));
+            // A repeated header is one value, under the same cap as any other.
             match headers.get(&name).and_then(|v| v.as_str()) {
-                Some(earlier) => format!("{earlier}, {text}").into(),
+                Some(earlier) if earlier.chars().count() >= MAX_CHARS => earlier.into(),
+                Some(earlier) => clip(&format!("{earlier}, {text}")).into(),
                 None => text.into(),
             }
         };
@@ -87,7 +89,7 @@ pub fn record(
     NewRejection {
         received_at: now_ms(),
         source: clip(source),
-        peer: sender::address(req, trusted_proxies).map(|ip| ip.to_string()),
+        peer: sender::address(req, settings).map(|ip| ip.to_string()),
         reason: error.code().to_string(),
         status: error.status_code().as_u16(),
         message: clip(&error.to_string()),

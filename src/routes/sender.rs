@@ -1,26 +1,32 @@
 //! Who sent a request: the peer, or, when the peer is a trusted proxy, the nearest address in
-//! its `Forwarded` (RFC 7239) or `X-Forwarded-For` chain that is not a trusted proxy. Each
-//! proxy appends the address it received from, so the chain is read from the right; what a
-//! client wrote at the left can be anything, and a header from an untrusted peer is never read.
+//! the forwarding chain that is not a trusted proxy. The chain is read from the one header the
+//! proxies set (`forwarded_header`: `X-Forwarded-For`, or RFC 7239 `Forwarded`), never from the
+//! other, which a proxy passes through as the client wrote it. Each proxy appends the address
+//! it received from, so the chain is read from the right; what a client wrote at the left can
+//! be anything, and a header from an untrusted peer is never read.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use actix_web::HttpRequest;
 use actix_web::http::header::{FORWARDED, HeaderMap, HeaderName};
 
-use crate::config::{Cidr, any_contains};
+use crate::config::{ForwardedHeader, Settings, any_contains};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The sender's address; `None` when a trusted proxy forwarded for a hop it could not name
 /// (`for=unknown`, an obfuscated identifier, a malformed header): then nobody can say.
-pub fn address(req: &HttpRequest, trusted: &[Cidr]) -> Option<IpAddr> {
+pub fn address(req: &HttpRequest, settings: &Settings) -> Option<IpAddr> {
+    let trusted = &settings.trusted_proxies;
     let peer = req.peer_addr()?.ip().to_canonical();
     if !any_contains(trusted, peer) {
         return Some(peer);
     }
     let mut sender = peer;
-    for hop in chain(req.headers()).into_iter().rev() {
+    for hop in chain(req.headers(), settings.forwarded_header)
+        .into_iter()
+        .rev()
+    {
         let ip = hop?;
         if !any_contains(trusted, ip) {
             return Some(ip);
@@ -31,14 +37,12 @@ pub fn address(req: &HttpRequest, trusted: &[Cidr]) -> Option<IpAddr> {
     Some(sender)
 }
 
-/// The forwarded-for chain, client first: from `Forwarded` when present, else from
-/// `X-Forwarded-For`; several header lines are one list in their order.
-fn chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let (name, read): (&HeaderName, fn(&str) -> Option<IpAddr>) = if headers.contains_key(FORWARDED)
-    {
-        (&FORWARDED, forwarded_for)
-    } else {
-        (&X_FORWARDED_FOR, |hop| node(hop.trim()))
+/// The forwarded-for chain of `header`, client first; several header lines are one list in
+/// their order.
+fn chain(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Option<IpAddr>> {
+    let (name, read): (&HeaderName, fn(&str) -> Option<IpAddr>) = match header {
+        ForwardedHeader::Forwarded => (&FORWARDED, forwarded_for),
+        ForwardedHeader::XForwardedFor => (&X_FORWARDED_FOR, |hop| node(hop.trim())),
     };
     headers
         .get_all(name)
@@ -83,12 +87,25 @@ mod tests {
     use super::*;
 
     fn sender(peer: &str, headers: &[(&str, &str)], trusted: &[&str]) -> Option<String> {
+        sender_reading(ForwardedHeader::XForwardedFor, peer, headers, trusted)
+    }
+
+    fn sender_reading(
+        header: ForwardedHeader,
+        peer: &str,
+        headers: &[(&str, &str)],
+        trusted: &[&str],
+    ) -> Option<String> {
         let mut req = TestRequest::default().peer_addr(peer.parse().unwrap());
         for (name, value) in headers {
             req = req.append_header((*name, *value));
         }
-        let trusted: Vec<Cidr> = trusted.iter().map(|t| t.parse().unwrap()).collect();
-        address(&req.to_http_request(), &trusted).map(|ip| ip.to_string())
+        let settings = Settings {
+            trusted_proxies: trusted.iter().map(|t| t.parse().unwrap()).collect(),
+            forwarded_header: header,
+            ..Settings::default()
+        };
+        address(&req.to_http_request(), &settings).map(|ip| ip.to_string())
     }
 
     #[test]
@@ -149,35 +166,54 @@ mod tests {
         );
     }
 
+    /// nginx's `$proxy_add_x_forwarded_for` appends to X-Forwarded-For and passes a client's
+    /// own `Forwarded` through: with the default, that `Forwarded` is never read.
     #[test]
-    fn forwarded_is_read_before_x_forwarded_for() {
+    fn only_the_configured_header_is_read() {
         let proxies = ["10.0.0.0/8"];
-        let headers = [
-            ("x-forwarded-for", "192.0.2.1"),
-            (
-                "forwarded",
-                r#"for=192.0.2.60;proto=https, For="[2001:db8:cafe::17]:4711""#,
-            ),
+        let spoofed = [
+            ("forwarded", "for=192.0.2.1"),
+            ("x-forwarded-for", "198.51.100.7"),
         ];
         assert_eq!(
-            sender("10.0.0.1:1", &headers, &proxies).unwrap(),
-            "2001:db8:cafe::17"
+            sender("10.0.0.1:1", &spoofed, &proxies).unwrap(),
+            "198.51.100.7"
         );
+        assert_eq!(
+            sender("10.0.0.1:1", &[("forwarded", "for=192.0.2.1")], &proxies).unwrap(),
+            "10.0.0.1"
+        );
+        let fwd = |headers: &[(&str, &str)]| {
+            sender_reading(ForwardedHeader::Forwarded, "10.0.0.1:1", headers, &proxies)
+        };
+        let spoofed = [
+            ("x-forwarded-for", "192.0.2.1"),
+            ("forwarded", "for=198.51.100.7"),
+        ];
+        assert_eq!(fwd(&spoofed).unwrap(), "198.51.100.7");
+        assert_eq!(
+            fwd(&[("x-forwarded-for", "192.0.2.1")]).unwrap(),
+            "10.0.0.1"
+        );
+    }
+
+    #[test]
+    fn forwarded_elements_name_the_sender_when_configured() {
+        let proxies = ["10.0.0.0/8"];
+        let fwd = |headers: &[(&str, &str)]| {
+            sender_reading(ForwardedHeader::Forwarded, "10.0.0.1:1", headers, &proxies)
+        };
+        let headers = [(
+            "forwarded",
+            r#"for=192.0.2.60;proto=https, For="[2001:db8:cafe::17]:4711""#,
+        )];
+        assert_eq!(fwd(&headers).unwrap(), "2001:db8:cafe::17");
         let lines = [
             ("forwarded", "for=192.0.2.60"),
             ("forwarded", "for=10.3.3.3;by=10.0.0.1"),
         ];
-        assert_eq!(
-            sender("10.0.0.1:1", &lines, &proxies).unwrap(),
-            "192.0.2.60"
-        );
-        assert_eq!(
-            sender("10.0.0.1:1", &[("forwarded", "for=unknown")], &proxies),
-            None
-        );
-        assert_eq!(
-            sender("10.0.0.1:1", &[("forwarded", "proto=https")], &proxies),
-            None
-        );
+        assert_eq!(fwd(&lines).unwrap(), "192.0.2.60");
+        assert_eq!(fwd(&[("forwarded", "for=unknown")]), None);
+        assert_eq!(fwd(&[("forwarded", "proto=https")]), None);
     }
 }

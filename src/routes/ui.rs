@@ -94,7 +94,7 @@ pub(super) async fn asset(path: web::Path<String>) -> Result<HttpResponse, ApiEr
     let (_, media_type, body) = ASSETS
         .iter()
         .find(|(n, _, _)| *n == name)
-        .ok_or_else(|| ApiError::NotFound(format!("no dashboard file `{name}`")))?;
+        .ok_or_else(|| ApiError::NotFound("no such dashboard file".into()))?;
     Ok(secured(HttpResponse::Ok())
         .content_type(*media_type)
         // Revalidate every time: the files change with the binary and carry no version.

@@ -14,9 +14,9 @@ use super::openapi::ErrorBody;
 use super::rejected::{self, BodyFacts};
 use super::{ApiError, AppState, sender};
 use crate::config::{MismatchPolicy, SourceSettings, any_contains};
-use crate::domain::EventId;
 use crate::domain::payload::peek;
 use crate::domain::time::{now_ms, now_secs};
+use crate::domain::{EventId, NameError};
 use crate::signature::{BodyField, Headers, NotAscii};
 use crate::store::{InsertOutcome, Lane, NewDelivery};
 
@@ -79,7 +79,7 @@ impl Headers for ActixHeaders<'_> {
         ("X-Shopify-Webhook-Id" = Option<String>, Header, description = "shopify: the event id"),
         ("X-Shopify-Topic" = Option<String>, Header, description = "shopify: the event type"),
         ("X-Signature" = Option<String>, Header, description = "hmac-sha256: `[sha256=]<hex>` of HMAC-SHA256 over the body"),
-        ("X-Event-Id" = Option<String>, Header, description = "hmac-sha256: the event id (else the body's `event_id`)"),
+        ("X-Event-Id" = Option<String>, Header, description = "hmac-sha256: the event id when the body has no `event_id` (the header is not signed, so the body's wins)"),
     ),
     request_body(description = "The provider's payload: a JSON object (GitHub may form-encode it in `payload`)",
         content(
@@ -89,7 +89,7 @@ impl Headers for ActixHeaders<'_> {
     responses(
         (status = 200, description = "Stored (`queued`), or already stored (`duplicate`, with `payload_mismatch` when the body differs)",
             body = super::openapi::schemas::IngestAnswer),
-        (status = 400, description = "`invalid_json` (not a JSON object, or an unsupported content type) or `missing_event_id`", body = ErrorBody),
+        (status = 400, description = "`invalid_json` (not a JSON object, or an unsupported content type), `missing_event_id`, `invalid_event_id` (longer than 255 characters, a control character, or only dots such as `..`) or `invalid_event_type` (longer than 256 characters)", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`", body = ErrorBody),
         (status = 403, description = "`forbidden_sender`: from outside the source's `allow_from`", body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
@@ -110,15 +110,9 @@ pub async fn receive(
     if let Err(e) = &answer
         && e.status_code().is_client_error()
     {
-        state.rejections.record(|| {
-            rejected::record(
-                &req,
-                &name,
-                e,
-                body.as_ref(),
-                &state.settings.trusted_proxies,
-            )
-        });
+        state
+            .rejections
+            .record(|| rejected::record(&req, &name, e, body.as_ref(), &state.settings));
     }
     answer
 }
@@ -137,7 +131,7 @@ async fn answer(
         ApiError::UnknownSource(format!("no source named `{name}` is configured"))
     })?;
     if !source.allow_from.is_empty() {
-        let sender = sender::address(req, &state.settings.trusted_proxies);
+        let sender = sender::address(req, &state.settings);
         if !sender.is_some_and(|ip| any_contains(&source.allow_from, ip)) {
             state.metrics.delivery(&source.name, "forbidden");
             let from = sender.map_or("an address no trusted proxy named".into(), |ip| {
@@ -232,6 +226,10 @@ impl Checked {
     }
 }
 
+/// The longest event type kept: types are names (`order.completed`), and a type is shown,
+/// filtered on and logged with every event.
+const MAX_TYPE_CHARS: usize = 256;
+
 /// Signature, timestamp, body and event id, in the order of the checks.
 fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Checked, ApiError> {
     let headers = ActixHeaders(req.headers());
@@ -250,9 +248,14 @@ fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Chec
     let fields =
         peek(body, content_type.as_deref()).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let event_id = match (verified.event_id, source.scheme.body_id_field()) {
+        // hmac-sha256 signs the body only: anyone holding one signed body could store it under
+        // any `X-Event-Id`, so the body's own `event_id`, when it has one, is the id.
+        (header, BodyField::EventId) => fields
+            .event_id()
+            .filter(|id| !id.trim().is_empty())
+            .or(header),
         (Some(id), _) => Some(id),
         (None, BodyField::Id) => fields.id(),
-        (None, BodyField::EventId) => fields.event_id(),
         (None, _) => None,
     }
     .ok_or_else(|| {
@@ -264,10 +267,14 @@ fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Chec
     })?;
     let event_id = EventId::parse_owned(event_id)
         .map_err(|e| {
-            ApiError::MissingEventId(format!(
+            let message = format!(
                 "event id {e} (read from {})",
                 source.scheme.event_id_source()
-            ))
+            );
+            match e {
+                NameError::Empty => ApiError::MissingEventId(message),
+                _ => ApiError::InvalidEventId(message),
+            }
         })?
         .into_string();
     let event_type = if source.scheme.type_from_body() {
@@ -276,6 +283,11 @@ fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Chec
         verified.event_type
     }
     .unwrap_or_default();
+    if event_type.chars().count() > MAX_TYPE_CHARS {
+        return Err(ApiError::InvalidEventType(format!(
+            "the event type is longer than {MAX_TYPE_CHARS} characters"
+        )));
+    }
     Ok(Checked {
         event_id,
         event_type,

@@ -1,5 +1,5 @@
 //! Any HMAC-SHA256 signer: `X-Signature: [sha256=]<hex>` over the raw body; the id comes from
-//! `X-Event-Id`, else the body's `event_id`.
+//! the body's `event_id`, else `X-Event-Id` (the header is not signed: see routes/webhooks.rs).
 
 use super::{
     Headers, SignatureError, Verified, any_match, hmac_hex, keyed, malformed, optional, required,

@@ -180,7 +180,7 @@ impl Scheme {
             Scheme::Stripe => "the body's `id` field",
             Scheme::Github => "the `X-GitHub-Delivery` header",
             Scheme::Shopify => "the `X-Shopify-Webhook-Id` header",
-            Scheme::HmacSha256 => "the `X-Event-Id` header or the body's `event_id` field",
+            Scheme::HmacSha256 => "the body's `event_id` field, else the `X-Event-Id` header",
         }
     }
 

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::{HttpTarget, Kind, Route, Subscription, implicit};
-use crate::config::{ConfigError, ConsumerSettings, Settings};
+use crate::config::{ConfigError, ConsumerSettings, MIN_TOKEN_LEN, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::signature::Secret;
 
@@ -52,8 +52,6 @@ impl OneOrMany {
 const MAX_CONCURRENCY: usize = 1024;
 const DEFAULT_CONCURRENCY: usize = 8;
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
-/// The shortest `token` of a `pull` subscription.
-const MIN_TOKEN_LEN: usize = 16;
 
 fn invalid(i: usize, field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {

@@ -243,7 +243,7 @@ async fn serve_on_a_port_in_use_fails_before_creating_the_database() {
     std::fs::write(
         dir.path().join("p.toml"),
         format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"sqlite://p.db\"\nadmin_token = \"t\"\n"
+            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"sqlite://p.db\"\nadmin_token = \"port-taken-test-token\"\n"
         ),
     )
     .unwrap();

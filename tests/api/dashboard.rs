@@ -82,6 +82,13 @@ async fn deliver(seeded: &Seeded, event_id: &str, body: &str) {
 }
 
 pub async fn sign_in(c: &Client, token: &str) {
+    // The button is enabled once main.js has taken the form over.
+    wait_until(
+        c,
+        "const b = document.querySelector('#login-form button[type=submit]'); return !!b && !b.disabled;",
+        "the sign-in form to be ready",
+    )
+    .await;
     type_into(c, "input[name=token]", token).await;
     click(c, "#login-form button[type=submit]").await;
 }

@@ -410,7 +410,7 @@ fn consumers_on_an_unwritable_database_back_off_exponentially() {
         dir.path(),
         &fs.0,
         &format!(
-            "submission_tokens = [\"t\"]\n[downstream]\nurl = \"http://{closed}/\"\n\
+            "submission_tokens = [\"faults-submit-token\"]\n[downstream]\nurl = \"http://{closed}/\"\n\
              mode = \"at-least-once\"\ntimeout_ms = 1000\n"
         ),
         "workers = 1\nmax_attempts = 1000000\nbackoff_base_ms = 1\nbackoff_max_ms = 2\n",
@@ -418,7 +418,7 @@ fn consumers_on_an_unwritable_database_back_off_exponentially() {
     for _ in 0..20 {
         let created: serde_json::Value = client
             .post(format!("{}/requests", server.base))
-            .bearer_auth("t")
+            .bearer_auth("faults-submit-token")
             .send()
             .unwrap()
             .json()
@@ -426,7 +426,7 @@ fn consumers_on_an_unwritable_database_back_off_exponentially() {
         let id = created["id"].as_str().unwrap();
         let submitted = client
             .post(format!("{}/requests/{id}/submit", server.base))
-            .bearer_auth("t")
+            .bearer_auth("faults-submit-token")
             .send()
             .unwrap();
         assert_eq!(submitted.status().as_u16(), 200);

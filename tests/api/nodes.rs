@@ -40,7 +40,7 @@ secrets = ["{SW_SECRET}"]
 /// Settings to sign with (only the source matters).
 pub fn signing_settings() -> webhook_inbox::config::Settings {
     let text = format!(
-        "admin_token = \"x\"\n[[sources]]\nname = \"shop\"\nscheme = \"standard-webhooks\"\n\
+        "admin_token = \"x-signing-only-token\"\n[[sources]]\nname = \"shop\"\nscheme = \"standard-webhooks\"\n\
          secrets = [\"{SW_SECRET}\"]\n"
     );
     webhook_inbox::config::Settings::from_toml(&text, "t", vec![]).unwrap()

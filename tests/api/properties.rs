@@ -244,6 +244,7 @@ fn config_ish() -> impl Strategy<Value = String> {
         Just("listen = \"127.0.0.1:0\"".to_string()),
         Just("database_url = \"sqlite://x.db\"".to_string()),
         Just("admin_token = \"t\"".to_string()),
+        Just("admin_token = \"a-long-enough-token\"".to_string()),
         Just("[consumers]".to_string()),
         Just("workers = 99999999999999999999".to_string()),
         Just("lease_seconds = -1".to_string()),

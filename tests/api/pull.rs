@@ -468,14 +468,20 @@ async fn each_token_opens_its_own_routes() {
         .post("/subscriptions/orders/pause", Some(PULL_TOKEN), None)
         .await;
     r.assert_error(401, "unauthorized");
-    let r = app
-        .post(
-            "/subscriptions/nobody/claim",
-            Some(PULL_TOKEN),
-            Some(json!({})),
-        )
-        .await;
-    r.assert_error(404, "not_found");
+    // A name nobody subscribed under answers as a wrong token does: which names exist is not
+    // told to whoever has no token for them.
+    for token in [Some(PULL_TOKEN), Some("nope"), None] {
+        for route in ["claim", "ack", "extend"] {
+            let r = app
+                .post(
+                    &format!("/subscriptions/nobody/{route}"),
+                    token,
+                    Some(json!({})),
+                )
+                .await;
+            r.assert_error(401, "unauthorized");
+        }
+    }
     app.stop().await;
 }
 

@@ -8,14 +8,21 @@ use std::net::IpAddr;
 use crate::helpers::*;
 
 /// `shop` takes deliveries from 127.0.0.2 and 192.0.2.0/24 only; 127.0.0.4 and 127.0.0.5 are
-/// trusted proxies.
+/// trusted proxies, which set `X-Forwarded-For` (the default `forwarded_header`).
 async fn guarded_app() -> TestApp {
+    guarded_app_reading("").await
+}
+
+/// [`guarded_app`] with `extra` top-level settings (`forwarded_header = "forwarded"`).
+async fn guarded_app_reading(extra: &str) -> TestApp {
     spawn_app_with(
         |config| {
             *config = config
                 .replacen(
                     "admin_token =",
-                    "trusted_proxies = [\"127.0.0.4\", \"127.0.0.5/32\"]\nadmin_token =",
+                    &format!(
+                        "trusted_proxies = [\"127.0.0.4\", \"127.0.0.5/32\"]\n{extra}\nadmin_token ="
+                    ),
                     1,
                 )
                 .replacen(
@@ -98,7 +105,7 @@ type Case = (
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_sender_is_checked() {
     let app = guarded_app().await;
-    let cases: [Case; 7] = [
+    let cases: [Case; 6] = [
         // Through one trusted proxy: its header names the sender.
         (
             "one-hop",
@@ -126,9 +133,83 @@ async fn behind_a_trusted_proxy_the_forwarded_sender_is_checked() {
             &[("x-forwarded-for", "127.0.0.2, 127.0.0.5")],
             200,
         ),
-        // RFC 7239, preferred over X-Forwarded-For.
+        // A hop the proxy could not name: nobody can say who sent it.
         (
-            "forwarded",
+            "unknown",
+            "127.0.0.4",
+            &[("x-forwarded-for", "unknown")],
+            403,
+        ),
+        // The proxy itself is not an allowed sender.
+        ("proxy-itself", "127.0.0.4", &[], 403),
+    ];
+    for (id, from, headers, status) in cases {
+        let r = send_from(&app, from, id, headers).await;
+        assert_eq!(r.status, status, "{id}: {}", r.body);
+        let stored = app.get(&format!("/events/shop/{id}")).await.status;
+        assert_eq!(stored, if status == 200 { 200 } else { 404 }, "{id}");
+    }
+}
+
+/// The documented nginx sets `X-Forwarded-For` and passes on whatever `Forwarded` the client
+/// wrote: only the header the operator names in `forwarded_header` is read, so a client cannot
+/// name itself through the other one.
+#[tokio::test]
+async fn only_the_header_the_proxy_sets_names_the_sender() {
+    let app = guarded_app().await;
+    let cases: [Case; 3] = [
+        // The client wrote `Forwarded` itself; nginx appended the real peer to X-Forwarded-For.
+        (
+            "xff-spoofed",
+            "127.0.0.4",
+            &[
+                ("forwarded", "for=192.0.2.5"),
+                ("x-forwarded-for", "198.51.100.1"),
+            ],
+            403,
+        ),
+        // nginx always sets X-Forwarded-For; without it the proxy is the sender.
+        (
+            "xff-absent",
+            "127.0.0.4",
+            &[("forwarded", "for=192.0.2.5")],
+            403,
+        ),
+        (
+            "xff-inside",
+            "127.0.0.4",
+            &[
+                ("forwarded", "for=198.51.100.1"),
+                ("x-forwarded-for", "192.0.2.5"),
+            ],
+            200,
+        ),
+    ];
+    for (id, from, headers, status) in cases {
+        let r = send_from(&app, from, id, headers).await;
+        assert_eq!(r.status, status, "{id}: {}", r.body);
+    }
+
+    // A proxy that sets RFC 7239 `Forwarded`: X-Forwarded-For is the client's own.
+    let app = guarded_app_reading("forwarded_header = \"forwarded\"").await;
+    let cases: [Case; 5] = [
+        (
+            "fwd-spoofed",
+            "127.0.0.4",
+            &[
+                ("x-forwarded-for", "192.0.2.5"),
+                ("forwarded", "for=198.51.100.1"),
+            ],
+            403,
+        ),
+        (
+            "fwd-absent",
+            "127.0.0.4",
+            &[("x-forwarded-for", "192.0.2.5")],
+            403,
+        ),
+        (
+            "fwd-inside",
             "127.0.0.5",
             &[
                 ("forwarded", "for=\"192.0.2.77:1234\";proto=https"),
@@ -136,10 +217,19 @@ async fn behind_a_trusted_proxy_the_forwarded_sender_is_checked() {
             ],
             200,
         ),
-        // A hop the proxy could not name: nobody can say who sent it.
-        ("unknown", "127.0.0.4", &[("forwarded", "for=unknown")], 403),
-        // The proxy itself is not an allowed sender.
-        ("proxy-itself", "127.0.0.4", &[], 403),
+        (
+            "fwd-unknown",
+            "127.0.0.4",
+            &[("forwarded", "for=unknown")],
+            403,
+        ),
+        // Still never read from a peer that is not a trusted proxy.
+        (
+            "fwd-untrusted",
+            "127.0.0.3",
+            &[("forwarded", "for=192.0.2.5")],
+            403,
+        ),
     ];
     for (id, from, headers, status) in cases {
         let r = send_from(&app, from, id, headers).await;
@@ -174,5 +264,24 @@ fn a_bad_range_is_refused_at_start_naming_the_key() {
     assert!(
         err.contains("trusted_proxies") && err.contains("proxy.internal"),
         "{err}"
+    );
+    let config = format!("forwarded_header = \"x-real-ip\"\n{}", test_config(&dir));
+    let err = webhook_inbox::config::Settings::from_toml(&config, "t", vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("forwarded_header") && err.contains("x-real-ip"),
+        "{err}"
+    );
+    let env = vec![(
+        "WEBHOOK_INBOX_FORWARDED_HEADER".to_string(),
+        "forwarded".to_string(),
+    )];
+    let settings =
+        webhook_inbox::config::Settings::from_toml(&test_config(&dir), "t", env).unwrap();
+    let settings = format!("{settings:?}");
+    assert!(
+        settings.contains("forwarded_header: Forwarded"),
+        "{settings}"
     );
 }

@@ -73,8 +73,12 @@ function tryForm(path, method, op) {
     for (const input of form.querySelectorAll('input')) {
       if (!input.value) continue;
       const where = input.getAttribute('data-in');
-      if (where === 'path') url = url.replace(`{${input.name}}`, encodeURIComponent(input.value));
-      else if (where === 'query') query.set(input.name, input.value);
+      if (where === 'path') {
+        try { url = url.replace(`{${input.name}}`, segment(input.value)); } catch (err) {
+          result.textContent = err.message;
+          return;
+        }
+      } else if (where === 'query') query.set(input.name, input.value);
       else if (where === 'header') headers[input.name] = input.value;
     }
     const token = sessionStorage.getItem(KEY);
@@ -91,6 +95,14 @@ function tryForm(path, method, op) {
     }
   });
   return form;
+}
+
+/** One path segment. A browser drops a segment `.` or `..` (escaped as `%2E` too) before the
+ * request leaves, which would send the call to another route: such a value is refused, as the
+ * dashboard's api.js does. */
+function segment(text) {
+  if (/^\.+$/.test(text)) throw new Error(`"${text}" is made only of dots and cannot be a path segment`);
+  return encodeURIComponent(text);
 }
 
 function operation(doc, { path, method, op, label }) {

@@ -48,9 +48,25 @@ export async function api(path, { method = 'GET', body, tokenOverride } = {}) {
   return data;
 }
 
+/**
+ * One path segment of an API call, for any text. A segment `.` or `..` is normalised away by
+ * the browser before the request leaves (`/events/shop/../retry` is `POST /events/retry`, the
+ * bulk retry), and so are `%2E` and `%2E%2E`: no escaping keeps them. The server refuses such
+ * ids at ingest; one stored before that cannot be addressed from here, and is refused rather
+ * than turned into another route. Every API path the dashboard builds from data goes through
+ * here. (Links within the page are `#` fragments, which no browser normalises.)
+ */
+export function segment(text) {
+  if (/^\.+$/.test(text)) {
+    throw new ApiError(0, 'unaddressable',
+      `"${text}" is made only of dots: a browser would drop it from the URL. Use the CLI for it.`);
+  }
+  return encodeURIComponent(text);
+}
+
 /** `/events/{source}/{event_id}` with both parts escaped. */
 export function eventPath(source, eventId) {
-  return `/events/${encodeURIComponent(source)}/${encodeURIComponent(eventId)}`;
+  return `/events/${segment(source)}/${segment(eventId)}`;
 }
 
 /** A query string from the filled-in fields only. */

@@ -4,7 +4,7 @@
 // (`#rejected?reason=invalid_signature`), each row opening onto its headers and body digest.
 // Everything in a refusal came from whoever sent it: it only ever becomes text.
 
-import { api, query } from './api.js';
+import { api, query, segment } from './api.js';
 import { h, $, clear, time, say, statusBadge, localInput, utcOf, clipped } from './dom.js';
 
 function table(caption, heads, rows) {
@@ -21,7 +21,7 @@ async function lookUpLoyalty(e) {
   const out = $('loyalty-result');
   if (!customer) return;
   try {
-    const a = await api(`/loyalty/${encodeURIComponent(customer)}`);
+    const a = await api(`/loyalty/${segment(customer)}`);
     clear(out,
       h('p', { class: 'big' }, 'Customer ', h('span', { class: 'mono', text: a.customer_id }),
         `: ${a.balance} point${a.balance === 1 ? '' : 's'}`),
@@ -40,7 +40,7 @@ export async function showRequest(id) {
   const out = $('request-result');
   $('request-id').value = id;
   try {
-    const r = await api(`/requests/${encodeURIComponent(id)}`);
+    const r = await api(`/requests/${segment(id)}`);
     const ev = r.event;
     clear(out,
       h('h2', {}, 'Request ', h('span', { class: 'mono', text: r.id })),

@@ -103,6 +103,8 @@ async function signIn(e) {
 
 whenUnauthorized(() => signOut('The server refused the token (it may have changed). Sign in again.'));
 $('login-form').addEventListener('submit', signIn);
+// Only now may the form be submitted: before, Enter would have sent it without this handler.
+$('login-form').querySelector('button[type=submit]').disabled = false;
 $('logout').addEventListener('click', () => { signOut(); history.replaceState(null, '', '#'); });
 window.addEventListener('hashchange', route);
 overview.setup();

@@ -3,7 +3,7 @@
 // holds, the keys held by a failed event, each linked to that event (Retry or Skip it there).
 // Names, routes and keys come from the server; they only ever become text.
 
-import { api } from './api.js';
+import { api, segment } from './api.js';
 import { h, $, clear, say, age, confirmDialog } from './dom.js';
 
 function routeText(route) {
@@ -56,7 +56,7 @@ function toggle(sub) {
     }
     b.disabled = true;
     try {
-      const updated = await api(`/subscriptions/${encodeURIComponent(sub.name)}/${label.toLowerCase()}`,
+      const updated = await api(`/subscriptions/${segment(sub.name)}/${label.toLowerCase()}`,
         { method: 'POST' });
       await show(`${updated.name} is now ${updated.state}.`);
     } catch (e) {
@@ -93,7 +93,7 @@ export async function show(message) {
     for (const sub of subscriptions) {
       rows.push(row(sub));
       if (sub.on_failure === 'hold' && sub.state !== 'removed') {
-        const { held_keys: held } = await api(`/subscriptions/${encodeURIComponent(sub.name)}`);
+        const { held_keys: held } = await api(`/subscriptions/${segment(sub.name)}`);
         if (held?.length) rows.push(heldRow(sub, held));
       }
     }

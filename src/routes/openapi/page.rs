@@ -57,7 +57,7 @@ pub(super) async fn docs(path: web::Path<String>) -> Result<HttpResponse, ApiErr
     let (_, media_type, body) = ASSETS
         .iter()
         .find(|(n, _, _)| *n == name)
-        .ok_or_else(|| ApiError::NotFound(format!("no reference file `{name}`")))?;
+        .ok_or_else(|| ApiError::NotFound("no such reference file".into()))?;
     Ok(secured(HttpResponse::Ok())
         .content_type(*media_type)
         .insert_header((header::CACHE_CONTROL, "no-cache"))

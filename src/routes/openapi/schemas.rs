@@ -26,6 +26,8 @@ pub enum ErrorCode {
     MissingSignature,
     TimestampOutOfTolerance,
     MissingEventId,
+    InvalidEventId,
+    InvalidEventType,
     InvalidJson,
     InvalidRequest,
     PayloadMismatch,

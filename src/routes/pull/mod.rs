@@ -22,16 +22,15 @@ const MAX_ERROR_LEN: usize = 4_096;
 /// Requests are small: tokens and numbers.
 const BODY_LIMIT: usize = 1 << 20;
 
-/// The named pull subscription, if the request carries its token.
-fn puller(req: &HttpRequest, state: &AppState, name: &str) -> Result<Arc<Puller>, ApiError> {
-    let puller = state
-        .pullers
-        .iter()
-        .find(|p| p.sub.name == name)
-        .ok_or_else(|| ApiError::NotFound(format!("no pull subscription is named `{name}`")))?;
-    match crate::routes::auth::bearer(req) {
-        Some(token) if puller.authorizes(token) => Ok(Arc::clone(puller)),
-        _ => Err(ApiError::Unauthorized),
+/// The named pull subscription, if the request carries its token. A name no pull
+/// subscription has answers 401 like a wrong token: which names exist is told to no one
+/// before a token is checked.
+async fn puller(req: &HttpRequest, state: &AppState, name: &str) -> Result<Arc<Puller>, ApiError> {
+    let token = crate::routes::auth::bearer(req);
+    let found = state.pullers.iter().find(|p| p.sub.name == name);
+    match (found, token) {
+        (Some(puller), Some(token)) if puller.authorizes(token) => Ok(Arc::clone(puller)),
+        _ => Err(crate::routes::auth::refused(token.is_some()).await),
     }
 }
 
@@ -46,7 +45,7 @@ async fn read<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
     state: &AppState,
 ) -> Result<(Arc<Puller>, T), ApiError> {
-    let puller = puller(req, state, name)?;
+    let puller = puller(req, state, name).await?;
     let body = crate::routes::body::read_limited(req, payload, BODY_LIMIT).await?;
     Ok((puller, crate::routes::body::parse_json(&body)?))
 }
@@ -76,7 +75,6 @@ fn check_lease(lease_ms: i64) -> Result<(), ApiError> {
     responses(
         (status = 200, description = "The claims, possibly none", body = Claims),
         (status = 400, description = "`invalid_json`", body = ErrorBody),
-        (status = 404, description = "`not_found`: no pull subscription has that name", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: a field out of range, named", body = ErrorBody),
     ))]
@@ -203,7 +201,6 @@ fn check_count(field: &str, n: usize) -> Result<(), ApiError> {
     responses(
         (status = 200, description = "One result per entry, in order", body = AckResults),
         (status = 400, description = "`invalid_json`", body = ErrorBody),
-        (status = 404, description = "`not_found`: no pull subscription has that name", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: a field out of range or a token never issued, named; nothing changed", body = ErrorBody),
     ))]
@@ -315,7 +312,6 @@ pub async fn ack(
     responses(
         (status = 200, description = "One result per token, in order", body = ExtendResults),
         (status = 400, description = "`invalid_json`", body = ErrorBody),
-        (status = 404, description = "`not_found`: no pull subscription has that name", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_request`: a field out of range or a token never issued, named; nothing changed", body = ErrorBody),
     ))]
