@@ -10,6 +10,9 @@ ALTER TABLE subscriptions
     ADD COLUMN backoff_max_ms bigint NOT NULL DEFAULT 3600000,
     ADD COLUMN origin text NOT NULL DEFAULT 'config' CHECK (origin IN ('config', 'api', 'session'));
 
+-- The implicit `downstream`: at most once unless a node's config says otherwise.
+UPDATE subscriptions SET mode = 'at-most-once' WHERE kind = 'downstream';
+
 CREATE TABLE subscription_registry (
     id      bigint NOT NULL PRIMARY KEY CHECK (id = 0),
     version bigint NOT NULL

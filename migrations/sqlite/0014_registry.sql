@@ -13,6 +13,10 @@ ALTER TABLE subscriptions ADD COLUMN backoff_max_ms INTEGER NOT NULL DEFAULT 360
 ALTER TABLE subscriptions ADD COLUMN origin TEXT NOT NULL DEFAULT 'config'
     CHECK (origin = 'config' OR origin = 'api' OR origin = 'session');
 
+-- The implicit `downstream` calls a system that may not honour idempotency keys: at most once
+-- unless a node's config says otherwise (it applies its own when it starts).
+UPDATE subscriptions SET mode = 'at-most-once' WHERE kind = 'downstream';
+
 CREATE TABLE subscription_registry (
     id      INTEGER PRIMARY KEY CHECK (id = 0),
     -- Moved on by every change of a subscription's route, rules or life.

@@ -204,6 +204,14 @@ impl Harness {
             backoff_base_ms: 1,
             backoff_max_ms: 4,
         };
+        // The implicit subscriptions with these rules in the registry, as `serve` applies
+        // its config before its consumer reads them.
+        store
+            .sync_subscriptions(
+                &webhook_inbox::subscriptions::implicit_with(&settings, mode),
+                webhook_inbox::domain::time::now_ms(),
+            )
+            .unwrap();
         let consumer = Arc::new(Consumer::new(
             store.clone(),
             Arc::new(registry),
