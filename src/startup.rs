@@ -136,7 +136,15 @@ impl Application {
         let mut subscriptions = crate::subscriptions::from_settings(&settings)?;
         for sub in &mut subscriptions {
             if let Some(target) = sub.http.as_mut().filter(|t| t.signing_secrets.is_empty()) {
-                let (secret, path) = crate::config::subscription_secret(&settings, &sub.name)?;
+                let (secret, path) =
+                    crate::config::subscription_secret(&settings, &sub.name, |candidate| {
+                        Ok(store.shared_secret(
+                            &sub.name,
+                            "signing",
+                            candidate,
+                            crate::domain::time::now_ms(),
+                        )?)
+                    })?;
                 tracing::info!(
                     subscription = %sub.name,
                     file = %path.display(),
@@ -145,7 +153,15 @@ impl Application {
                 target.signing_secrets.push(secret);
             }
             if sub.kind == crate::subscriptions::Kind::Pull && sub.token.is_none() {
-                let (token, path) = crate::config::subscription_token(&settings, &sub.name)?;
+                let (token, path) =
+                    crate::config::subscription_token(&settings, &sub.name, |candidate| {
+                        Ok(store.shared_secret(
+                            &sub.name,
+                            "token",
+                            candidate,
+                            crate::domain::time::now_ms(),
+                        )?)
+                    })?;
                 tracing::info!(
                     subscription = %sub.name,
                     file = %path.display(),

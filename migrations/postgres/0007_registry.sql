@@ -19,6 +19,16 @@ CREATE TABLE subscription_registry (
 );
 INSERT INTO subscription_registry (id, version) VALUES (0, 1);
 
+-- Secrets a node generates for a subscription that names none: made once, shared by every
+-- node (see SQLite's migration 0014).
+CREATE TABLE subscription_secrets (
+    name       text   NOT NULL,
+    purpose    text   NOT NULL CHECK (purpose IN ('signing', 'token')),
+    value      text   NOT NULL,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (name, purpose)
+);
+
 CREATE TABLE nodes (
     name          text   NOT NULL PRIMARY KEY,
     subscriptions text   NOT NULL,

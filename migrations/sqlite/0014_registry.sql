@@ -26,6 +26,18 @@ INSERT INTO subscription_registry (id, version) VALUES (0, 1);
 
 -- The nodes that share this database, each with the subscriptions its config names (a JSON
 -- list) and when it was last seen (a heartbeat; a node that stops cleanly deletes its row).
+-- Secrets a node generates for a subscription that names none (an `http` subscription's
+-- signing secret, a `pull` subscription's token): made once, here, and shared by every node,
+-- so that nodes with the same config sign alike. The first node to start after this version
+-- brings the one in its data folder, if it has one.
+CREATE TABLE subscription_secrets (
+    name       TEXT    NOT NULL,
+    purpose    TEXT    NOT NULL CHECK (purpose = 'signing' OR purpose = 'token'),
+    value      TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (name, purpose)
+);
+
 CREATE TABLE nodes (
     name          TEXT    PRIMARY KEY,
     subscriptions TEXT    NOT NULL,

@@ -84,22 +84,70 @@ pub fn ensure_admin_token(settings: &mut Settings) -> anyhow::Result<Option<Path
     Ok(Some(path))
 }
 
-/// The signing secret of an `http` subscription that names none: generated once, kept in
-/// `<data dir>/subscription-<name>-secret` (its receiver is configured with it).
-pub fn subscription_secret(settings: &Settings, name: &str) -> anyhow::Result<(Secret, PathBuf)> {
+/// The signing secret of an `http` subscription that names none: generated once and shared
+/// by every node through the store (`share`: offered a candidate, it answers the one kept),
+/// and kept in `<data dir>/subscription-<name>-secret` too (its receiver is configured with
+/// it). The file's secret, when there is one, is the candidate: a single node's secret
+/// survives the upgrade to a shared one.
+pub fn subscription_secret(
+    settings: &Settings,
+    name: &str,
+    share: impl FnOnce(&str) -> anyhow::Result<String>,
+) -> anyhow::Result<(Secret, PathBuf)> {
     let path = crate::subscriptions::HttpTarget::secret_file(&data_dir(settings), name);
-    let secret = kept_secret(&path, || {
+    let secret = shared_file(&path, share, || {
         format!("whsec_{}", STANDARD.encode(random_bytes::<32>()))
     })?;
     Ok((secret, path))
 }
 
-/// The bearer token of a `pull` subscription that names none: generated once, kept in
-/// `<data dir>/subscription-<name>-token` (its clients are given it).
-pub fn subscription_token(settings: &Settings, name: &str) -> anyhow::Result<(Secret, PathBuf)> {
+/// The bearer token of a `pull` subscription that names none: generated once, shared by every
+/// node through the store, and kept in `<data dir>/subscription-<name>-token` (its clients are
+/// given it), as [`subscription_secret`].
+pub fn subscription_token(
+    settings: &Settings,
+    name: &str,
+    share: impl FnOnce(&str) -> anyhow::Result<String>,
+) -> anyhow::Result<(Secret, PathBuf)> {
     let path = crate::subscriptions::token_file(&data_dir(settings), name);
-    let token = kept_secret(&path, || hex::encode(random_bytes::<24>()))?;
+    let token = shared_file(&path, share, || hex::encode(random_bytes::<24>()))?;
     Ok((token, path))
+}
+
+/// The value the store keeps (the file's, or a new one, offered as the candidate), written to
+/// the file when the file held none or another.
+fn shared_file(
+    path: &Path,
+    share: impl FnOnce(&str) -> anyhow::Result<String>,
+    generate: impl FnOnce() -> String,
+) -> anyhow::Result<Secret> {
+    let candidate = kept_secret(path, generate)?;
+    let shared = share(candidate.expose())?;
+    if shared != candidate.expose() {
+        replace_secret(path, &shared)?;
+    }
+    Ok(Secret::new(shared))
+}
+
+/// Put `value` at `path` in one step (a private draft renamed over it, mode 0600).
+fn replace_secret(path: &Path, value: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let mut draft = path.as_os_str().to_owned();
+    draft.push(format!(".{}.new", hex::encode(random_bytes::<8>())));
+    let draft = PathBuf::from(draft);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(&draft).and_then(|mut file| {
+        writeln!(file, "{value}")?;
+        file.sync_all()
+    });
+    let renamed = written.and_then(|()| std::fs::rename(&draft, path));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&draft);
+    }
+    renamed.with_context(|| format!("writing {}", path.display()))
 }
 
 /// Add the `demo` source with its kept secret.

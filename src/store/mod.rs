@@ -77,6 +77,16 @@ pub trait Store: Send + Sync + 'static {
     fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()>;
     /// This node stops: its config keeps no subscription alive any more.
     fn node_gone(&self, node: &str) -> StoreResult<()>;
+    /// The generated secret of subscription `name` for `purpose` (`signing` or `token`) that
+    /// every node shares: `candidate` if none was kept yet (it is kept then), else the one kept
+    /// first, whichever node made it.
+    fn shared_secret(
+        &self,
+        name: &str,
+        purpose: &str,
+        candidate: &str,
+        now: i64,
+    ) -> StoreResult<String>;
     /// The subscriptions not removed, as `(id, name)`.
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>>;
     /// The live subscriptions with their kinds and rules, as the registry holds them now (the

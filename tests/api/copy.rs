@@ -46,7 +46,8 @@ fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
                AND name <> 'schema_migrations' AND name <> 'queue_cursors'
                AND name NOT IN ('loyalty_customer_credits', 'loyalty_unlisted_credits',
-                                'copy_in_progress', 'nodes', 'subscription_registry')
+                                'copy_in_progress', 'nodes', 'subscription_registry',
+                                'subscription_secrets')
              ORDER BY name",
         )
         .unwrap()

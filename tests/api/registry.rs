@@ -215,3 +215,54 @@ fn the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks(k
         "abandoned, by other's own at-most-once rule"
     );
 }
+
+/// Two nodes with one config, each in its own folder (its own `data/`), on one PostgreSQL
+/// database: the signing secret of an `http` subscription that names none and the token of
+/// such a `pull` one are made once and shared, so that the user's endpoint verifies either
+/// node's calls; each node keeps the shared one in its own file too (`listen` reads it there).
+/// Seen failing before the secrets were kept in the database: each node had its own.
+#[test]
+fn postgres_two_nodes_with_one_config_share_the_generated_secrets() {
+    use crate::process::{ServerProcess, free_port};
+    if !crate::pgdb::available() {
+        return;
+    }
+    let db = crate::pgdb::PgDatabase::create();
+    let extra = r#"
+[[subscriptions]]
+name = "billing"
+kind = "http"
+url = "http://127.0.0.1:9/hooks"
+
+[[subscriptions]]
+name = "worker"
+kind = "pull"
+"#;
+    let folders = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut nodes: Vec<ServerProcess> = folders
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let port = free_port();
+            let config =
+                crate::nodes::node_config(dir.path(), &format!("n{i}"), port, &db.url, extra);
+            ServerProcess::start(dir.path(), &config, port, &format!("n{i}.log"))
+        })
+        .collect();
+    for file in ["subscription-billing-secret", "subscription-worker-token"] {
+        let kept: Vec<String> = folders
+            .iter()
+            .map(|dir| std::fs::read_to_string(dir.path().join("data").join(file)).unwrap())
+            .collect();
+        assert!(!kept[0].trim().is_empty());
+        assert_eq!(kept[0], kept[1], "{file}: each node made its own");
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM subscription_secrets"),
+        2,
+        "one of each, in the database"
+    );
+    for node in &mut nodes {
+        node.terminate(std::time::Duration::from_secs(20));
+    }
+}

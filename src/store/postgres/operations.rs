@@ -171,6 +171,28 @@ impl Store for PostgresStore {
         })
     }
 
+    fn shared_secret(
+        &self,
+        name: &str,
+        purpose: &str,
+        candidate: &str,
+        now: i64,
+    ) -> StoreResult<String> {
+        self.tx(|db| {
+            db.execute(
+                "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (name, purpose) DO NOTHING",
+                &[&name, &purpose, &candidate, &now],
+            )?;
+            Ok(db
+                .query_one(
+                    "SELECT value FROM subscription_secrets WHERE name = $1 AND purpose = $2",
+                    &[&name, &purpose],
+                )?
+                .try_get(0)?)
+        })
+    }
+
     fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
         Ok(self.fresh_routes()?.live.clone())
     }

@@ -237,6 +237,8 @@ pub(super) const DERIVED: &[&str] = &[
     // The registry's version and the nodes sharing a database are the target's own.
     "subscription_registry",
     "nodes",
+    // Generated secrets: a node with the same config shares its own again at start.
+    "subscription_secrets",
     "loyalty_customer_credits",
     "loyalty_unlisted_credits",
 ];

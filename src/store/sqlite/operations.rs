@@ -158,6 +158,27 @@ impl Store for SqliteStore {
         })
     }
 
+    fn shared_secret(
+        &self,
+        name: &str,
+        purpose: &str,
+        candidate: &str,
+        now: i64,
+    ) -> StoreResult<String> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name, purpose) DO NOTHING",
+                rusqlite::params![name, purpose, candidate, now],
+            )?;
+            Ok(tx.query_row(
+                "SELECT value FROM subscription_secrets WHERE name = ?1 AND purpose = ?2",
+                rusqlite::params![name, purpose],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
     fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
         Ok(self.fresh_routes()?.live.clone())
     }
