@@ -32,6 +32,15 @@ pub struct SubscriptionView {
     /// When it was added: it takes the events stored after that (older ones by a backfill).
     #[schema(format = DateTime)]
     created_at: String,
+    /// Where it came from: `config` (a node's config file), `api`, `session` (`listen`).
+    origin: String,
+    /// The live nodes whose config names it. A node restarted with a config that no longer
+    /// names it removes it only once no live node's config does: a config that differs
+    /// between nodes shows here, and is not acted on.
+    declared_by: Vec<String>,
+    /// The rules every node decides its claims by, from the registry.
+    mode: &'static str,
+    max_attempts: u32,
     /// Ordering per key: the JSON pointer of the key, and what a failed event does (`hold`:
     /// its key waits; `skip`: its key goes on). Absent for an unordered subscription.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -117,6 +126,10 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         lag: s.counts.pending + s.counts.claimed,
         oldest_pending_seconds: s.counts.lag_seconds(now),
         created_at: rfc3339(s.created_at),
+        origin: s.origin.clone(),
+        declared_by: s.declared_by.clone(),
+        mode: s.mode.as_str(),
+        max_attempts: s.max_attempts,
         ordered_by: None,
         on_failure: None,
         held_keys: None,

@@ -189,6 +189,13 @@ pub struct SubscriptionInfo {
     pub created_at: i64,
     /// While its circuit breaker is open (`probing`), when the next probe may start.
     pub probe_at: Option<i64>,
+    /// Where it came from: `config`, `api`, `session`.
+    pub origin: String,
+    /// The live nodes whose config names it (see `store::registry`).
+    pub declared_by: Vec<String>,
+    /// The rules every node decides its claims by.
+    pub mode: crate::domain::DeliveryMode,
+    pub max_attempts: u32,
 }
 
 #[derive(Debug, Clone)]

@@ -112,6 +112,15 @@ fn a_node_restarted_with_an_older_config_removes_nothing_another_live_node_names
             .collect()
     };
     assert_eq!(live(&b), ["base", "late"], "A's config still names late");
+    // The drift shows: which live nodes' configs name each.
+    let listed = b.subscriptions(false).unwrap();
+    let declared = |name: &str| -> Vec<String> {
+        let info = listed.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(info.origin, "config");
+        info.declared_by.clone()
+    };
+    assert_eq!(declared("late"), ["a"]);
+    assert_eq!(declared("base"), ["a", "b"]);
     // A's record ages out: a node not seen for the TTL holds nothing.
     a.node_seen(
         "a",

@@ -418,8 +418,13 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
                     (SELECT count(*) FROM event_state WHERE status = 'failed' AND sub = u.id),
                     (SELECT min(next_attempt_at) FROM event_state
                       WHERE status = 'pending' AND sub = u.id),
-                    u.probe_at
-               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id"
+                    u.probe_at, u.origin, u.mode, u.max_attempts,
+                    array(SELECT n.name FROM nodes n,
+                                 json_array_elements_text(n.subscriptions::json) j
+                           WHERE j = u.name AND n.seen_at >= {NOW_MS} - {ttl} ORDER BY n.name)
+               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id",
+            NOW_MS = super::NOW_MS,
+            ttl = registry::NODE_TTL_MS
         ),
         &[],
     )?;
@@ -453,6 +458,11 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
                 removed,
                 created_at: r.try_get(7)?,
                 probe_at: r.try_get(14)?,
+                origin: r.try_get(15)?,
+                mode: crate::domain::DeliveryMode::parse(r.try_get(16)?)
+                    .unwrap_or(crate::domain::DeliveryMode::AtLeastOnce),
+                max_attempts: u32::try_from(r.try_get::<_, i64>(17)?).unwrap_or(0),
+                declared_by: r.try_get(18)?,
                 counts,
             })
         })

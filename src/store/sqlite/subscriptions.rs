@@ -310,8 +310,12 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
                       WHERE status = 'failed' AND sub = u.id),
                     (SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
                       WHERE status = 'pending' AND sub = u.id),
-                    u.probe_at
-               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id"
+                    u.probe_at, u.origin, u.mode, u.max_attempts,
+                    (SELECT json_group_array(n.name) FROM nodes n, json_each(n.subscriptions) j
+                      WHERE j.value = u.name
+                        AND n.seen_at >= CAST(unixepoch('subsec') * 1000 AS INTEGER) - {ttl})
+               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id",
+            ttl = registry::NODE_TTL_MS
         ))?
         .query_map([], |r| {
             Ok((
@@ -323,6 +327,11 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
                     removed: r.get(6)?,
                     created_at: r.get(7)?,
                     probe_at: r.get(14)?,
+                    origin: r.get(15)?,
+                    mode: crate::domain::DeliveryMode::parse(&r.get::<_, String>(16)?)
+                        .unwrap_or(crate::domain::DeliveryMode::AtLeastOnce),
+                    max_attempts: u32::try_from(r.get::<_, i64>(17)?).unwrap_or(0),
+                    declared_by: serde_json::from_str(&r.get::<_, String>(18)?).unwrap_or_default(),
                     counts: StatusCounts {
                         pending: r.get(9)?,
                         claimed: r.get(10)?,
