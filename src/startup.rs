@@ -429,15 +429,17 @@ async fn heartbeat(
         }
         let (store, node) = (Arc::clone(&store), node.clone());
         let beat = tokio::task::spawn_blocking(move || {
-            store.node_seen(
-                &node.name,
-                &node.subscriptions,
-                crate::domain::time::now_ms(),
-            )
+            let now = crate::domain::time::now_ms();
+            store.node_seen(&node.name, &node.subscriptions, now)?;
+            store.prune_subscriptions(now)
         })
         .await;
         match beat {
-            Ok(Ok(())) => {}
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => tracing::info!(
+                removed,
+                "subscriptions no live node's config names any more: removed"
+            ),
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot record this node's heartbeat"),
             Err(e) => tracing::warn!(error = %e, "the heartbeat task failed"),
         }

@@ -46,3 +46,8 @@ UPDATE event_state s
        completed_at = u.removed_at, finished_at = u.removed_at
   FROM subscriptions u
  WHERE u.id = s.sub AND u.removed_at IS NOT NULL AND s.status IN ('pending', 'claimed');
+
+-- Ordering per key: a claim takes an event of a key only while none of the key is in flight
+-- (`routes::Ordered::may_claim_sql`), a probe of this small index of claimed keyed states.
+CREATE INDEX events_in_flight ON event_state (sub, order_key)
+    WHERE status = 'claimed' AND order_key IS NOT NULL;

@@ -24,8 +24,6 @@ CREATE TABLE subscription_registry (
 );
 INSERT INTO subscription_registry (id, version) VALUES (0, 1);
 
--- The nodes that share this database, each with the subscriptions its config names (a JSON
--- list) and when it was last seen (a heartbeat; a node that stops cleanly deletes its row).
 -- Secrets a node generates for a subscription that names none (an `http` subscription's
 -- signing secret, a `pull` subscription's token): made once, here, and shared by every node,
 -- so that nodes with the same config sign alike. The first node to start after this version
@@ -38,6 +36,8 @@ CREATE TABLE subscription_secrets (
     PRIMARY KEY (name, purpose)
 );
 
+-- The nodes that share this database, each with the subscriptions its config names (a JSON
+-- list) and when it was last seen (a heartbeat; a node that stops cleanly deletes its row).
 CREATE TABLE nodes (
     name          TEXT    PRIMARY KEY,
     subscriptions TEXT    NOT NULL,
@@ -59,3 +59,8 @@ UPDATE event_state
        finished_at = (SELECT u.removed_at FROM subscriptions u WHERE u.id = event_state.sub)
  WHERE status IN ('pending', 'claimed')
    AND sub IN (SELECT id FROM subscriptions WHERE removed_at IS NOT NULL);
+
+-- Ordering per key: a claim takes an event of a key only while none of the key is in flight
+-- (`routes::Ordered::may_claim_sql`), a probe of this small index of claimed keyed states.
+CREATE INDEX events_in_flight ON event_state (sub, order_key)
+    WHERE status = 'claimed' AND order_key IS NOT NULL;

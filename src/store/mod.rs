@@ -77,6 +77,10 @@ pub trait Store: Send + Sync + 'static {
     fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()>;
     /// This node stops: its config keeps no subscription alive any more.
     fn node_gone(&self, node: &str) -> StoreResult<()>;
+    /// Remove the subscriptions from configs that no live node's config names any more (the
+    /// last node that named one stopped or crashed), finishing their work; how many. Each
+    /// node's heartbeat runs it.
+    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize>;
     /// The generated secret of subscription `name` for `purpose` (`signing` or `token`) that
     /// every node shares: `candidate` if none was kept yet (it is kept then), else the one kept
     /// first, whichever node made it.

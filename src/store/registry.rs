@@ -11,32 +11,20 @@
 
 use std::time::Duration;
 
-/// How often a serving node says it is alive.
+/// How often a serving node says it is alive (and removes the subscriptions that no live
+/// node's config names any more: a node that stopped or crashed was the last one).
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// A node not seen for this long is gone: its config no longer keeps subscriptions alive.
-pub const NODE_TTL_MS: i64 = 3 * HEARTBEAT.as_millis() as i64;
+/// Twelve heartbeats: a database that stalls for a while (a failover) does not make every
+/// node look gone. The PostgreSQL store compares it with the database's own clock.
+pub const NODE_TTL_MS: i64 = 12 * HEARTBEAT.as_millis() as i64;
 
 /// The error a removal writes on an attempt it ends (a claim that was in flight).
 pub const REMOVED_ERROR: &str = "the subscription was removed";
 
-/// The statements that finish what a removed subscription left (outcome `removed`), each with
-/// the placeholders `{sub}` and `{now}` for the dialect's own.
-pub fn finish_removed_sql(sub: &str, now: &str) -> [String; 2] {
-    [
-        format!(
-            "UPDATE event_attempts SET finished_at = {now}, result = 'permanent_error',
-                    error = '{REMOVED_ERROR}'
-              WHERE finished_at IS NULL AND sub = {sub}
-                AND event_seq IN (SELECT seq FROM event_state
-                                   WHERE sub = {sub} AND status = 'claimed')"
-        ),
-        format!(
-            "UPDATE event_state
-                SET status = 'completed', outcome = 'removed', next_attempt_at = NULL,
-                    claimed_until = NULL, claimed_by = NULL, claim_token = NULL,
-                    completed_at = {now}, finished_at = {now}
-              WHERE sub = {sub} AND status IN ('pending', 'claimed')"
-        ),
-    ]
-}
+/// The SET list that finishes a removed subscription's state, `{now}` the dialect's
+/// placeholder for the time.
+pub const FINISHED_SET: &str = "status = 'completed', outcome = 'removed', next_attempt_at = NULL,
+    claimed_until = NULL, claimed_by = NULL, claim_token = NULL, completed_at = {now},
+    finished_at = {now}";

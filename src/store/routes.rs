@@ -85,11 +85,19 @@ impl Ordered {
                 "e.status <> 'completed' AND e.status <> 'failed'"
             }
         };
+        // And none of its key in flight, earlier or later: a later one is in flight only when
+        // the earlier one came back after it was claimed (a forced retry, a backfill, a retry
+        // that raced a fan-out), and two of a key must never run at once. A probe of the small
+        // `events_in_flight` index (migrations sqlite 0014, postgres 0007).
         format!(
-            "(s.order_key IS NULL OR NOT EXISTS (
+            "(s.order_key IS NULL OR (NOT EXISTS (
                 SELECT 1 FROM event_state e {indexed}
                  WHERE e.sub = s.sub AND e.order_key = s.order_key AND e.order_key IS NOT NULL
-                   AND e.seq < s.seq AND {unfinished}))"
+                   AND e.seq < s.seq AND {unfinished})
+              AND NOT EXISTS (
+                SELECT 1 FROM event_state c
+                 WHERE c.sub = s.sub AND c.order_key = s.order_key AND c.order_key IS NOT NULL
+                   AND c.status = 'claimed')))"
         )
     }
 }

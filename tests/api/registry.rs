@@ -83,7 +83,8 @@ fn a_node_whose_config_lacks_a_subscription_fans_out_to_it(kind: StoreKind) {
             .is_empty()
     );
     start(&b, "b", &[&base, &late]);
-    store_events(&a, 5);
+    // Stored through B: A's first look at the registry since B's change is its claim's.
+    store_events(&b, 5);
     assert_eq!(claim_lane(&a, 5), 5, "base's");
     assert_eq!(
         states_of(&db, "late", "s.status = 'pending'"),
@@ -186,14 +187,16 @@ fn removing_a_subscription_finishes_what_it_left(kind: StoreKind) {
     assert!(matches!(finished[..], [Finished::LeaseLost]));
 }
 
-/// A subscription the registry holds as at-most-once, which this node's config does not
-/// name: a claim of it whose lease runs out is abandoned by this node's sweeper (failed, for
-/// ops), never handed out again. Seen failing (both stores) with the consumer's rules taken
-/// from its own config: the default rule put it back to pending, a second delivery.
+/// A subscription whose registry rule this node's config does not give it (at least once,
+/// one attempt): a claim of it whose lease runs out is failed by this node's sweeper by that
+/// rule (its budget spent: failed, not abandoned). Seen failing (both stores) with the
+/// consumer's rules taken from its own config (the default rule put it back to pending, a
+/// second delivery) and with the registry's rules not read (the fallback abandoned it).
 fn the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks(kind: StoreKind) {
     let h = Harness::on(kind, 5, 30);
     let other = Subscription {
-        mode: DeliveryMode::AtMostOnce,
+        mode: DeliveryMode::AtLeastOnce,
+        max_attempts: 1,
         route: Route {
             sources: Some(vec!["shop".into()]),
             ..Route::default()
@@ -219,9 +222,13 @@ fn the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks(k
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(h.consumer.sweep().unwrap(), 1);
     assert_eq!(
-        states_of(&h.db, "other", "s.status = 'failed' AND s.abandoned = true"),
+        states_of(
+            &h.db,
+            "other",
+            "s.status = 'failed' AND s.abandoned = false"
+        ),
         1,
-        "abandoned, by other's own at-most-once rule"
+        "failed by other's own rule: at least once, its one attempt spent"
     );
 }
 

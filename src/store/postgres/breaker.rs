@@ -7,18 +7,27 @@ use crate::store::{ClaimFor, Gate, StoreResult, SubscriptionClaim};
 
 /// The subscription's gate: its row read plainly, or, when a probe looks due, locked, so that
 /// of several nodes one takes the probe and the others see the next probe moved past its lease.
-fn gate(db: &mut Db<'_>, sub: i64, lock: bool, now: i64) -> StoreResult<Gate> {
+/// With the registry's version, read in the same statement: the claim's routes are checked
+/// against it without a round trip of their own.
+fn gate(db: &mut Db<'_>, sub: i64, lock: bool, now: i64) -> StoreResult<(Gate, i64)> {
     let sql = if lock {
-        "SELECT paused, removed_at IS NOT NULL, probe_at FROM subscriptions WHERE id = $1
-            FOR UPDATE"
+        "SELECT paused, removed_at IS NOT NULL, probe_at,
+                (SELECT version FROM subscription_registry WHERE id = 0)
+           FROM subscriptions WHERE id = $1 FOR UPDATE"
     } else {
-        "SELECT paused, removed_at IS NOT NULL, probe_at FROM subscriptions WHERE id = $1"
+        "SELECT paused, removed_at IS NOT NULL, probe_at,
+                (SELECT version FROM subscription_registry WHERE id = 0)
+           FROM subscriptions WHERE id = $1"
     };
-    let row = match db.query(sql, &[&sub])?.first() {
-        Some(r) => Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)),
-        None => None,
+    let rows = db.query(sql, &[&sub])?;
+    let (row, version) = match rows.first() {
+        Some(r) => (
+            Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)),
+            r.try_get(3)?,
+        ),
+        None => (None, super::subscriptions::registry_version(db)?),
     };
-    Ok(Gate::of(row, now))
+    Ok((Gate::of(row, now), version))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -32,9 +41,9 @@ pub(super) fn claim(
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<SubscriptionClaim> {
-    let mut state = gate(db, sub, false, now)?;
+    let (mut state, mut version) = gate(db, sub, false, now)?;
     if state == Gate::Probe {
-        state = gate(db, sub, true, now)?;
+        (state, version) = gate(db, sub, true, now)?;
     }
     let gate = state;
     let Some(limit) = gate.limit(limit) else {
@@ -44,7 +53,17 @@ pub(super) fn claim(
         });
     };
     let whose = ClaimFor::Subscription(sub);
-    let claims = consume::claim(db, routes, fan_out_to, worker, whose, limit, lease_ms, now)?;
+    let claims = consume::claim(
+        db,
+        routes,
+        Some(version),
+        fan_out_to,
+        worker,
+        whose,
+        limit,
+        lease_ms,
+        now,
+    )?;
     if gate == Gate::Probe && !claims.is_empty() {
         db.execute(
             "UPDATE subscriptions SET probe_at = $2 WHERE id = $1",

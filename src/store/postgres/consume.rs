@@ -170,6 +170,7 @@ pub(super) const IN_PROCESS_CLAIMS_NOW: &str =
 pub(super) fn claim(
     db: &mut Db<'_>,
     cache: &RouteCache,
+    version: Option<i64>,
     fan_out_to: Option<i64>,
     worker: &str,
     whose: ClaimFor,
@@ -192,8 +193,15 @@ pub(super) fn claim(
             let version: i64 = row.try_get(0)?;
             (cache.at(db, version)?, row.try_get(1)?)
         }
-        // A subscription's own claim: its own route and rules are its node's.
-        ClaimFor::Subscription(sub) => (cache.kept(db)?, vec![sub]),
+        // A subscription's own claim: the routes of the registry's version its caller read
+        // (its gate's statement), or the kept ones.
+        ClaimFor::Subscription(sub) => {
+            let routes = match version {
+                Some(version) => cache.at(db, version)?,
+                None => cache.kept(db)?,
+            };
+            (routes, vec![sub])
+        }
     };
     let mut due = Vec::new();
     claim_due(db, &routes, &subs, worker, limit, lease_ms, &mut due)?;

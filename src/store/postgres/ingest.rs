@@ -18,7 +18,7 @@ use postgres::Row;
 use super::QUEUED_CHANNEL;
 use super::fan_out::INGEST_LOCK;
 use super::session::{Conn, Db, Params};
-use super::subscriptions::Routes;
+use super::subscriptions::RouteCache;
 use crate::store::{InsertOutcome, Lane, NewDelivery, StoreError, StoreResult};
 
 /// Only the first copy of each key in a batch is offered to the INSERT; the rows are inserted
@@ -68,9 +68,13 @@ RETURNING payload_sha256 = $4";
 pub(super) fn insert_all(
     db: &mut Db<'_>,
     batch: &[NewDelivery],
-    routes: &Routes,
+    cache: &RouteCache,
 ) -> StoreResult<Vec<InsertOutcome>> {
     let rows = insert_new(batch, |sql, params| db.query(sql, params))?;
+    // The routes read after the insert, which holds the ingest lock shared: a sync that
+    // committed before it is seen, and one that comes later waits for this commit and starts
+    // its new subscriptions after these numbers.
+    let routes = cache.current(db)?;
     let mut outcomes = vec![None; batch.len()];
     for row in &rows {
         let ord = queued(row, &mut outcomes)?;
@@ -78,7 +82,7 @@ pub(super) fn insert_all(
         // are written by the claim that fans it out.
         if batch[ord].lane == Lane::CallOut {
             let seq: i64 = row.try_get(1)?;
-            db.execute(&super::fan_out::fan_out_one_sql(routes), &[&seq])?;
+            db.execute(&super::fan_out::fan_out_one_sql(&routes), &[&seq])?;
         }
     }
     count_redeliveries(db, batch, &mut outcomes)?;

@@ -139,6 +139,20 @@ impl PostgresStore {
         self.tx(|db| self.routes.current(db))
     }
 
+    /// Removed means finished (see `subscriptions::finish_removed`): after the removal's
+    /// commit, one transaction per subscription.
+    fn finish_removed(&self, removed: &[i64], now: i64) -> StoreResult<()> {
+        for &id in removed {
+            let finished = self.tx(|db| subscriptions::finish_removed(db, id, now))?;
+            tracing::info!(
+                subscription = id,
+                finished,
+                "a removed subscription's work finished"
+            );
+        }
+        Ok(())
+    }
+
     fn fresh_routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
         self.routes()
     }

@@ -60,8 +60,7 @@ impl Store for PostgresStore {
         if batch.iter().all(|d| d.lane != Lane::CallOut) {
             return self.conn(|conn| ingest::insert_webhooks(conn, batch));
         }
-        let routes = self.routes()?;
-        self.tx(|db| ingest::insert_all(db, batch, &routes))
+        self.tx(|db| ingest::insert_all(db, batch, &self.routes))
     }
 
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
@@ -98,7 +97,17 @@ impl Store for PostgresStore {
         self.consuming(lane == Lane::InProcess, |db, to, _| {
             consume::commit_unflushed(db, lane)?;
             let whose = ClaimFor::Lane(lane);
-            consume::claim(db, &self.routes, to, worker, whose, limit, lease_ms, now)
+            consume::claim(
+                db,
+                &self.routes,
+                None,
+                to,
+                worker,
+                whose,
+                limit,
+                lease_ms,
+                now,
+            )
         })
     }
 
@@ -121,8 +130,17 @@ impl Store for PostgresStore {
             consume::commit_unflushed(db, lane)?;
             let finished = finish::finish_all(db, items, now, isolate)?;
             let whose = ClaimFor::Lane(lane);
-            let claimed =
-                consume::claim(db, &self.routes, to, worker, whose, limit, lease_ms, now)?;
+            let claimed = consume::claim(
+                db,
+                &self.routes,
+                None,
+                to,
+                worker,
+                whose,
+                limit,
+                lease_ms,
+                now,
+            )?;
             Ok((finished, claimed))
         })
     }
@@ -155,9 +173,16 @@ impl Store for PostgresStore {
     }
 
     fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
-        let ids = self.tx(|db| subscriptions::sync(db, subs, now))?;
+        let synced = self.tx(|db| subscriptions::sync(db, subs, now))?;
         self.routes.forget();
-        Ok(ids)
+        self.finish_removed(&synced.removed, now)?;
+        Ok(synced.ids)
+    }
+
+    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
+        let removed = self.tx(|db| subscriptions::prune(db, now))?;
+        self.finish_removed(&removed, now)?;
+        Ok(removed.len())
     }
 
     fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
@@ -321,8 +346,7 @@ impl Store for PostgresStore {
     }
 
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
-        let routes = self.routes()?;
-        self.tx(|db| requests::submit(db, &routes, id, now))
+        self.tx(|db| requests::submit(db, &self.routes, id, now))
     }
 
     fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {

@@ -116,7 +116,7 @@ pub(super) fn add_document(
 /// is decided by the event's unique key, not by reading the status first.
 pub(super) fn submit(
     db: &mut Db<'_>,
-    routes: &super::subscriptions::Routes,
+    routes: &super::subscriptions::RouteCache,
     id: &str,
     now: i64,
 ) -> StoreResult<SubmitOutcome> {

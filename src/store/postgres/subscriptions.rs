@@ -209,9 +209,18 @@ pub(super) fn registry_version(db: &mut Db<'_>) -> StoreResult<i64> {
 
 /// Make the table the config's list (see `Store::sync_subscriptions`). Several nodes starting
 /// at once with one config write the same rows.
-pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
-    // Both locks first, the fan-out's then the ingest's (the order every holder of both takes
-    // them), held to the commit:
+/// What a sync did: the ids of the config's subscriptions, in its order, and the ones it
+/// marked removed (whose states [`finish_removed`] ends, after the sync has committed).
+pub(super) struct Synced {
+    pub ids: Vec<i64>,
+    pub removed: Vec<i64>,
+}
+
+pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreResult<Synced> {
+    // The subscriptions' rows first, then the fan-out's and the ingest's locks (in the order
+    // every holder of both takes them), all held to the commit. Rows first: a breaker's probe
+    // holds its subscription's row while it waits for the fan-out's lock, so a sync that held
+    // that lock and then waited for the row would close a cycle. With both locks:
     // - a new subscription takes the events after `start_after_seq`, read as the fan-out reads
     //   its bound, with no webhook insert in flight, so that an insert that took a lower
     //   number but commits later is not left out of it;
@@ -222,12 +231,9 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
     //   commit (the state rows' foreign key made that race fail until migration 0006 dropped
     //   it);
     // - the next fan-out reads the registry's version after this commit.
-    // A node applies its config once, at start: the wait it costs ingest is one transaction.
-    db.batch(&format!(
-        "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
-        super::fan_out::FAN_OUT_LOCK,
-        super::fan_out::INGEST_LOCK
-    ))?;
+    // No state row is written here: a claim holds its state rows while it waits for the
+    // fan-out's lock (the removed subscriptions' states are finished after the commit).
+    lock_registry(db)?;
     let mut ids = Vec::with_capacity(subs.len());
     for s in subs {
         let except = serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into());
@@ -274,16 +280,43 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
         )?;
         ids.push(id);
     }
-    // Only one that came from a config, and that no live node's config names (see
-    // `store::registry`).
+    let removed = remove_unheld(db, &ids, now)?;
+    bump(db)?;
+    Ok(Synced { ids, removed })
+}
+
+/// The subscriptions' rows, then the fan-out's and the ingest's locks (see [`sync`]).
+fn lock_registry(db: &mut Db<'_>) -> StoreResult<()> {
+    db.execute("SELECT 1 FROM subscriptions ORDER BY id FOR UPDATE", &[])?;
+    db.batch(&format!(
+        "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",
+        super::fan_out::FAN_OUT_LOCK,
+        super::fan_out::INGEST_LOCK
+    ))
+}
+
+/// The condition on `u` of a subscription from a config that no live node's config names (by
+/// the database's clock: the nodes' own may differ).
+fn unheld_sql() -> String {
+    format!(
+        "u.origin = 'config' AND u.removed_at IS NULL
+         AND NOT EXISTS (SELECT 1 FROM nodes n, json_array_elements_text(n.subscriptions::json) j
+                          WHERE n.seen_at >= {NOW_MS} - {ttl} AND j = u.name)",
+        NOW_MS = super::NOW_MS,
+        ttl = registry::NODE_TTL_MS
+    )
+}
+
+/// Remove the subscriptions not in `keep` that [`unheld_sql`] finds: one without state rows
+/// goes, the others are marked removed (returned). Under [`lock_registry`].
+fn remove_unheld(db: &mut Db<'_>, keep: &[i64], now: i64) -> StoreResult<Vec<i64>> {
     let unheld: Vec<i64> = db
         .query(
-            "SELECT u.id FROM subscriptions u
-              WHERE NOT (u.id = ANY($1)) AND u.origin = 'config'
-                AND NOT EXISTS (SELECT 1 FROM nodes n,
-                                       json_array_elements_text(n.subscriptions::json) j
-                                 WHERE n.seen_at >= $2 AND j = u.name)",
-            &[&ids, &(now - registry::NODE_TTL_MS)],
+            &format!(
+                "SELECT u.id FROM subscriptions u WHERE NOT (u.id = ANY($1)) AND {}",
+                unheld_sql()
+            ),
+            &[&keep],
         )?
         .iter()
         .map(|r| r.try_get(0))
@@ -293,7 +326,7 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
             AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id)",
         &[&unheld],
     )?;
-    let leaving: Vec<i64> = db
+    Ok(db
         .query(
             "UPDATE subscriptions SET removed_at = $2
               WHERE id = ANY($1) AND removed_at IS NULL RETURNING id",
@@ -301,20 +334,58 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
         )?
         .iter()
         .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()?;
-    for id in leaving {
-        finish_removed(db, id, now)?;
+        .collect::<Result<_, _>>()?)
+}
+
+/// The heartbeat's check (see `Store::prune_subscriptions`): a subscription from a config
+/// whose nodes are all gone (stopped, or not seen for the TTL) is removed, as the sync of the
+/// last of them would have. A read, and the locks of a sync only when there is one.
+pub(super) fn prune(db: &mut Db<'_>, now: i64) -> StoreResult<Vec<i64>> {
+    let unheld: bool = db
+        .query_one(
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM subscriptions u WHERE {})",
+                unheld_sql()
+            ),
+            &[],
+        )?
+        .try_get(0)?;
+    if !unheld {
+        return Ok(Vec::new());
     }
+    lock_registry(db)?;
+    let removed = remove_unheld(db, &[], now)?;
     bump(db)?;
-    Ok(ids)
+    Ok(removed)
 }
 
 /// Removed means finished: its pending and claimed states are completed with outcome
-/// `removed` (a claim in flight is fenced out), its history kept. Returns how many.
+/// `removed` (a claim in flight is fenced out) and the attempts of the claimed ones closed, in
+/// one statement (the states first: a claim that commits meanwhile is waited for, and its
+/// attempt is the one closed). In a transaction of its own after the removal committed, with
+/// no advisory lock held: a claim holds its state rows while it waits for the fan-out's lock.
 pub(super) fn finish_removed(db: &mut Db<'_>, id: i64, now: i64) -> StoreResult<usize> {
-    let [attempts, states] = registry::finish_removed_sql("$1", "$2");
-    db.execute(&attempts, &[&id, &now])?;
-    Ok(db.execute(&states, &[&id, &now])? as usize)
+    let finished: i64 = db
+        .query_one(
+            &format!(
+                "WITH done AS (
+                    UPDATE event_state s SET {}
+                     WHERE s.sub = $1 AND s.status IN ('pending', 'claimed')
+                    RETURNING s.seq, s.sub, s.attempts
+                 ), closed AS (
+                    UPDATE event_attempts a
+                       SET finished_at = $2, result = 'permanent_error', error = '{}'
+                      FROM done WHERE a.event_seq = done.seq AND a.sub = done.sub
+                       AND a.attempt = done.attempts AND a.finished_at IS NULL
+                 )
+                 SELECT count(*) FROM done",
+                registry::FINISHED_SET.replace("{now}", "$2"),
+                registry::REMOVED_ERROR
+            ),
+            &[&id, &now],
+        )?
+        .try_get(0)?;
+    Ok(usize::try_from(finished).unwrap_or(0))
 }
 
 /// Move the registry's version on: every node's next claim reads the subscriptions again.
@@ -327,6 +398,8 @@ pub(super) fn bump(db: &mut Db<'_>) -> StoreResult<()> {
 }
 
 /// A node's record: the subscriptions its config names, seen now.
+/// Seen by the database's clock, as the removals compare it (`now`, the caller's, counts only
+/// when it is earlier: a test's aged record).
 pub(super) fn node_seen(
     db: &mut Db<'_>,
     node: &str,
@@ -335,9 +408,13 @@ pub(super) fn node_seen(
 ) -> StoreResult<()> {
     let names = serde_json::to_string(names).unwrap_or_else(|_| "[]".into());
     db.execute(
-        "INSERT INTO nodes (name, subscriptions, seen_at) VALUES ($1, $2, $3)
-         ON CONFLICT (name) DO UPDATE SET subscriptions = excluded.subscriptions,
-                                          seen_at = excluded.seen_at",
+        &format!(
+            "INSERT INTO nodes (name, subscriptions, seen_at)
+             VALUES ($1, $2, least($3, {NOW_MS}))
+             ON CONFLICT (name) DO UPDATE SET subscriptions = excluded.subscriptions,
+                                              seen_at = excluded.seen_at",
+            NOW_MS = super::NOW_MS
+        ),
         &[&node, &names, &now],
     )?;
     Ok(())
@@ -373,7 +450,7 @@ pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> Sto
         route_sql(&sub.route, "l.")
     );
     db.execute(
-        &format!("SELECT count(*) FROM (SELECT 1 {rows} FOR KEY SHARE OF l) locked"),
+        &format!("SELECT count(*) FROM (SELECT 1 {rows} ORDER BY l.seq FOR KEY SHARE OF l) locked"),
         &[&since],
     )?;
     // An ordered subscription's states take their key, as the fan-out gives them.

@@ -147,6 +147,14 @@ impl Store for SqliteStore {
         Ok(ids)
     }
 
+    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
+        let removed = self.write(|tx| subscriptions::prune(tx, now))?;
+        if removed > 0 {
+            self.routes_changed();
+        }
+        Ok(removed)
+    }
+
     fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
         self.write(|tx| subscriptions::node_seen(tx, node, subscriptions, now))
     }
@@ -303,8 +311,10 @@ impl Store for SqliteStore {
     }
 
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
-        let routes = self.routes()?;
-        self.write(|tx| requests::submit(tx, &routes, id, now))
+        self.write(|tx| {
+            let routes = self.routes_in(tx)?;
+            requests::submit(tx, &routes, id, now)
+        })
     }
 
     fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {

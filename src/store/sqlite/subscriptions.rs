@@ -193,42 +193,71 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
         ])?;
         ids.push(id);
     }
-    // One no longer named keeps its row while it has a history to read; one that never took
-    // an event (the implicit three of a database configured from the start) goes.
-    let mut forget = tx.prepare(
-        "DELETE FROM subscriptions WHERE id = ?1
-            AND NOT EXISTS (SELECT 1 FROM event_state WHERE sub = ?1)",
-    )?;
-    // Only one that came from a config, and that no live node's config names (see
-    // `store::registry`).
-    let mut keep = tx.prepare("UPDATE subscriptions SET removed_at = ?2 WHERE id = ?1")?;
-    let unheld: Vec<(i64, bool)> = tx
-        .prepare(
-            "SELECT u.id, u.removed_at IS NOT NULL FROM subscriptions u
-              WHERE u.origin = 'config'
-                AND NOT EXISTS (SELECT 1 FROM nodes n, json_each(n.subscriptions) j
-                                 WHERE n.seen_at >= ?1 AND j.value = u.name)",
-        )?
-        .query_map([now - registry::NODE_TTL_MS], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?
-        .collect::<Result<_, _>>()?;
-    for (id, removed) in unheld {
-        if !ids.contains(&id) && forget.execute([id])? == 0 && !removed {
-            keep.execute(params![id, now])?;
-            finish_removed(tx, id, now)?;
-        }
-    }
+    remove_unheld(tx, &ids, now)?;
     bump(tx)?;
     Ok(ids)
 }
 
+/// Remove the subscriptions not in `keep` that came from a config and that no live node's
+/// config names (see `store::registry`): one that never took an event (the implicit three of
+/// a database configured from the start) goes; one with a history keeps its row, marked
+/// removed, and its unfinished states are finished. Returns how many were removed.
+fn remove_unheld(tx: &Transaction<'_>, keep: &[i64], now: i64) -> StoreResult<usize> {
+    let mut forget = tx.prepare(
+        "DELETE FROM subscriptions WHERE id = ?1
+            AND NOT EXISTS (SELECT 1 FROM event_state WHERE sub = ?1)",
+    )?;
+    let mut mark = tx.prepare("UPDATE subscriptions SET removed_at = ?2 WHERE id = ?1")?;
+    let unheld: Vec<i64> = tx
+        .prepare(
+            "SELECT u.id FROM subscriptions u
+              WHERE u.origin = 'config' AND u.removed_at IS NULL
+                AND NOT EXISTS (SELECT 1 FROM nodes n, json_each(n.subscriptions) j
+                                 WHERE n.seen_at >= ?1 AND j.value = u.name)",
+        )?
+        .query_map([now - registry::NODE_TTL_MS], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut removed = 0;
+    for id in unheld.into_iter().filter(|id| !keep.contains(id)) {
+        if forget.execute([id])? == 0 {
+            mark.execute(params![id, now])?;
+            finish_removed(tx, id, now)?;
+        }
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// The heartbeat's check (see `Store::prune_subscriptions`): a subscription from a config
+/// whose nodes are all gone is removed, as the sync of the last of them would have.
+pub(super) fn prune(tx: &Transaction<'_>, now: i64) -> StoreResult<usize> {
+    let removed = remove_unheld(tx, &[], now)?;
+    if removed > 0 {
+        bump(tx)?;
+    }
+    Ok(removed)
+}
+
 /// Removed means finished: its pending and claimed states are completed with outcome
-/// `removed` (a claim in flight is fenced out), its history kept. Returns how many.
+/// `removed` (a claim in flight is fenced out), and the attempts of the claimed ones closed;
+/// its history is kept. Returns how many.
 pub(super) fn finish_removed(tx: &Transaction<'_>, id: i64, now: i64) -> StoreResult<usize> {
-    let [attempts, states] = registry::finish_removed_sql("?1", "?2");
-    tx.execute(&attempts, params![id, now])?;
-    Ok(tx.execute(&states, params![id, now])?)
+    let done: Vec<(i64, i64)> = tx
+        .prepare(&format!(
+            "UPDATE event_state SET {} WHERE sub = ?1 AND status IN ('pending', 'claimed')
+             RETURNING seq, attempts",
+            registry::FINISHED_SET.replace("{now}", "?2")
+        ))?
+        .query_map(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut close = tx.prepare(
+        "UPDATE event_attempts SET finished_at = ?4, result = 'permanent_error', error = ?5
+          WHERE event_seq = ?1 AND sub = ?2 AND attempt = ?3 AND finished_at IS NULL",
+    )?;
+    for (seq, attempt) in &done {
+        close.execute(params![seq, id, attempt, now, registry::REMOVED_ERROR])?;
+    }
+    Ok(done.len())
 }
 
 /// Move the registry's version on: every node's next claim reads the subscriptions again.
