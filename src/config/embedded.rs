@@ -25,17 +25,7 @@ fn kept_secret(path: &Path, generate: impl FnOnce() -> String) -> anyhow::Result
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let value = generate();
-    let mut draft = path.as_os_str().to_owned();
-    draft.push(format!(".{}.new", hex::encode(random_bytes::<8>())));
-    let draft = PathBuf::from(draft);
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let written = options.open(&draft).and_then(|mut file| {
-        writeln!(file, "{value}")?;
-        file.sync_all()
-    });
+    let (draft, written) = write_draft(path, &value);
     let linked = written.and_then(|()| std::fs::hard_link(&draft, path));
     let _ = std::fs::remove_file(&draft);
     match linked {
@@ -129,9 +119,9 @@ fn shared_file(
     Ok(Secret::new(shared))
 }
 
-/// Put `value` at `path` in one step (a private draft renamed over it, mode 0600).
-fn replace_secret(path: &Path, value: &str) -> anyhow::Result<()> {
-    use anyhow::Context;
+/// `value` in a private file (mode 0600) beside `path`, synced: the draft's path, and whether
+/// it was written.
+fn write_draft(path: &Path, value: &str) -> (PathBuf, std::io::Result<()>) {
     let mut draft = path.as_os_str().to_owned();
     draft.push(format!(".{}.new", hex::encode(random_bytes::<8>())));
     let draft = PathBuf::from(draft);
@@ -143,6 +133,13 @@ fn replace_secret(path: &Path, value: &str) -> anyhow::Result<()> {
         writeln!(file, "{value}")?;
         file.sync_all()
     });
+    (draft, written)
+}
+
+/// Put `value` at `path` in one step (a private draft renamed over it, mode 0600).
+fn replace_secret(path: &Path, value: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let (draft, written) = write_draft(path, value);
     let renamed = written.and_then(|()| std::fs::rename(&draft, path));
     if renamed.is_err() {
         let _ = std::fs::remove_file(&draft);

@@ -26,6 +26,21 @@ fn ids(claims: &[Claimed]) -> Vec<String> {
     ids
 }
 
+/// Every claimable state of `sub`, over a few claims (SQLite may claim fewer than asked at a
+/// time).
+fn claim_all(h: &Harness, sub: i64) -> Vec<Claimed> {
+    let mut all = Vec::new();
+    for _ in 0..5 {
+        all.extend(
+            h.store
+                .claim_subscription("c", sub, 10, 30_000, now_ms())
+                .unwrap()
+                .claims,
+        );
+    }
+    all
+}
+
 fn done(c: &Claimed) -> Finish {
     Finish {
         claim: c.claim.clone(),
@@ -82,19 +97,7 @@ fn a_backfill_gives_an_ordered_subscription_its_keys(kind: StoreKind) {
         .unwrap();
     let orders = subs[1];
     assert_eq!(h.store.backfill("orders", 0, now_ms()).unwrap(), Some(6));
-    // Every claimable one, over a few claims (SQLite may claim fewer than asked at a time).
-    let claim = || {
-        let mut all = Vec::new();
-        for _ in 0..5 {
-            all.extend(
-                h.store
-                    .claim_subscription("c", orders, 10, 30_000, now_ms())
-                    .unwrap()
-                    .claims,
-            );
-        }
-        all
-    };
+    let claim = || claim_all(&h, orders);
     let first = claim();
     assert_eq!(
         ids(&first),
@@ -119,12 +122,7 @@ fn a_forced_retry_waits_for_the_later_event_of_its_key_in_flight(kind: StoreKind
         .sync_subscriptions(&[ordered_pull(OnFailure::Hold)], now_ms())
         .unwrap()[0];
     keyed(&h, &[("a0", "A"), ("a1", "A")]);
-    let claim = || {
-        h.store
-            .claim_subscription("c", sub, 10, 30_000, now_ms())
-            .unwrap()
-            .claims
-    };
+    let claim = || claim_all(&h, sub);
     let a0 = claim();
     assert_eq!(ids(&a0), ["a0"]);
     h.store.finish(&[done(&a0[0])], now_ms()).unwrap();
@@ -162,12 +160,7 @@ fn a_bulk_retry_leaves_a_failed_event_whose_key_went_on_until_the_key_is_free(ki
         .sync_subscriptions(&[ordered_pull(OnFailure::Skip)], now_ms())
         .unwrap()[0];
     keyed(&h, &[("a0", "A"), ("a1", "A")]);
-    let claim = || {
-        h.store
-            .claim_subscription("c", sub, 10, 30_000, now_ms())
-            .unwrap()
-            .claims
-    };
+    let claim = || claim_all(&h, sub);
     let a0 = claim();
     assert_eq!(ids(&a0), ["a0"]);
     h.store
@@ -219,18 +212,7 @@ fn a_backfilled_earlier_event_waits_for_the_one_of_its_key_in_flight(kind: Store
         .sync_subscriptions(&[base, ordered_pull(OnFailure::Hold)], now_ms())
         .unwrap()[1];
     keyed(&h, &[("a1", "A")]);
-    let claim = || {
-        let mut all = Vec::new();
-        for _ in 0..5 {
-            all.extend(
-                h.store
-                    .claim_subscription("c", orders, 10, 30_000, now_ms())
-                    .unwrap()
-                    .claims,
-            );
-        }
-        all
-    };
+    let claim = || claim_all(&h, orders);
     let a1 = claim();
     assert_eq!(ids(&a1), ["a1"]);
     assert_eq!(h.store.backfill("orders", 0, now_ms()).unwrap(), Some(1));
