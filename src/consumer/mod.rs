@@ -63,6 +63,8 @@ pub struct Consumer {
     /// Each live subscription's rule, by the store's id, as the registry held them at the
     /// last read.
     rules: parking_lot::RwLock<std::collections::HashMap<i64, Arc<rules::Rule>>>,
+    /// The registry's version `rules` were read at.
+    rules_version: std::sync::atomic::AtomicI64,
     /// While deliveries are being stored, workers drain one round at a time, and after each
     /// round the pool rests (see `run_until_idle`): ingest comes first (a provider waits for
     /// its answer; the backlog can wait). One round at a time alone was not enough: one
@@ -88,6 +90,7 @@ impl Consumer {
             max_attempts: settings.max_attempts,
             backoff: Backoff::new(settings.backoff_base_ms, settings.backoff_max_ms),
             rules: Default::default(),
+            rules_version: std::sync::atomic::AtomicI64::new(i64::MIN),
             ingest_first: parking_lot::Mutex::new(()),
             ingest: Arc::default(),
         }
@@ -245,6 +248,11 @@ impl Consumer {
         claimed: Vec<Claimed>,
         stopping: &dyn Fn() -> bool,
     ) -> StoreResult<Pending> {
+        // The claim has just checked the store's view against the registry: rules that moved
+        // with it are read again before any of its events is handled.
+        if !claimed.is_empty() {
+            self.rules_current();
+        }
         let mut pending = Pending::default();
         let mut events = claimed.into_iter();
         while let Some(event) = events.next() {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::{Backoff, Consumer};
 use crate::domain::DeliveryMode;
@@ -38,6 +39,9 @@ impl Consumer {
                 return;
             }
         };
+        if let Some(version) = self.store.registry_version_seen() {
+            self.rules_version.store(version, Ordering::Relaxed);
+        }
         let rules: HashMap<i64, Arc<Rule>> = live
             .into_iter()
             .map(|l| {
@@ -51,6 +55,14 @@ impl Consumer {
             })
             .collect();
         *self.rules.write() = rules;
+    }
+
+    /// Read the rules again if the store's view of the registry moved since they were read
+    /// (no read of the database: the store's own claim checked its view).
+    pub(super) fn rules_current(&self) {
+        if self.store.registry_version_seen() != Some(self.rules_version.load(Ordering::Relaxed)) {
+            self.refresh_rules();
+        }
     }
 
     /// The rule of a claim's subscription, from the registry. One the registry no longer

@@ -96,6 +96,9 @@ pub trait Store: Send + Sync + 'static {
     /// The live subscriptions with their kinds and rules, as the registry holds them now (the
     /// cached view, read again when the registry changed).
     fn registry(&self) -> StoreResult<Vec<routes::Live>>;
+    /// The registry's version of the store's cached view (`None` before it read one): no
+    /// read of the database.
+    fn registry_version_seen(&self) -> Option<i64>;
     /// Every subscription, removed ones last, with counts by status. `completed` counts are
     /// read from the whole history (a scan on SQLite): `false` leaves them 0, for `/metrics`.
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>>;

@@ -19,6 +19,7 @@ crate::stores::store_tests!(
     a_node_restarted_with_an_older_config_removes_nothing_another_live_node_names,
     removing_a_subscription_finishes_what_it_left,
     the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks,
+    a_rule_changed_by_another_node_is_used_from_the_next_claim,
 );
 
 fn two_nodes(kind: StoreKind, dir: &std::path::Path) -> (TestDb, Arc<dyn Store>, Arc<dyn Store>) {
@@ -281,4 +282,41 @@ kind = "pull"
     for node in &mut nodes {
         node.terminate(std::time::Duration::from_secs(20));
     }
+}
+
+/// Another node changes a subscription's rules (its config gives `audit` one attempt): this
+/// node's next claim reads them, before it handles what it claimed, not at its next sweep.
+/// Seen failing (both stores) with the claim's check of the rules left out: the failure was
+/// retried under the old budget and the event completed.
+fn a_rule_changed_by_another_node_is_used_from_the_next_claim(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let one_attempt = webhook_inbox::config::ConsumerSettings {
+        workers: 0,
+        batch_size: 16,
+        lease_seconds: 30,
+        max_attempts: 1,
+        backoff_base_ms: 1,
+        backoff_max_ms: 4,
+    };
+    h.store
+        .sync_subscriptions(
+            &webhook_inbox::subscriptions::implicit_with(&one_attempt, DeliveryMode::AtMostOnce),
+            now_ms(),
+        )
+        .unwrap();
+    h.audit
+        .fail_first
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    h.insert(&[("shop", "r", "thing.done", "{}".into())]);
+    h.drain();
+    assert_eq!(
+        h.audit.calls_for("r"),
+        1,
+        "one attempt, as the registry now says"
+    );
+    assert_eq!(
+        states_of(&h.db, "audit", "s.status = 'failed'"),
+        1,
+        "failed on its one attempt"
+    );
 }

@@ -218,6 +218,10 @@ impl Store for PostgresStore {
         })
     }
 
+    fn registry_version_seen(&self) -> Option<i64> {
+        self.routes.seen()
+    }
+
     fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
         Ok(self.fresh_routes()?.live.clone())
     }

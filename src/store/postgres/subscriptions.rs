@@ -59,6 +59,11 @@ impl RouteCache {
         Ok(routes)
     }
 
+    /// The version of the kept routes, if any.
+    pub fn seen(&self) -> Option<i64> {
+        self.0.read().as_ref().map(|r| r.version)
+    }
+
     /// Forget the routes: the next use reads them again.
     pub fn forget(&self) {
         *self.0.write() = None;

@@ -263,6 +263,10 @@ impl SqliteStore {
         self.read(|c| self.routes_in(c))
     }
 
+    fn routes_seen(&self) -> Option<i64> {
+        self.routes.read().as_ref().map(|r| r.version)
+    }
+
     fn fresh_routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
         self.routes()
     }

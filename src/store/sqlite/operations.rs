@@ -187,6 +187,10 @@ impl Store for SqliteStore {
         })
     }
 
+    fn registry_version_seen(&self) -> Option<i64> {
+        self.routes_seen()
+    }
+
     fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
         Ok(self.fresh_routes()?.live.clone())
     }
