@@ -343,10 +343,16 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
             match claim_once(&w.store, w.puller.id, &w.worker, w.max, w.lease_ms).await {
                 Ok(claims) if !claims.is_empty() || last => {
                     s.done = true;
-                    s.given = Some(Given {
-                        store: Arc::clone(&w.store),
-                        refs: claims.iter().map(|c| c.claim.clone()).collect(),
-                    });
+                    // Only where a second delivery is within the contract: a stream dropped
+                    // after its answer was written (a client that closes before the end of
+                    // the body) cannot be told from one whose write failed, and an
+                    // at-most-once subscription's claim is left to its lease instead.
+                    if w.puller.sub.mode == crate::domain::DeliveryMode::AtLeastOnce {
+                        s.given = Some(Given {
+                            store: Arc::clone(&w.store),
+                            refs: claims.iter().map(|c| c.claim.clone()).collect(),
+                        });
+                    }
                     return Some((Waited::Claims(claims), s));
                 }
                 Ok(_) => {}
