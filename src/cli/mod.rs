@@ -57,7 +57,7 @@ enum Command {
     /// Deliveries refused at the edge (bad signature, unknown source, …), through the HTTP API.
     #[command(subcommand)]
     Rejections(rejections::RejectionsCommand),
-    /// The user's consumers: list, pause, resume, backfill, through the HTTP API.
+    /// The user's consumers: list, pause, resume, backfill, recover, through the HTTP API.
     #[command(subcommand)]
     Subscriptions(subscriptions::SubscriptionsCommand),
     /// Forward a pull subscription's events to a local URL, signed, without opening a port

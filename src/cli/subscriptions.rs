@@ -1,4 +1,4 @@
-//! `webhook-inbox subscriptions list|pause|resume|backfill`: the user's consumers (SPEC section
+//! `webhook-inbox subscriptions list|pause|resume|backfill|recover`: the user's consumers (SPEC section
 //! 13), through the HTTP API.
 
 use std::path::Path;
@@ -24,6 +24,10 @@ pub enum SubscriptionsCommand {
     /// Hand a subscription the events stored before it was added (since a time).
     #[command(after_help = RESOLUTION_HELP)]
     Backfill(BackfillArgs),
+    /// After an endpoint's outage: retry every failed state of a subscription whose last
+    /// attempt ended since a time.
+    #[command(after_help = RESOLUTION_HELP)]
+    Recover(RecoverArgs),
 }
 
 #[derive(Debug, Args)]
@@ -47,6 +51,18 @@ pub struct NameArgs {
 pub struct BackfillArgs {
     name: String,
     /// An RFC 3339 time or an age back from now (`7d`): events first received since then.
+    #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
+    since: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    name: String,
+    /// An RFC 3339 time or an age back from now (`2h`): states that failed since then.
     #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
     since: String,
     #[arg(long)]
@@ -84,6 +100,22 @@ pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Resu
                     "{}: handed {} event(s) received since {}",
                     args.name,
                     text(&answer["backfilled"]),
+                    args.since
+                );
+            }
+            Ok(())
+        }
+        SubscriptionsCommand::Recover(args) => {
+            let client = ApiClient::new(&args.remote, config)?;
+            let path = format!("/subscriptions/{}/recover", segment(&args.name));
+            let answer = client.post(&path, &[("since", args.since.clone())], None)?;
+            if args.json {
+                println!("{answer}");
+            } else {
+                println!(
+                    "{}: retried {} failed state(s) that failed since {}",
+                    args.name,
+                    text(&answer["retried"]),
                     args.since
                 );
             }

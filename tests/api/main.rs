@@ -62,6 +62,7 @@ mod pull_nodes;
 mod purge_walks;
 mod queue;
 mod receiver;
+mod recover;
 mod registry;
 mod rejected_log;
 mod rejections;
