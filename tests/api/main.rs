@@ -20,6 +20,7 @@ mod copy;
 mod crash;
 mod dashboard;
 mod dashboard_api;
+mod dashboard_ops;
 mod dashboard_security;
 mod dashboard_subscriptions;
 mod disk_full_load;

@@ -71,10 +71,20 @@ function cell(i, ...children) {
   return h('td', { 'data-label': LABELS[i] }, ...children);
 }
 
-/** What became of the event: its outcome once completed, else its last error. */
+/**
+ * What became of the event: its outcome once completed, else its last error, short (two lines
+ * at most), named by the subscription it is of when several take the event; the whole text on
+ * hover and on the event's page.
+ */
 function result(event) {
   if (event.status === 'completed' && event.outcome) return h('span', { class: 'outcome mono', text: event.outcome });
-  if (event.last_error) return h('span', { class: 'error-text', text: event.last_error });
+  if (event.last_error) {
+    const subs = event.subscriptions ?? [];
+    const of = subs.length > 1
+      ? subs.find((s) => s.last_error === event.last_error && s.status === event.status) : null;
+    const text = of ? `${of.name}: ${event.last_error}` : event.last_error;
+    return h('span', { class: 'error-text error-short', title: text, text });
+  }
   return h('span', { class: 'muted', text: '—' });
 }
 

@@ -1,0 +1,255 @@
+//! The dashboard for ops with several subscriptions (issue 63), in a real browser against the
+//! real binary: the failed list at 1280 px with long errors and types, the list filtered by a
+//! subscription with a bulk retry scoped to it, the subscriptions view's counts as links and its
+//! Recover, and the overview counting events.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::browser::{Driver, click, js, screenshot, wait_until};
+use crate::dashboard::{browser_found, sign_in};
+use crate::helpers::ADMIN_TOKEN;
+use crate::process::{ServerProcess, free_port, send_signed, write_config};
+use crate::pull::PULL_TOKEN;
+
+/// 40 characters.
+const LONG_TYPE: &str = "customer.subscription.trial_will_end.v12";
+/// 60 characters.
+const LONG_ERROR: &str = "upstream billing refused the customer: account frozen (c-42).";
+
+fn subscriptions() -> String {
+    format!(
+        r#"
+[[subscriptions]]
+name = "points"
+kind = "loyalty-credit"
+types = ["order.completed"]
+
+[[subscriptions]]
+name = "workers"
+kind = "pull"
+types = ["customer.*"]
+token = "{PULL_TOKEN}"
+
+[[subscriptions]]
+name = "ledger"
+kind = "audit"
+"#
+    )
+}
+
+struct Ops {
+    server: ServerProcess,
+    client: reqwest::blocking::Client,
+    settings: webhook_inbox::config::Settings,
+    _dir: tempfile::TempDir,
+}
+
+impl Ops {
+    fn start() -> Ops {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let (config, settings) = write_config(
+            dir.path(),
+            port,
+            &subscriptions(),
+            "workers = 0\nmax_attempts = 3",
+        );
+        let server = ServerProcess::start(dir.path(), &config, port, "server.log");
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        Ops {
+            server,
+            client,
+            settings,
+            _dir: dir,
+        }
+    }
+
+    fn deliver(&self, id: &str, body: &str) {
+        assert_eq!(
+            send_signed(&self.client, &self.server.base, &self.settings, id, body),
+            200
+        );
+    }
+
+    fn run(&self) {
+        let r = self
+            .client
+            .post(format!("{}/events/run?limit=100", self.server.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+
+    /// The pull workers claim what waits for them and fail each with `error`.
+    fn fail_pulled(&self, error: &str) -> usize {
+        let claims: Value = self
+            .client
+            .post(format!(
+                "{}/subscriptions/workers/claim",
+                self.server.base
+            ))
+            .bearer_auth(PULL_TOKEN)
+            .json(&json!({"max": 100, "wait_ms": 0}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let results: Vec<Value> = claims["claims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| json!({"token": c["token"], "outcome": "fail", "error": error}))
+            .collect();
+        let n = results.len();
+        let r = self
+            .client
+            .post(format!("{}/subscriptions/workers/ack", self.server.base))
+            .bearer_auth(PULL_TOKEN)
+            .json(&json!({ "results": results }))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        n
+    }
+
+    fn state(&self, event_id: &str, name: &str) -> String {
+        let event: Value = self
+            .client
+            .get(format!("{}/events/shop/{event_id}", self.server.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        event["subscriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s["status"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+}
+
+async fn state_of(base: &str, event_id: &str, name: &str) -> String {
+    let event: Value = reqwest::Client::new()
+        .get(format!("{base}/events/shop/{event_id}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    event["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .map(|s| s["status"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+fn customer(i: usize) -> String {
+    format!(r#"{{"type":"{LONG_TYPE}","data":{{"customer_id":"c-{i}"}}}}"#)
+}
+
+const BAD_ORDER: &str = r#"{"type":"order.completed","data":{"customer_id":"c-9","points":5}}"#;
+
+/// A Stripe-like id, 28 characters.
+fn stripe_id(i: usize) -> String {
+    format!("evt_1NqQ3bKZ0aB9cD8eF7gH6iJ{i}")
+}
+
+/// At 1280 px, failures with 60-character errors and 40-character types: each event id and
+/// type is whole (not cut), the error takes a bounded column, cut short, the whole text on
+/// hover (its title). Seen failing before the change: the types were cut (14vw) and the errors
+/// wrapped over several lines, widening their column.
+#[test]
+fn dashboard_failed_list_keeps_ids_and_types_whole_beside_long_errors_at_1280() {
+    if !browser_found() {
+        return;
+    }
+    let ops = Ops::start();
+    for i in 0..3 {
+        ops.deliver(&stripe_id(i), &customer(i));
+    }
+    ops.run();
+    assert_eq!(ops.fail_pulled(LONG_ERROR), 3);
+    let base = ops.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("failed-long-errors", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/#events?status=failed")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 3;", "3 failed rows").await;
+        screenshot(&c, "events-failed-long-errors-1280").await;
+        let cut = js(&c, "return [...document.querySelectorAll('#events-body a.event-id, #events-body .type')].filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent);").await;
+        assert_eq!(cut, json!([]), "ids or types cut at 1280 px");
+        // The error: short, in a bounded column, whole on hover.
+        let err = js(&c, "const e = document.querySelector('#events-body .error-text'); const td = e.closest('td'); return [e.title, td.getBoundingClientRect().width, e.getBoundingClientRect().height];").await;
+        assert!(err[0].as_str().unwrap().contains(LONG_ERROR), "{err}");
+        assert!(err[1].as_f64().unwrap() <= 320.0, "error column {err}");
+        assert!(err[2].as_f64().unwrap() <= 50.0, "error over more than two lines {err}");
+        assert_eq!(js(&c, "return document.documentElement.scrollWidth <= window.innerWidth;").await, true, "the list scrolls sideways");
+        }).await;
+    });
+}
+
+/// The list filtered by a subscription (`#events?subscription=…`), reached from a count in the
+/// subscriptions view; its bulk retry retries that subscription's failures only, saying the
+/// count and the filter first; Recover in the subscriptions view. Seen failing before the
+/// change: the counts were not links and there was no subscription filter.
+#[test]
+fn dashboard_filters_by_subscription_retries_and_recovers_it() {
+    if !browser_found() {
+        return;
+    }
+    let ops = Ops::start();
+    ops.deliver("evt_c1", &customer(1));
+    ops.deliver("evt_c2", &customer(2));
+    ops.deliver("evt_bad", BAD_ORDER);
+    ops.run();
+    assert_eq!(ops.fail_pulled(LONG_ERROR), 2);
+    assert_eq!(ops.state("evt_bad", "points"), "failed");
+    let base = ops.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("subscription-filter", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/#subscriptions")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#subscriptions-body tr').length === 3;", "three subscriptions").await;
+        let href = js(&c, "return document.querySelector('#subscriptions-body tr[data-name=\"workers\"] td[data-label=\"Failed\"] a').getAttribute('href');").await;
+        assert_eq!(href, "#events?status=failed&subscription=workers");
+        click(&c, "#subscriptions-body tr[data-name='workers'] td[data-label='Failed'] a").await;
+        wait_until(&c, "return document.getElementById('f-subscription').value === 'workers' && document.querySelectorAll('#events-body tr').length === 2;", "the failures of workers").await;
+        screenshot(&c, "events-subscription-filter-1280").await;
+        click(&c, "#bulk-retry").await;
+        wait_until(&c, "return document.getElementById('confirm').open;", "the bulk retry confirmation").await;
+        let text = js(&c, "return document.getElementById('confirm-title').textContent + ' ' + document.getElementById('confirm-text').textContent;").await;
+        let text = text.as_str().unwrap();
+        assert!(text.contains("Retry 2 failed") && text.contains("subscription workers"), "{text}");
+        click(&c, "#confirm[open] #confirm-ok").await;
+        wait_until(&c, "return document.getElementById('list-status').textContent.startsWith('Retried 2');", "the retry said").await;
+        assert_eq!(state_of(&base, "evt_c1", "workers").await, "pending");
+        assert_eq!(state_of(&base, "evt_bad", "points").await, "failed", "another subscription's failure is left");
+
+        // Recover in the subscriptions view.
+        click(&c, "nav a[href='#subscriptions']").await;
+        wait_until(&c, "return !!document.querySelector('#subscriptions-body tr[data-name=\"points\"] button[aria-label=\"Recover points\"]');", "Recover points").await;
+        click(&c, "#subscriptions-body tr[data-name='points'] button[aria-label='Recover points']").await;
+        wait_until(&c, "return document.getElementById('confirm').open && document.getElementById('confirm-title').textContent.startsWith('Recover points');", "the recover confirmation").await;
+        click(&c, "#confirm[open] #confirm-ok").await;
+        wait_until(&c, "return document.getElementById('subscriptions-status').textContent.includes('points: retried 1');", "recovered").await;
+        assert_eq!(state_of(&base, "evt_bad", "points").await, "pending");
+        }).await;
+    });
+}
