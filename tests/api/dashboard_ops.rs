@@ -232,6 +232,9 @@ fn dashboard_filters_by_subscription_retries_and_recovers_it() {
         click(&c, "#subscriptions-body tr[data-name='workers'] td[data-label='Failed'] a").await;
         wait_until(&c, "return document.getElementById('f-subscription').value === 'workers' && document.querySelectorAll('#events-body tr').length === 2;", "the failures of workers").await;
         screenshot(&c, "events-subscription-filter-1280").await;
+        // Each row is that subscription's state, and its Retry retries that state alone.
+        let label = js(&c, "return document.querySelector('#events-body tr[data-event=\"shop/evt_c1\"] button:not(.copy)').getAttribute('aria-label');").await;
+        assert_eq!(label, "Retry shop/evt_c1 in workers");
         click(&c, "#bulk-retry").await;
         wait_until(&c, "return document.getElementById('confirm').open;", "the bulk retry confirmation").await;
         let text = js(&c, "return document.getElementById('confirm-title').textContent + ' ' + document.getElementById('confirm-text').textContent;").await;
