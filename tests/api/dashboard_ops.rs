@@ -90,10 +90,7 @@ impl Ops {
     fn fail_pulled(&self, error: &str) -> usize {
         let claims: Value = self
             .client
-            .post(format!(
-                "{}/subscriptions/workers/claim",
-                self.server.base
-            ))
+            .post(format!("{}/subscriptions/workers/claim", self.server.base))
             .bearer_auth(PULL_TOKEN)
             .json(&json!({"max": 100, "wait_ms": 0}))
             .send()
@@ -253,6 +250,59 @@ fn dashboard_filters_by_subscription_retries_and_recovers_it() {
         click(&c, "#confirm[open] #confirm-ok").await;
         wait_until(&c, "return document.getElementById('subscriptions-status').textContent.includes('points: retried 1');", "recovered").await;
         assert_eq!(state_of(&base, "evt_bad", "points").await, "pending");
+        }).await;
+    });
+}
+
+/// The overview counts events, not subscription states (three subscriptions took these four
+/// events: seven completed states), shows the deliveries refused in the last hour and the
+/// subscriptions paused or probing, each with a link. Seen failing before the change: it said
+/// 7 completed.
+#[test]
+fn dashboard_overview_counts_events_refusals_and_paused_subscriptions() {
+    if !browser_found() {
+        return;
+    }
+    let ops = Ops::start();
+    for i in 0..3 {
+        ops.deliver(
+            &format!("evt_ok{i}"),
+            &crate::helpers::order_body(&format!("o-{i}"), "c-1", 2),
+        );
+    }
+    ops.deliver("evt_bad", BAD_ORDER);
+    ops.run();
+    let refused = ops
+        .client
+        .post(format!("{}/webhooks/shop", ops.server.base))
+        .header("webhook-id", "evt_forged")
+        .header("webhook-timestamp", "1")
+        .header("webhook-signature", "v1,Zm9yZ2Vk")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert!(refused.status().is_client_error());
+    let paused = ops
+        .client
+        .post(format!("{}/subscriptions/workers/pause", ops.server.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(paused.status(), 200);
+    let base = ops.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("overview-events", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/#overview")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "const n = document.querySelector('.count[data-status=\"failed\"]'); return !!n && n.textContent === '1';", "the failed count").await;
+        assert_eq!(js(&c, "return document.querySelector('.count[data-status=\"completed\"]').textContent;").await, "3");
+        wait_until(&c, "const r = document.getElementById('overview-refused'); return !!r && r.textContent.includes('1 delivery refused');", "the refusals of the last hour").await;
+        assert_eq!(js(&c, "return document.querySelector('#overview-refused a').getAttribute('href');").await, "#rejected");
+        wait_until(&c, "const s = document.getElementById('overview-subscriptions'); return !!s && s.textContent.includes('workers') && s.textContent.includes('paused');", "the paused subscription").await;
+        assert_eq!(js(&c, "return document.querySelector('#overview-subscriptions a').getAttribute('href');").await, "#subscriptions");
+        screenshot(&c, "overview-subscriptions-1280").await;
         }).await;
     });
 }

@@ -158,7 +158,10 @@ async fn the_cli_recovers_a_subscription() {
     app.stop().await;
 }
 
-crate::stores::store_tests!(a_recover_takes_the_states_that_failed_since_a_time);
+crate::stores::store_tests!(
+    a_recover_takes_the_states_that_failed_since_a_time,
+    event_counts_count_each_event_once
+);
 
 /// The store's side of a recover, on each store: `failed_since` compares the end of each
 /// state's last attempt, in the one subscription. Seen failing on both stores without the
@@ -192,4 +195,29 @@ fn a_recover_takes_the_states_that_failed_since_a_time(kind: StoreKind) {
         ..Default::default()
     };
     assert_eq!(h.store.retry_failed(&other, now_ms()).unwrap(), 0);
+}
+
+/// The overview's event counts run on each store: with the implicit subscriptions each event
+/// has one state, so they agree with the state counts. (The browser test of the overview has
+/// events in several subscriptions.)
+fn event_counts_count_each_event_once(kind: StoreKind) {
+    let h = crate::harness::Harness::on(kind, 1, 30);
+    h.insert(&[
+        ("shop", "a", "order.completed", BAD.to_string()),
+        ("shop", "b", "thing.done", "{}".to_string()),
+        ("shop", "c", "thing.done", "{}".to_string()),
+    ]);
+    h.drain();
+    let events = h.store.event_counts().unwrap();
+    let states = h.store.status_counts().unwrap();
+    assert_eq!(
+        (
+            events.failed,
+            events.completed,
+            events.pending,
+            events.claimed
+        ),
+        (1, 2, 0, 0)
+    );
+    assert_eq!((states.failed, states.completed), (1, 2));
 }
