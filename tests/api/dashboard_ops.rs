@@ -306,3 +306,95 @@ fn dashboard_overview_counts_events_refusals_and_paused_subscriptions() {
         }).await;
     });
 }
+
+/// The event page's attempts: per attempt its node (worker), its duration, and for an `http`
+/// subscription the endpoint's status code and the start of its body (what the history keeps
+/// of the answer, in the attempt's error). Seen failing before the change (no duration).
+#[test]
+fn dashboard_attempts_show_node_duration_and_the_endpoints_answer() {
+    if !browser_found() {
+        return;
+    }
+    let receiver = crate::receiver::Receiver::start(Duration::from_millis(0), 503);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let subs = format!(
+        "\n[[subscriptions]]\nname = \"billing\"\nkind = \"http\"\nurl = \"{}\"\n\
+         timeout_ms = 1500\nmax_attempts = 1\n",
+        receiver.url
+    );
+    let (config, settings) = write_config(dir.path(), port, &subs, "workers = 1");
+    let server = ServerProcess::start(dir.path(), &config, port, "server.log");
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let base = server.base.clone();
+    assert_eq!(send_signed(&client, &base, &settings, "evt_503", "{}"), 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let event: Value = client
+            .get(format!("{base}/events/shop/evt_503"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if event["status"] == "failed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not failed: {event}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver
+            .run("attempts", 1280, |c| async move {
+                c.goto(&format!("{base}/ui/#event/shop/evt_503"))
+                    .await
+                    .unwrap();
+                sign_in(&c, ADMIN_TOKEN).await;
+                wait_until(
+                    &c,
+                    "return document.querySelectorAll('.timeline li').length === 1;",
+                    "one attempt",
+                )
+                .await;
+                screenshot(&c, "event-attempts-1280").await;
+                let node = js(
+                    &c,
+                    "return document.querySelector('.timeline .attempt-node').textContent;",
+                )
+                .await;
+                assert!(node.as_str().unwrap().contains('-'), "{node}");
+                let took = js(
+                    &c,
+                    "return document.querySelector('.timeline .attempt-duration').textContent;",
+                )
+                .await;
+                assert!(
+                    took.as_str().unwrap().ends_with(" ms")
+                        || took.as_str().unwrap().ends_with(" s"),
+                    "{took}"
+                );
+                assert_eq!(
+                    js(
+                        &c,
+                        "return document.querySelector('.timeline .answer-status').textContent;"
+                    )
+                    .await,
+                    "503"
+                );
+                assert_eq!(
+                    js(
+                        &c,
+                        "return document.querySelector('.timeline .answer-body').textContent;"
+                    )
+                    .await,
+                    "{}"
+                );
+            })
+            .await;
+    });
+}
