@@ -398,3 +398,62 @@ fn dashboard_attempts_show_node_duration_and_the_endpoints_answer() {
             .await;
     });
 }
+
+/// The Rejected view at 1280 px: a sender's address is never broken over lines (an IPv6 peer,
+/// the longest kind, put in the cell as the server would write it), and table times keep their
+/// milliseconds, in figures of one width so that they align. Seen failing before the change
+/// (the address broke; times had no decimals).
+#[test]
+fn dashboard_rejected_senders_stay_whole_and_times_keep_milliseconds() {
+    if !browser_found() {
+        return;
+    }
+    let ops = Ops::start();
+    ops.deliver("evt_ok", "{}");
+    for i in 0..2 {
+        let refused = ops
+            .client
+            .post(format!("{}/webhooks/shop", ops.server.base))
+            .header("webhook-id", format!("evt_forged{i}"))
+            .header("webhook-timestamp", "1")
+            .header("webhook-signature", "v1,Zm9yZ2Vk")
+            .body("{}")
+            .send()
+            .unwrap();
+        assert!(refused.status().is_client_error());
+    }
+    let base = ops.server.base.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let driver = Driver::start().await;
+        driver.run("rejected-peers", 1280, |c| async move {
+        c.goto(&format!("{base}/ui/#rejected")).await.unwrap();
+        sign_in(&c, ADMIN_TOKEN).await;
+        wait_until(&c, "return document.querySelectorAll('#rejected-body tr[data-rejection]').length === 2;", "2 refusals").await;
+        js(&c, "document.querySelectorAll('#rejected-body .peer').forEach(p => { p.textContent = '2001:db8:85a3:1f2e:9c0d:8a2e:370:7334'; });").await;
+        let lines = "const lines = (el) => { const r = document.createRange(); r.selectNodeContents(el); return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; };";
+        let broken = js(&c, &format!("{lines} return [...document.querySelectorAll('#rejected-body .peer')].filter(p => lines(p) !== 1).length;")).await;
+        assert_eq!(broken, 0, "a sender's address broke over lines");
+        screenshot(&c, "rejected-peers-1280").await;
+        let times = js(&c, "return [...document.querySelectorAll('#rejected-body time')].map(t => [t.textContent, getComputedStyle(t).fontVariantNumeric]);").await;
+        for t in times.as_array().unwrap() {
+            assert!(regex_like_millis(t[0].as_str().unwrap()), "{t}");
+            assert!(t[1].as_str().unwrap().contains("tabular-nums"), "{t}");
+        }
+        c.goto(&format!("{base}/ui/#events?status=any")).await.unwrap();
+        wait_until(&c, "return document.querySelectorAll('#events-body tr').length === 1;", "the event").await;
+        let time = js(&c, "return document.querySelector('#events-body time').textContent;").await;
+        assert!(regex_like_millis(time.as_str().unwrap()), "{time}");
+        }).await;
+    });
+}
+
+/// `…:SS.mmm…`: seconds with three decimals.
+fn regex_like_millis(text: &str) -> bool {
+    text.as_bytes().windows(6).any(|w| {
+        w[0].is_ascii_digit()
+            && w[1].is_ascii_digit()
+            && w[2] == b'.'
+            && w[3..].iter().all(u8::is_ascii_digit)
+    })
+}
