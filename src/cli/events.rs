@@ -2,13 +2,13 @@
 //! HTTP API. `--json` prints the API's answer for scripts.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, RESOLUTION_HELP, Remote, pages, segment};
+use super::client::{Api, ApiClient, RESOLUTION_HELP, Remote, pages, segment};
 use super::purge;
 use super::retry::{self, RetryArgs};
 use super::table::{clip, render, text};
@@ -94,6 +94,10 @@ pub struct ListArgs {
 pub struct ShowArgs {
     source: String,
     event_id: String,
+    /// Show this subscription's state of the event (status, outcome, last error, its
+    /// attempts) instead of the event's summary.
+    #[arg(long)]
+    subscription: Option<String>,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -122,19 +126,19 @@ pub struct ExportArgs {
     remote: Remote,
 }
 
-pub fn run(config: Option<&Path>, command: EventsCommand) -> anyhow::Result<()> {
+pub fn run(api: &Api, command: EventsCommand) -> anyhow::Result<()> {
     match command {
-        EventsCommand::List(args) => list(config, args),
-        EventsCommand::Show(args) => show(config, args),
-        EventsCommand::Retry(args) => retry::run(config, args),
-        EventsCommand::Skip(args) => skip(config, args),
-        EventsCommand::Export(args) => export(config, args),
-        EventsCommand::Purge(args) => purge::run(config, args),
+        EventsCommand::List(args) => list(api, args),
+        EventsCommand::Show(args) => show(api, args),
+        EventsCommand::Retry(args) => retry::run(api, args),
+        EventsCommand::Skip(args) => skip(api, args),
+        EventsCommand::Export(args) => export(api, args),
+        EventsCommand::Purge(args) => purge::run(api, args),
     }
 }
 
-fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn list(api: &Api, args: ListArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let mut query = args.filter.query();
     query.push(("limit", args.limit.to_string()));
     let (events, next) = pages(
@@ -149,50 +153,81 @@ fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
         println!("{}", json!({"events": events, "next_cursor": next}));
         return Ok(());
     }
+    // With a subscription, each row is its state of the event, not the event's summary.
+    let subscription = args.filter.subscription.as_deref();
+    // Failed events without one: which subscriptions failed them.
+    let failed_in = subscription.is_none() && args.filter.status.as_deref() == Some("failed");
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
-            vec![
+            let state = subscription.map_or(e, |name| state_of(e, name));
+            let mut row = vec![
                 text(&e["source"]),
                 text(&e["event_id"]),
                 text(&e["type"]),
-                text(&e["status"]),
-                text(&e["attempts"]),
+                text(&state["status"]),
+                text(&state["attempts"]),
                 text(&e["received_at"]),
-                clip(
-                    &text(if e["status"] == "failed" {
-                        &e["last_error"]
-                    } else {
-                        &e["outcome"]
-                    }),
-                    60,
-                ),
-            ]
+            ];
+            if failed_in {
+                row.push(names_with(e, "failed"));
+            }
+            row.push(clip(&said(state), 60));
+            row
         })
         .collect();
-    print!(
-        "{}",
-        render(
-            &[
-                "SOURCE",
-                "EVENT_ID",
-                "TYPE",
-                "STATUS",
-                "ATTEMPTS",
-                "RECEIVED",
-                "OUTCOME/ERROR"
-            ],
-            &rows
-        )
-    );
+    let mut heads = vec![
+        "SOURCE", "EVENT_ID", "TYPE", "STATUS", "ATTEMPTS", "RECEIVED",
+    ];
+    if failed_in {
+        heads.push("SUBSCRIPTIONS");
+    }
+    heads.push("OUTCOME/ERROR");
+    if let Some(name) = subscription {
+        println!("subscription {name}: its state of each event");
+    }
+    print!("{}", render(&heads, &rows));
     if let Value::String(cursor) = &next {
         eprintln!("more events: add --cursor {cursor} for the next page, or --all");
     }
     Ok(())
 }
 
-fn skip(config: Option<&Path>, args: SkipArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+/// An event's state in one subscription (null fields when it has none).
+fn state_of<'a>(event: &'a Value, name: &str) -> &'a Value {
+    static NONE: Value = Value::Null;
+    event["subscriptions"]
+        .as_array()
+        .and_then(|subs| subs.iter().find(|s| s["name"] == name))
+        .unwrap_or(&NONE)
+}
+
+/// The subscriptions whose state of the event has this status, comma-separated.
+fn names_with(event: &Value, status: &str) -> String {
+    event["subscriptions"]
+        .as_array()
+        .map(|subs| {
+            subs.iter()
+                .filter(|s| s["status"] == status)
+                .map(|s| text(&s["name"]))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// What a state says: its outcome once completed, else its last error (a pending state that
+/// is retrying has one too), else its outcome.
+fn said(state: &Value) -> String {
+    if state["status"] != "completed" && !state["last_error"].is_null() {
+        text(&state["last_error"])
+    } else {
+        text(&state["outcome"])
+    }
+}
+
+fn skip(api: &Api, args: SkipArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let path = format!(
         "/events/{}/{}/skip",
         segment(&args.source),
@@ -206,8 +241,8 @@ fn skip(config: Option<&Path>, args: SkipArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn show(api: &Api, args: ShowArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let e = client.get(
         &format!(
             "/events/{}/{}",
@@ -219,6 +254,9 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{e}");
         return Ok(());
+    }
+    if let Some(name) = &args.subscription {
+        return show_in(&e, name);
     }
     if e["purged"] == true {
         // A tombstone: no body and no history any more, and the answer says so.
@@ -267,16 +305,11 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
         .unwrap_or_default()
         .iter()
         .map(|s| {
-            let said = if s["status"] == "failed" {
-                &s["last_error"]
-            } else {
-                &s["outcome"]
-            };
             vec![
                 text(&s["name"]),
                 text(&s["status"]),
                 text(&s["attempts"]),
-                clip(&text(said), 60),
+                clip(&said(s), 60),
             ]
         })
         .collect();
@@ -291,11 +324,56 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
         "\npayload:\n{}",
         serde_json::to_string_pretty(&e["payload"])?
     );
+    print_history(&e, None);
+    Ok(())
+}
+
+/// `events show --subscription NAME`: that subscription's state of the event, and its attempts.
+fn show_in(e: &Value, name: &str) -> anyhow::Result<()> {
+    let state = state_of(e, name);
+    if state.is_null() {
+        return Err(super::client::CliError::Refused(format!(
+            "{}/{} has no state in subscription `{name}` (its route does not take it, or no such \
+             subscription); its subscriptions: {}",
+            text(&e["source"]),
+            text(&e["event_id"]),
+            e["subscriptions"]
+                .as_array()
+                .map(|s| s
+                    .iter()
+                    .map(|s| text(&s["name"]))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default()
+        ))
+        .into());
+    }
+    print_fields(e, &["source", "event_id", "type"]);
+    println!("{:<19} {name}", "subscription");
+    print_fields(
+        state,
+        &[
+            "status",
+            "outcome",
+            "last_error",
+            "attempts",
+            "next_attempt_at",
+            "completed_at",
+            "abandoned",
+        ],
+    );
+    print_history(e, Some(name));
+    Ok(())
+}
+
+/// The attempt history, of one subscription or of all.
+fn print_history(e: &Value, only: Option<&str>) {
     let history: Vec<Vec<String>> = e["history"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .iter()
+        .filter(|a| only.is_none_or(|name| a["subscription"] == name))
         .map(|a| {
             [
                 "subscription",
@@ -326,11 +404,10 @@ fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
             &history
         )
     );
-    Ok(())
 }
 
-fn export(config: Option<&Path>, args: ExportArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn export(api: &Api, args: ExportArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let mut response = client.get_stream("/events/export", &args.filter.query())?;
     let out: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(

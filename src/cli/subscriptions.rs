@@ -1,12 +1,10 @@
 //! `webhook-inbox subscriptions list|pause|resume|backfill|recover`: the user's consumers (SPEC section
 //! 13), through the HTTP API.
 
-use std::path::Path;
-
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::client::{ApiClient, RESOLUTION_HELP, Remote, segment};
+use super::client::{Api, ApiClient, RESOLUTION_HELP, Remote, segment};
 use super::table::{render, text};
 use super::when::parse_when;
 
@@ -71,10 +69,10 @@ pub struct RecoverArgs {
     remote: Remote,
 }
 
-pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Result<()> {
+pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
     match command {
         SubscriptionsCommand::List(args) => {
-            let client = ApiClient::new(&args.remote, config)?;
+            let client = ApiClient::new(api, &args.remote)?;
             let answer = client.get("/subscriptions", &[])?;
             if args.json {
                 println!("{answer}");
@@ -87,10 +85,10 @@ pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Resu
             }
             Ok(())
         }
-        SubscriptionsCommand::Pause(args) => change(config, args, "pause"),
-        SubscriptionsCommand::Resume(args) => change(config, args, "resume"),
+        SubscriptionsCommand::Pause(args) => change(api, args, "pause"),
+        SubscriptionsCommand::Resume(args) => change(api, args, "resume"),
         SubscriptionsCommand::Backfill(args) => {
-            let client = ApiClient::new(&args.remote, config)?;
+            let client = ApiClient::new(api, &args.remote)?;
             let path = format!("/subscriptions/{}/backfill", segment(&args.name));
             let answer = client.post(&path, &[("since", args.since.clone())], None)?;
             if args.json {
@@ -106,7 +104,7 @@ pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Resu
             Ok(())
         }
         SubscriptionsCommand::Recover(args) => {
-            let client = ApiClient::new(&args.remote, config)?;
+            let client = ApiClient::new(api, &args.remote)?;
             let path = format!("/subscriptions/{}/recover", segment(&args.name));
             let answer = client.post(&path, &[("since", args.since.clone())], None)?;
             if args.json {
@@ -124,8 +122,8 @@ pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Resu
     }
 }
 
-fn change(config: Option<&Path>, args: NameArgs, action: &str) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn change(api: &Api, args: NameArgs, action: &str) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let path = format!("/subscriptions/{}/{action}", segment(&args.name));
     let answer = client.post(&path, &[], None)?;
     if args.json {

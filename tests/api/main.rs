@@ -11,6 +11,7 @@ mod browser;
 mod callouts;
 mod cli;
 mod cli_config;
+mod cli_ops;
 mod cli_usage;
 mod completions;
 mod concurrency;
