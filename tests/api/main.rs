@@ -50,6 +50,7 @@ mod ordering_nodes;
 mod ordering_repairs;
 mod panics;
 mod pg_restart;
+mod pg_start;
 mod pgdb;
 mod pipeline;
 mod plans;
