@@ -56,13 +56,13 @@ pub fn run(args: CopyArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!("--from: {} does not exist", path.display());
     }
-    let source = store::open(&from).map_err(|e| side("--from", &from, "opening", e.into()))?;
+    let source = store::open(&from).map_err(|e| side("--from", &from, "opening", e))?;
     source
         .migrate()
         .map_err(|e| side("--from", &from, "migrating", e.into()))?;
     // Migrated by the copy once it holds it alone; reached now, so that a wrong password or
     // host is told as the target's before anything is read.
-    let target = store::open(&to).map_err(|e| side("--to", &to, "opening", e.into()))?;
+    let target = store::open(&to).map_err(|e| side("--to", &to, "opening", e))?;
     target
         .ready()
         .map_err(|e| side("--to", &to, "connecting to", e.into()))?;
