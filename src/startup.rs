@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::rejections::{self, Rejections};
 use crate::retention;
 use crate::routes::{self, AppState};
-use crate::store::{self, Hold, Holder, Store};
+use crate::store::{self, Hold, Holder, Store, StoreError};
 use crate::tls::Certificates;
 
 /// What a caller (main, tests, benchmarks) may choose beyond the config file.
@@ -82,6 +82,51 @@ pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     Ok(store)
 }
 
+/// How long `serve` waits for a PostgreSQL server that is not up yet at start (a host's
+/// services starting together), trying every [`DATABASE_RETRY`]. Once started, a node rides
+/// out an outage by itself (503 meanwhile); at start, past this, it exits.
+pub const DATABASE_WAIT: Duration = Duration::from_secs(60);
+const DATABASE_RETRY: Duration = Duration::from_secs(2);
+
+/// Open the store and take the node's hold on it. A PostgreSQL server that is unreachable
+/// (the store says `Unavailable`) is waited for, up to [`DATABASE_WAIT`], with a log line per
+/// try; any other error (a wrong password, a bad URL) ends the start at once.
+fn open_and_hold(database: &Database) -> anyhow::Result<(Arc<dyn Store>, Option<Hold>)> {
+    let started = std::time::Instant::now();
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let attempt = store::open(database).and_then(|store| {
+            let held = store.hold(Holder::Node)?;
+            Ok((store, held))
+        });
+        let error = match attempt {
+            Ok(opened) => return Ok(opened),
+            Err(e) => e,
+        };
+        let unreachable = matches!(database, Database::Postgres(_))
+            && error
+                .chain()
+                .any(|c| matches!(c.downcast_ref(), Some(StoreError::Unavailable(_))));
+        if !unreachable || started.elapsed() + DATABASE_RETRY > DATABASE_WAIT {
+            return Err(error.context(format!(
+                "opening the database {} (tried {tries} time(s) over {} s)",
+                database.display(),
+                started.elapsed().as_secs()
+            )));
+        }
+        tracing::warn!(
+            database = %database.display(),
+            attempt = tries,
+            error = %format!("{error:#}"),
+            "waiting for the database: not reachable yet, trying again in {} s (at most {} s)",
+            DATABASE_RETRY.as_secs(),
+            DATABASE_WAIT.as_secs()
+        );
+        std::thread::sleep(DATABASE_RETRY);
+    }
+}
+
 /// A database this process cannot write would otherwise start, say it is ready, answer 503 to
 /// every delivery and 500 elsewhere, and have its consumers fail eight times a second: refuse
 /// to start instead, saying what to fix.
@@ -116,8 +161,8 @@ impl Application {
             (Some(cert), Some(key)) => Some(Certificates::load(cert, key)?),
             _ => None,
         };
-        let store: Arc<dyn Store> = store::open(&database)?;
-        let held = store.hold(Holder::Node)?.ok_or_else(|| {
+        let (store, held) = open_and_hold(&database)?;
+        let held = held.ok_or_else(|| {
             anyhow::anyhow!(
                 "a `webhook-inbox copy` into this database is running: start the node once it \
                  has finished"

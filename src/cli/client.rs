@@ -6,9 +6,13 @@
 //! (`--config FILE` or `./webhook-inbox.toml`: its `listen` and `admin_token`, with the same
 //! `WEBHOOK_INBOX_*` overrides `serve` applies), then the embedded default
 //! (`http://127.0.0.1:8080` and the token `serve` generated into `data/admin-token`). A CLI run
-//! in the same directory with the same config as `serve` therefore finds that server.
+//! with the same config as `serve` therefore finds that server, from any directory: a generated
+//! token is looked for in the data directory as `serve` sees it from the working directory, and
+//! beside the config file (its data directory taken relative to the config's directory), and
+//! when none is found the error says where it looked. `--url` and `--token` go before the
+//! subcommand or after it, as `--config` does.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -50,7 +54,7 @@ pub struct Remote {
     /// Base URL of the server [default: from the config's `listen`, else http://127.0.0.1:8080].
     #[arg(long, env = "WEBHOOK_INBOX_URL", value_name = "URL")]
     pub url: Option<String>,
-    /// Admin token [default: the config's `admin_token`, else data/admin-token].
+    /// Admin token [default: the config's `admin_token`, else the generated admin-token file].
     #[arg(
         long,
         env = "WEBHOOK_INBOX_ADMIN_TOKEN",
@@ -58,6 +62,50 @@ pub struct Remote {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+}
+
+/// `--url` and `--token` given before the subcommand (`webhook-inbox --url U events list`).
+/// Not global: `listen` and `loadgen` have a `--url` and `--token` of their own, and `serve`
+/// none. Given, they win over the subcommand's (whose values may come from the environment).
+#[derive(Debug, Clone, Default, Args)]
+pub struct Before {
+    /// The server's URL, for the commands that talk to the API (as their own --url).
+    #[arg(long = "url", value_name = "URL")]
+    pub url: Option<String>,
+    /// The admin token, for the commands that talk to the API (as their own --token).
+    #[arg(long = "token", value_name = "TOKEN")]
+    pub token: Option<String>,
+}
+
+/// What a command that talks to the API was told: the config file and `--url`/`--token`.
+pub struct Api<'a> {
+    pub config: Option<&'a Path>,
+    pub before: &'a Before,
+}
+
+/// Where `serve` may have written the generated admin token for these settings: its data
+/// directory as seen from here, and, for a config file, the same relative to the config's
+/// directory (a `serve` started beside its config). Each once, in that order.
+fn token_files(settings: &Settings, config: Option<&Path>) -> Vec<PathBuf> {
+    let dir = config::data_dir(settings);
+    let mut files = vec![dir.join("admin-token")];
+    let config = config.map(Path::to_path_buf).or_else(|| {
+        let default = PathBuf::from("webhook-inbox.toml");
+        default.exists().then_some(default)
+    });
+    if let Some(beside) = config.as_deref().and_then(Path::parent)
+        && dir.is_relative()
+    {
+        let beside = if beside.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            beside
+        };
+        files.push(beside.join(&dir).join("admin-token"));
+        files.push(beside.join("admin-token"));
+    }
+    files.dedup();
+    files
 }
 
 /// The settings `serve` would run on with this config, without creating anything: no
@@ -96,13 +144,20 @@ pub fn resolve_url(url: Option<&str>, config: Option<&Path>) -> anyhow::Result<S
 pub struct ApiClient {
     base: String,
     token: Option<String>,
+    /// With no token found: the files looked in, for the error.
+    looked: Vec<PathBuf>,
     http: reqwest::blocking::Client,
 }
 
 impl ApiClient {
     /// Resolve URL and token in the order of the module doc; the config is read only when a
     /// flag or variable leaves something open.
-    pub fn new(remote: &Remote, config: Option<&Path>) -> anyhow::Result<ApiClient> {
+    pub fn new(api: &Api<'_>, remote: &Remote) -> anyhow::Result<ApiClient> {
+        let remote = &Remote {
+            url: api.before.url.clone().or_else(|| remote.url.clone()),
+            token: api.before.token.clone().or_else(|| remote.token.clone()),
+        };
+        let config = api.config;
         let settings = match (&remote.url, &remote.token) {
             (Some(_), Some(_)) => None,
             _ => Some(settings_for_client(config)?),
@@ -112,17 +167,23 @@ impl ApiClient {
             (None, Some(s)) => url_for_listen(&s.listen),
             (None, None) => unreachable!("settings are read when --url is missing"),
         };
+        let mut looked = Vec::new();
         let token = match (&remote.token, &settings) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(s)) if !s.admin_token.is_empty() => Some(s.admin_token.expose().into()),
             // As `serve` does for an empty `admin_token`: the generated one in the data dir.
-            (None, Some(s)) => std::fs::read_to_string(config::data_dir(s).join("admin-token"))
-                .ok()
-                .map(|t| t.trim().to_string()),
+            (None, Some(s)) => {
+                looked = token_files(s, config);
+                looked
+                    .iter()
+                    .find_map(|f| std::fs::read_to_string(f).ok())
+                    .map(|t| t.trim().to_string())
+            }
             (None, None) => None,
         };
         Ok(ApiClient {
             base,
+            looked: if token.is_none() { looked } else { Vec::new() },
             token,
             http: reqwest::blocking::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -153,6 +214,21 @@ impl ApiClient {
         let code = body["error"].as_str().unwrap_or("error").to_string();
         let message = body["message"].as_str().unwrap_or("").to_string();
         Err(match status.as_u16() {
+            401 if self.token.is_none() => CliError::Refused(format!(
+                "no admin token found: none given (--token, WEBHOOK_INBOX_ADMIN_TOKEN), none in \
+                 the config (`admin_token`), and no generated one in {}; the server at {} \
+                 refused the call",
+                if self.looked.is_empty() {
+                    "its data directory".to_string()
+                } else {
+                    self.looked
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+                self.base
+            )),
             401 => CliError::Refused(format!(
                 "the server at {} refused the token ({message}); pass --token, set \
                  WEBHOOK_INBOX_ADMIN_TOKEN, or point --config at the server's config (the \

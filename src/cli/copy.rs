@@ -26,6 +26,22 @@ pub struct CopyArgs {
     allow_non_empty: bool,
 }
 
+/// An error of one side, named by its option, its cause said once: a database error's text is
+/// often repeated by each error that wraps it (`db error: FATAL: password authentication
+/// failed …: db error: FATAL: password authentication failed …`), so a cause already said is
+/// left out.
+fn side(option: &str, db: &Database, doing: &str, e: anyhow::Error) -> anyhow::Error {
+    let mut said: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !said.iter().any(|s| s.contains(&text)) {
+            said.retain(|s| !text.contains(s.as_str()));
+            said.push(text);
+        }
+    }
+    anyhow::anyhow!("{option}: {doing} {}: {}", db.display(), said.join(": "))
+}
+
 pub fn run(args: CopyArgs) -> anyhow::Result<()> {
     let from = Database::parse(&args.from).context("--from")?;
     let to = Database::parse(&args.to).context("--to")?;
@@ -40,12 +56,16 @@ pub fn run(args: CopyArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!("--from: {} does not exist", path.display());
     }
-    let source = store::open(&from).with_context(|| format!("opening {}", from.display()))?;
+    let source = store::open(&from).map_err(|e| side("--from", &from, "opening", e))?;
     source
         .migrate()
-        .with_context(|| format!("migrating {}", from.display()))?;
-    // Migrated by the copy once it holds it alone.
-    let target = store::open(&to).with_context(|| format!("opening {}", to.display()))?;
+        .map_err(|e| side("--from", &from, "migrating", e.into()))?;
+    // Migrated by the copy once it holds it alone; reached now, so that a wrong password or
+    // host is told as the target's before anything is read.
+    let target = store::open(&to).map_err(|e| side("--to", &to, "opening", e))?;
+    target
+        .ready()
+        .map_err(|e| side("--to", &to, "connecting to", e.into()))?;
     // Shown on a terminal only (indicatif draws nothing when stderr is not one).
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{msg:18} {bar:40} {pos}/{len} rows {eta}")

@@ -2,15 +2,16 @@
 //! HTTP API. `--json` prints the API's answer for scripts.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, RESOLUTION_HELP, Remote, pages, segment};
+use super::client::{Api, ApiClient, RESOLUTION_HELP, Remote, pages, segment};
 use super::purge;
 use super::retry::{self, RetryArgs};
+use super::show::{self, names_with, said, state_of};
 use super::table::{clip, render, text};
 use super::when::parse_when;
 
@@ -21,7 +22,7 @@ pub enum EventsCommand {
     List(ListArgs),
     /// One event with its payload (as received) and attempt history.
     #[command(after_help = RESOLUTION_HELP)]
-    Show(ShowArgs),
+    Show(show::ShowArgs),
     /// Retry one event, or every failed event matching a filter (`--failed`).
     #[command(after_help = RESOLUTION_HELP)]
     Retry(RetryArgs),
@@ -91,16 +92,6 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ShowArgs {
-    source: String,
-    event_id: String,
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    remote: Remote,
-}
-
-#[derive(Debug, Args)]
 pub struct SkipArgs {
     source: String,
     event_id: String,
@@ -122,19 +113,19 @@ pub struct ExportArgs {
     remote: Remote,
 }
 
-pub fn run(config: Option<&Path>, command: EventsCommand) -> anyhow::Result<()> {
+pub fn run(api: &Api, command: EventsCommand) -> anyhow::Result<()> {
     match command {
-        EventsCommand::List(args) => list(config, args),
-        EventsCommand::Show(args) => show(config, args),
-        EventsCommand::Retry(args) => retry::run(config, args),
-        EventsCommand::Skip(args) => skip(config, args),
-        EventsCommand::Export(args) => export(config, args),
-        EventsCommand::Purge(args) => purge::run(config, args),
+        EventsCommand::List(args) => list(api, args),
+        EventsCommand::Show(args) => show::show(api, args),
+        EventsCommand::Retry(args) => retry::run(api, args),
+        EventsCommand::Skip(args) => skip(api, args),
+        EventsCommand::Export(args) => export(api, args),
+        EventsCommand::Purge(args) => purge::run(api, args),
     }
 }
 
-fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn list(api: &Api, args: ListArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let mut query = args.filter.query();
     query.push(("limit", args.limit.to_string()));
     let (events, next) = pages(
@@ -149,50 +140,48 @@ fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
         println!("{}", json!({"events": events, "next_cursor": next}));
         return Ok(());
     }
+    // With a subscription, each row is its state of the event, not the event's summary.
+    let subscription = args.filter.subscription.as_deref();
+    // Failed events without one: which subscriptions failed them.
+    let failed_in = subscription.is_none() && args.filter.status.as_deref() == Some("failed");
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
-            vec![
+            let state = subscription.map_or(e, |name| state_of(e, name));
+            let mut row = vec![
                 text(&e["source"]),
                 text(&e["event_id"]),
                 text(&e["type"]),
-                text(&e["status"]),
-                text(&e["attempts"]),
+                text(&state["status"]),
+                text(&state["attempts"]),
                 text(&e["received_at"]),
-                clip(
-                    &text(if e["status"] == "failed" {
-                        &e["last_error"]
-                    } else {
-                        &e["outcome"]
-                    }),
-                    60,
-                ),
-            ]
+            ];
+            if failed_in {
+                row.push(names_with(e, "failed"));
+            }
+            row.push(clip(&said(state), 60));
+            row
         })
         .collect();
-    print!(
-        "{}",
-        render(
-            &[
-                "SOURCE",
-                "EVENT_ID",
-                "TYPE",
-                "STATUS",
-                "ATTEMPTS",
-                "RECEIVED",
-                "OUTCOME/ERROR"
-            ],
-            &rows
-        )
-    );
+    let mut heads = vec![
+        "SOURCE", "EVENT_ID", "TYPE", "STATUS", "ATTEMPTS", "RECEIVED",
+    ];
+    if failed_in {
+        heads.push("SUBSCRIPTIONS");
+    }
+    heads.push("OUTCOME/ERROR");
+    if let Some(name) = subscription {
+        println!("subscription {name}: its state of each event");
+    }
+    print!("{}", render(&heads, &rows));
     if let Value::String(cursor) = &next {
         eprintln!("more events: add --cursor {cursor} for the next page, or --all");
     }
     Ok(())
 }
 
-fn skip(config: Option<&Path>, args: SkipArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn skip(api: &Api, args: SkipArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let path = format!(
         "/events/{}/{}/skip",
         segment(&args.source),
@@ -206,131 +195,8 @@ fn skip(config: Option<&Path>, args: SkipArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn show(config: Option<&Path>, args: ShowArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
-    let e = client.get(
-        &format!(
-            "/events/{}/{}",
-            segment(&args.source),
-            segment(&args.event_id)
-        ),
-        &[],
-    )?;
-    if args.json {
-        println!("{e}");
-        return Ok(());
-    }
-    if e["purged"] == true {
-        // A tombstone: no body and no history any more, and the answer says so.
-        print_fields(
-            &e,
-            &[
-                "source",
-                "event_id",
-                "type",
-                "status",
-                "outcome",
-                "received_at",
-                "completed_at",
-                "purged_at",
-                "payload_sha256",
-            ],
-        );
-        println!(
-            "\npurged by retention: its body and attempt history are gone; the tombstone keeps \
-             its key (a redelivery is still a duplicate) and its body's SHA-256 above"
-        );
-        return Ok(());
-    }
-    print_fields(
-        &e,
-        &[
-            "source",
-            "event_id",
-            "type",
-            "status",
-            "outcome",
-            "last_error",
-            "attempts",
-            "deliveries",
-            "payload_mismatches",
-            "received_at",
-            "last_delivered_at",
-            "next_attempt_at",
-            "completed_at",
-            "abandoned",
-        ],
-    );
-    let subscriptions: Vec<Vec<String>> = e["subscriptions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|s| {
-            let said = if s["status"] == "failed" {
-                &s["last_error"]
-            } else {
-                &s["outcome"]
-            };
-            vec![
-                text(&s["name"]),
-                text(&s["status"]),
-                text(&s["attempts"]),
-                clip(&text(said), 60),
-            ]
-        })
-        .collect();
-    println!(
-        "\nsubscriptions:\n{}",
-        render(
-            &["SUBSCRIPTION", "STATUS", "ATTEMPTS", "OUTCOME/ERROR"],
-            &subscriptions
-        )
-    );
-    println!(
-        "\npayload:\n{}",
-        serde_json::to_string_pretty(&e["payload"])?
-    );
-    let history: Vec<Vec<String>> = e["history"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|a| {
-            [
-                "subscription",
-                "attempt",
-                "worker",
-                "started_at",
-                "finished_at",
-                "result",
-                "error",
-            ]
-            .iter()
-            .map(|k| text(&a[*k]))
-            .collect()
-        })
-        .collect();
-    println!(
-        "\nhistory:\n{}",
-        render(
-            &[
-                "SUBSCRIPTION",
-                "#",
-                "WORKER",
-                "STARTED",
-                "FINISHED",
-                "RESULT",
-                "ERROR"
-            ],
-            &history
-        )
-    );
-    Ok(())
-}
-
-fn export(config: Option<&Path>, args: ExportArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn export(api: &Api, args: ExportArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let mut response = client.get_stream("/events/export", &args.filter.query())?;
     let out: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -365,12 +231,5 @@ impl<W: std::io::Write> std::io::Write for LineCounter<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
-    }
-}
-
-/// `key  value` lines, the keys aligned.
-fn print_fields(e: &Value, keys: &[&str]) {
-    for key in keys {
-        println!("{key:<19} {}", text(&e[*key]));
     }
 }

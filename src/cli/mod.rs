@@ -14,6 +14,7 @@ mod purge;
 mod rejections;
 mod replay;
 mod retry;
+mod show;
 mod sign;
 mod subscriptions;
 mod table;
@@ -39,6 +40,8 @@ pub struct Cli {
     /// Config file (default: ./webhook-inbox.toml if present, else the embedded default).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    before: client::Before,
     #[command(subcommand)]
     command: Command,
 }
@@ -57,7 +60,7 @@ enum Command {
     /// Deliveries refused at the edge (bad signature, unknown source, …), through the HTTP API.
     #[command(subcommand)]
     Rejections(rejections::RejectionsCommand),
-    /// The user's consumers: list, pause, resume, backfill, through the HTTP API.
+    /// The user's consumers: list, pause, resume, backfill, recover, through the HTTP API.
     #[command(subcommand)]
     Subscriptions(subscriptions::SubscriptionsCommand),
     /// Forward a pull subscription's events to a local URL, signed, without opening a port
@@ -113,6 +116,21 @@ fn complete_settings(mut loaded: Loaded) -> anyhow::Result<Loaded> {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let api = client::Api {
+        config: cli.config.as_deref(),
+        before: &cli.before,
+    };
+    let talks_to_api = matches!(
+        cli.command,
+        Command::Events(_) | Command::Rejections(_) | Command::Subscriptions(_)
+    );
+    if !talks_to_api && (cli.before.url.is_some() || cli.before.token.is_some()) {
+        // A usage error (exit 2): `serve` takes no --url, `listen`'s --token is not an admin's.
+        anyhow::bail!(
+            "--url and --token before the subcommand are for `events`, `rejections` and \
+             `subscriptions`; give a command's own options after its name"
+        );
+    }
     match cli.command {
         Command::Serve => serve(cli.config.as_deref()),
         Command::Migrate => {
@@ -130,9 +148,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
-        Command::Events(command) => events::run(cli.config.as_deref(), command),
-        Command::Rejections(command) => rejections::run(cli.config.as_deref(), command),
-        Command::Subscriptions(command) => subscriptions::run(cli.config.as_deref(), command),
+        Command::Events(command) => events::run(&api, command),
+        Command::Rejections(command) => rejections::run(&api, command),
+        Command::Subscriptions(command) => subscriptions::run(&api, command),
         Command::Listen(args) => listen::run(cli.config.as_deref(), args),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),

@@ -1,11 +1,9 @@
 //! `webhook-inbox events purge`: the retention purge on demand, through `POST /events/purge`.
 
-use std::path::Path;
-
 use clap::Args;
 use serde_json::{Map, Value, json};
 
-use super::client::{ApiClient, CliError, Remote};
+use super::client::{Api, ApiClient, CliError, Remote};
 use super::when::parse_when;
 
 #[derive(Debug, Args)]
@@ -29,8 +27,8 @@ pub struct PurgeArgs {
 /// Calls the route until the walk is complete: one call stops after a few seconds (or
 /// `--per-call` events) and names where to go on, with the same times, so a large first purge
 /// never meets the client's timeout. Progress goes to stderr after each call that left more.
-pub fn run(config: Option<&Path>, args: PurgeArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+pub fn run(api: &Api, args: PurgeArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let mut body = Map::new();
     for (key, time) in [
         ("completed_before", args.completed_before),

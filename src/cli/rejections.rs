@@ -1,11 +1,9 @@
 //! `webhook-inbox rejections list`: deliveries refused at the edge, through `GET /rejections`.
 
-use std::path::Path;
-
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, RESOLUTION_HELP, Remote, pages};
+use super::client::{Api, ApiClient, RESOLUTION_HELP, Remote, pages};
 use super::table::{clip, render, text};
 use super::when::parse_when;
 
@@ -44,14 +42,14 @@ pub struct ListArgs {
     remote: Remote,
 }
 
-pub fn run(config: Option<&Path>, command: RejectionsCommand) -> anyhow::Result<()> {
+pub fn run(api: &Api, command: RejectionsCommand) -> anyhow::Result<()> {
     match command {
-        RejectionsCommand::List(args) => list(config, args),
+        RejectionsCommand::List(args) => list(api, args),
     }
 }
 
-fn list(config: Option<&Path>, args: ListArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn list(api: &Api, args: ListArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let mut query: Vec<(&str, String)> = [
         ("source", &args.source),
         ("reason", &args.reason),

@@ -2,13 +2,12 @@
 //! confirmed first.
 
 use std::io::Write as _;
-use std::path::Path;
 
 use anyhow::Context as _;
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, CliError, Remote, segment};
+use super::client::{Api, ApiClient, CliError, Remote, segment};
 use super::table::text;
 use super::when::parse_when;
 
@@ -101,8 +100,8 @@ fn confirmed(question: &str) -> anyhow::Result<bool> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
 }
 
-pub fn run(config: Option<&Path>, args: RetryArgs) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+pub fn run(api: &Api, args: RetryArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     if args.failed {
         let filter: serde_json::Map<String, Value> = [
             ("source", &args.source_filter),

@@ -1,12 +1,10 @@
-//! `webhook-inbox subscriptions list|pause|resume|backfill`: the user's consumers (SPEC section
+//! `webhook-inbox subscriptions list|pause|resume|backfill|recover`: the user's consumers (SPEC section
 //! 13), through the HTTP API.
-
-use std::path::Path;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::client::{ApiClient, RESOLUTION_HELP, Remote, segment};
+use super::client::{Api, ApiClient, RESOLUTION_HELP, Remote, segment};
 use super::table::{render, text};
 use super::when::parse_when;
 
@@ -24,6 +22,10 @@ pub enum SubscriptionsCommand {
     /// Hand a subscription the events stored before it was added (since a time).
     #[command(after_help = RESOLUTION_HELP)]
     Backfill(BackfillArgs),
+    /// After an endpoint's outage: retry every failed state of a subscription whose last
+    /// attempt ended since a time.
+    #[command(after_help = RESOLUTION_HELP)]
+    Recover(RecoverArgs),
 }
 
 #[derive(Debug, Args)]
@@ -55,10 +57,22 @@ pub struct BackfillArgs {
     remote: Remote,
 }
 
-pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Result<()> {
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    name: String,
+    /// An RFC 3339 time or an age back from now (`2h`): states that failed since then.
+    #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
+    since: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
     match command {
         SubscriptionsCommand::List(args) => {
-            let client = ApiClient::new(&args.remote, config)?;
+            let client = ApiClient::new(api, &args.remote)?;
             let answer = client.get("/subscriptions", &[])?;
             if args.json {
                 println!("{answer}");
@@ -71,10 +85,10 @@ pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Resu
             }
             Ok(())
         }
-        SubscriptionsCommand::Pause(args) => change(config, args, "pause"),
-        SubscriptionsCommand::Resume(args) => change(config, args, "resume"),
+        SubscriptionsCommand::Pause(args) => change(api, args, "pause"),
+        SubscriptionsCommand::Resume(args) => change(api, args, "resume"),
         SubscriptionsCommand::Backfill(args) => {
-            let client = ApiClient::new(&args.remote, config)?;
+            let client = ApiClient::new(api, &args.remote)?;
             let path = format!("/subscriptions/{}/backfill", segment(&args.name));
             let answer = client.post(&path, &[("since", args.since.clone())], None)?;
             if args.json {
@@ -89,11 +103,27 @@ pub fn run(config: Option<&Path>, command: SubscriptionsCommand) -> anyhow::Resu
             }
             Ok(())
         }
+        SubscriptionsCommand::Recover(args) => {
+            let client = ApiClient::new(api, &args.remote)?;
+            let path = format!("/subscriptions/{}/recover", segment(&args.name));
+            let answer = client.post(&path, &[("since", args.since.clone())], None)?;
+            if args.json {
+                println!("{answer}");
+            } else {
+                println!(
+                    "{}: retried {} failed state(s) that failed since {}",
+                    args.name,
+                    text(&answer["retried"]),
+                    args.since
+                );
+            }
+            Ok(())
+        }
     }
 }
 
-fn change(config: Option<&Path>, args: NameArgs, action: &str) -> anyhow::Result<()> {
-    let client = ApiClient::new(&args.remote, config)?;
+fn change(api: &Api, args: NameArgs, action: &str) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
     let path = format!("/subscriptions/{}/{action}", segment(&args.name));
     let answer = client.post(&path, &[], None)?;
     if args.json {

@@ -83,6 +83,7 @@ impl FilterParams {
             received_before: time_param("received_before", &self.received_before)?,
             purged,
             subscription: self.subscription.clone(),
+            failed_since: None,
         })
     }
 }

@@ -106,6 +106,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         resource("/subscriptions/{name}/backfill").route(web::post().to(subscriptions::backfill)),
     )
+    .service(
+        resource("/subscriptions/{name}/recover").route(web::post().to(subscriptions::recover)),
+    )
     .service(resource("/requests").route(web::post().to(requests::create)))
     .service(resource("/requests/{id}").route(web::get().to(requests::get)))
     .service(resource("/requests/{id}/documents").route(web::post().to(requests::add_document)))

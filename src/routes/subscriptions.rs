@@ -308,3 +308,50 @@ pub async fn backfill(
     }
     Ok(HttpResponse::Ok().json(Backfilled { backfilled }))
 }
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Recovered {
+    /// Failed states moved back to pending, due now, with a fresh budget.
+    retried: usize,
+}
+
+/// After an endpoint's outage (as Svix's recover): retry every failed state of the
+/// subscription that failed at or after `since`, by the end of its last attempt. Each goes back
+/// to pending with a fresh budget, so a recover run twice retries nothing the first one moved.
+/// Abandoned at-most-once states are left for a forced single retry, as a bulk retry leaves
+/// them; so is a failed state an ordered key's later event is in flight behind.
+#[utoipa::path(post, path = "/subscriptions/{name}/recover",
+    operation_id = "recoverSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path),
+        ("since" = String, Query, format = DateTime, description = "RFC 3339: states whose last attempt ended at or after this time")),
+    responses(
+        (status = 200, description = "How many failed states were retried", body = Recovered),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`: `since` missing or not an RFC 3339 time", body = ErrorBody),
+    ))]
+pub async fn recover(
+    _: Admin,
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let params: BackfillParams = super::events::query(&req)?;
+    let since = time_param("since", &params.since)?
+        .ok_or_else(|| ApiError::InvalidRequest("since: required (an RFC 3339 time)".into()))?;
+    let name = path.into_inner();
+    let subs = blocking(&state, |s| s.subscriptions(true)).await?;
+    if !subs.iter().any(|s| s.name == name && !s.removed) {
+        return Err(not_found(&name));
+    }
+    let filter = crate::store::EventFilter {
+        subscription: Some(name.clone()),
+        failed_since: Some(since),
+        ..Default::default()
+    };
+    let retried = blocking(&state, move |s| s.retry_failed(&filter, now_ms())).await?;
+    tracing::info!(subscription = %name, retried, "recover by ops");
+    if retried > 0 {
+        state.queued.notify_waiters();
+    }
+    Ok(HttpResponse::Ok().json(Recovered { retried }))
+}

@@ -157,6 +157,10 @@ pub trait Store: Send + Sync + 'static {
     fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>>;
     fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>>;
     fn status_counts(&self) -> StoreResult<StatusCounts>;
+    /// Events (not subscription states) by their summary status ([`EVENT_COUNTS`]): what the
+    /// overview shows. `pending` leaves out the events not fanned out yet (see
+    /// [`StatusCounts::fan_out_waiting`]); `oldest_due_at` is not read.
+    fn event_counts(&self) -> StoreResult<StatusCounts>;
     /// Events first received at or after `since` (unix ms), counted per whole minute:
     /// `(minute start in unix ms, count)`, oldest first. For the dashboard's overview.
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>>;
@@ -308,5 +312,38 @@ impl Hold {
 impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Hold")
+    }
+}
+
+/// Events by summary status, the same SQL on both stores: an event counts once, as failed if
+/// any live subscription's state of it failed, else claimed if any is claimed, else pending if
+/// any is pending, else completed (the `events` view's rule). Failures, claims and pending
+/// states are read where their partial indexes hold them; `completed` is the rest of the
+/// events that have a live state, one ordered walk of the state table's key (what
+/// `status_counts` pays already for its `count(*)`).
+pub const EVENT_COUNTS: &str = "SELECT
+    (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
+      WHERE u.removed_at IS NULL),
+    (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
+      WHERE s.status = 'failed' AND u.removed_at IS NULL),
+    (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
+      WHERE s.status = 'claimed' AND u.removed_at IS NULL
+        AND NOT EXISTS (SELECT 1 FROM event_state f JOIN subscriptions v ON v.id = f.sub
+                         WHERE f.seq = s.seq AND f.status = 'failed' AND v.removed_at IS NULL)),
+    (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
+      WHERE s.status = 'pending' AND u.removed_at IS NULL
+        AND NOT EXISTS (SELECT 1 FROM event_state f JOIN subscriptions v ON v.id = f.sub
+                         WHERE f.seq = s.seq AND f.status IN ('failed', 'claimed')
+                           AND v.removed_at IS NULL))";
+
+/// The four numbers of [`EVENT_COUNTS`] as counts.
+pub fn event_counts_of(taken: i64, failed: i64, claimed: i64, pending: i64) -> StatusCounts {
+    StatusCounts {
+        pending,
+        claimed,
+        completed: taken - failed - claimed - pending,
+        failed,
+        oldest_due_at: None,
+        fan_out_waiting: 0,
     }
 }

@@ -241,7 +241,17 @@ pub struct EventFilter {
     pub purged: bool,
     /// Events this subscription took; `status` is then that subscription's status.
     pub subscription: Option<String>,
+    /// Bulk retry only (a recover): failed states that failed at or after this time (ms), by
+    /// [`FAILED_AT`].
+    pub failed_since: Option<i64>,
 }
+
+/// When the failed state `s` (an `event_state` row) failed: the end of its last attempt (a
+/// failure always ends a claimed attempt, in the same transaction); the event's last delivery
+/// as a floor should a state have failed with no attempt row. The same SQL on both stores.
+pub const FAILED_AT: &str = "coalesce(
+    (SELECT max(a.finished_at) FROM event_attempts a WHERE a.event_seq = s.seq AND a.sub = s.sub),
+    (SELECT f.last_delivered_at FROM events f WHERE f.seq = s.seq))";
 
 /// Newest first: `before_seq` is the cursor (exclusive), `None` for the first page.
 #[derive(Debug, Clone, Copy)]

@@ -459,3 +459,43 @@ fn a_copy_and_nodes_starting_at_once_never_overlap(kind: crate::stores::StoreKin
 }
 
 crate::stores::store_tests!(a_copy_and_nodes_starting_at_once_never_overlap);
+
+/// A wrong PostgreSQL password on either side: the error names that side (`--from` or `--to`)
+/// and says the cause once. Seen failing before the change: no side named, and the server's
+/// message repeated down the cause chain.
+#[test]
+fn a_wrong_postgres_password_names_the_side_once() {
+    let Ok(url) = std::env::var("TEST_POSTGRES_URL") else {
+        eprintln!("SKIPPED: no TEST_POSTGRES_URL (scripts/with-postgres provides one)");
+        return;
+    };
+    let parsed = reqwest::Url::parse(&url).unwrap();
+    let mut wrong = parsed.clone();
+    wrong.set_password(Some("not-the-password")).unwrap();
+    let wrong = wrong.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("sqlite://{}", dir.path().join("src.db").display());
+    // A source that exists.
+    rusqlite::Connection::open(dir.path().join("src.db")).unwrap();
+    for (args, side) in [
+        (
+            vec!["--from", source.as_str(), "--to", wrong.as_str()],
+            "--to",
+        ),
+        (
+            vec!["--from", wrong.as_str(), "--to", source.as_str()],
+            "--from",
+        ),
+    ] {
+        let out = copy(dir.path(), &args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(err.contains(side), "{side} in: {err}");
+        assert!(
+            !err.contains("not-the-password"),
+            "the password printed: {err}"
+        );
+        let auth = err.matches("password authentication failed").count();
+        assert_eq!(auth, 1, "said once: {err}");
+    }
+}

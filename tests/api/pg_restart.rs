@@ -18,15 +18,15 @@ use crate::process::{ServerProcess, exit_within, free_port};
 /// A throwaway PostgreSQL cluster for one test: `scripts/with-postgres` around a command that
 /// writes the cluster's URL and control script into a file and then waits. Dropping it sends
 /// SIGTERM to the script, which stops its command and removes the cluster.
-struct PrivateCluster {
+pub struct PrivateCluster {
     script: Option<Child>,
-    url: String,
+    pub url: String,
     ctl: PathBuf,
     log: PathBuf,
 }
 
 impl PrivateCluster {
-    fn start(dir: &Path) -> PrivateCluster {
+    pub fn start(dir: &Path) -> PrivateCluster {
         let handoff = dir.join("cluster");
         let log = dir.join("with-postgres.log");
         let script = Command::new("bash")
@@ -70,12 +70,12 @@ impl PrivateCluster {
         cluster
     }
 
-    fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// `stop` (fast shutdown), `kill` (immediate, like a crash) or `start`; pg_ctl bounds each.
-    fn ctl(&self, action: &str) {
+    pub fn ctl(&self, action: &str) {
         let status = Command::new(&self.ctl).arg(action).status().unwrap();
         assert!(status.success(), "pg_ctl {action}: {}", self.logs());
     }

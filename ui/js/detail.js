@@ -15,6 +15,34 @@ function bodyText(payload) {
   return JSON.stringify(payload, null, 2);
 }
 
+/** How long an attempt took: "240 ms", "3.2 s"; "running" while it runs. */
+function duration(a) {
+  if (!a.finished_at) return 'running';
+  const ms = new Date(a.finished_at) - new Date(a.started_at);
+  if (Number.isNaN(ms)) return '—';
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/**
+ * An http endpoint's answer, as the forwarder writes it into the attempt's error ("the
+ * endpoint answered 503 Service Unavailable: <the start of its body>"): its status code and a
+ * bounded excerpt of its body. The history keeps no other record of the answer.
+ */
+const ANSWER = /^the endpoint answered (\d{3})\b[^:]*: ?([\s\S]*)$/;
+const EXCERPT = 200;
+
+function answerFields(a) {
+  const m = a.error ? ANSWER.exec(a.error) : null;
+  if (!m) return [];
+  // The consumer appends why it stopped retrying; that is not the endpoint's.
+  const body = m[2].replace(/ \(gave up after \d+ attempts?\)$/, '').trim();
+  const excerpt = body.length > EXCERPT ? `${body.slice(0, EXCERPT)}…` : body;
+  return [
+    field('Answer', h('span', { class: 'mono answer-status', text: m[1] })),
+    body ? field('Body (start)', h('span', { class: 'mono answer-body', title: body, text: excerpt })) : [],
+  ];
+}
+
 function timeline(history) {
   if (!history.length) return h('p', { class: 'muted', text: 'No attempt yet.' });
   return h('ol', { class: 'timeline', 'aria-label': 'Attempt history, first attempt first' },
@@ -23,9 +51,11 @@ function timeline(history) {
         h('strong', { text: `${a.subscription} · attempt ${a.attempt}` }), ' · ',
         h('span', { class: 'badge', text: a.result ?? 'in progress' })),
       h('dl', { class: 'fields compact' },
-        field('Worker', h('span', { class: 'mono', text: a.worker })),
+        field('Node (worker)', h('span', { class: 'mono attempt-node', text: a.worker })),
         field('Started', time(a.started_at)),
         field('Finished', time(a.finished_at)),
+        field('Duration', h('span', { class: 'attempt-duration', text: duration(a) })),
+        ...answerFields(a),
         a.error ? field('Error', h('span', { class: 'error-text', text: a.error })) : []),
     )));
 }

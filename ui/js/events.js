@@ -19,6 +19,7 @@ function filters() {
   const form = $('filters');
   return {
     status: form.status.value,
+    subscription: form.subscription.value,
     source: form.source.value.trim(),
     type: form.type.value.trim(),
     received_after: utcOf(form.received_after.value),
@@ -32,7 +33,9 @@ function filters() {
  */
 function hashOf(f) {
   const q = new URLSearchParams({ status: f.status || 'any' });
-  for (const k of ['source', 'type', 'received_after', 'received_before']) if (f[k]) q.set(k, f[k]);
+  for (const k of ['subscription', 'source', 'type', 'received_after', 'received_before']) {
+    if (f[k]) q.set(k, f[k]);
+  }
   return `#events?${q}`;
 }
 
@@ -43,10 +46,27 @@ function fillForm(search) {
   const status = q.get('status') ?? 'failed';
   const known = [...form.status.options].map((o) => o.value);
   form.status.value = status === 'any' ? '' : (known.includes(status) ? status : 'failed');
+  subscriptionOption(q.get('subscription') ?? '');
+  form.subscription.value = q.get('subscription') ?? '';
   form.source.value = q.get('source') ?? '';
   form.type.value = q.get('type') ?? '';
   form.received_after.value = localInput(q.get('received_after'));
   form.received_before.value = localInput(q.get('received_before'));
+}
+
+/** The subscription filter offers each subscription (and keeps one named by a URL). */
+function subscriptionOption(name) {
+  const select = $('filters').subscription;
+  if (name && ![...select.options].some((o) => o.value === name)) {
+    select.append(h('option', { value: name, text: name }));
+  }
+}
+
+async function loadSubscriptions() {
+  try {
+    const { subscriptions } = await api('/subscriptions');
+    for (const s of subscriptions) if (s.state !== 'removed') subscriptionOption(s.name);
+  } catch { /* the filter still takes a name from the URL */ }
 }
 
 /** Applying filters changes the URL; the router then shows (and loads) that URL. */
@@ -58,6 +78,7 @@ function apply() {
 
 function describe(f) {
   const parts = [];
+  if (f.subscription) parts.push(`subscription ${f.subscription}`);
   if (f.source) parts.push(`source ${f.source}`);
   if (f.type) parts.push(`type ${f.type}`);
   if (f.received_after) parts.push(`received after ${new Date(f.received_after).toLocaleString()}`);
@@ -71,29 +92,49 @@ function cell(i, ...children) {
   return h('td', { 'data-label': LABELS[i] }, ...children);
 }
 
-/** What became of the event: its outcome once completed, else its last error. */
+/**
+ * What became of the event: its outcome once completed, else its last error, short (two lines
+ * at most), named by the subscription it is of when several take the event; the whole text on
+ * hover and on the event's page.
+ */
 function result(event) {
   if (event.status === 'completed' && event.outcome) return h('span', { class: 'outcome mono', text: event.outcome });
-  if (event.last_error) return h('span', { class: 'error-text', text: event.last_error });
+  if (event.last_error) {
+    const subs = event.subscriptions ?? [];
+    const of = subs.length > 1
+      ? subs.find((s) => s.last_error === event.last_error && s.status === event.status) : null;
+    const text = of ? `${of.name}: ${event.last_error}` : event.last_error;
+    return h('span', { class: 'error-text error-short', title: text, text });
+  }
   return h('span', { class: 'muted', text: '—' });
 }
 
-/** One row; after an action it is rebuilt from the event the server answered. */
-export function eventRow(event) {
+/**
+ * One row; after an action it is rebuilt from the event the server answered. Under a
+ * subscription filter the row shows that subscription's state of the event (its status,
+ * attempts, outcome or error), and Retry retries that state alone.
+ */
+export function eventRow(full, subscription) {
+  const state = subscription ? full.subscriptions?.find((s) => s.name === subscription) : null;
+  const event = state ? {
+    ...full, subscriptions: [], status: state.status, attempts: state.attempts,
+    outcome: state.outcome, last_error: state.last_error, abandoned: state.abandoned,
+  } : full;
   const link = `#event/${encodeURIComponent(event.source)}/${encodeURIComponent(event.event_id)}`;
   const name = `${event.source}/${event.event_id}`;
   const row = h('tr', { 'data-event': name });
   const actions = cell(7);
   actions.append(...retryButtons(event, {
+    subscription: state ? subscription : undefined,
     onChange: (updated) => {
-      row.replaceWith(eventRow(updated));
+      row.replaceWith(eventRow(updated, subscription));
       say($('list-status'), `${updated.source}/${updated.event_id} is now ${updated.status}.`);
     },
     onError: (text) => say($('list-status'), text, true),
     // The event changed since the list was loaded: show it as it is now. A forced retry
     // is offered on its own page only.
     onConflict: async (e) => {
-      try { row.replaceWith(eventRow(await api(eventPath(event.source, event.event_id)))); } catch { /* the message says enough */ }
+      try { row.replaceWith(eventRow(await api(eventPath(event.source, event.event_id)), subscription)); } catch { /* the message says enough */ }
       say($('list-status'), `Retry of ${name} refused: ${e.message}. A forced retry is on the event's page.`, true);
     },
   }));
@@ -123,7 +164,8 @@ async function load(more) {
   try {
     const page = await api('/events' + query({ ...filters(), limit: PAGE, cursor: more ? cursor : null }));
     if (generation !== loading) return;
-    $('events-body').append(...page.events.map(eventRow));
+    const { subscription } = filters();
+    $('events-body').append(...page.events.map((e) => eventRow(e, subscription)));
     cursor = page.next_cursor;
     $('more').hidden = !cursor;
     const shown = $('events-body').children.length;
@@ -140,7 +182,11 @@ async function countRetryable(f) {
   let count = 0, abandoned = 0, next = null;
   for (let i = 0; i < MAX_PAGES; i++) {
     const page = await api('/events' + query({ ...f, status: 'failed', limit: 500, cursor: next }));
-    for (const e of page.events) { if (e.abandoned) abandoned++; else count++; }
+    for (const e of page.events) {
+      // With a subscription, its own state decides (the one a bulk retry moves).
+      const state = f.subscription ? e.subscriptions.find((s) => s.name === f.subscription) : e;
+      if (state?.abandoned) abandoned++; else count++;
+    }
     next = page.next_cursor;
     if (!next) return { count, abandoned, more: false };
   }
@@ -162,7 +208,8 @@ async function bulkRetry() {
     }
     const n = `${more ? 'at least ' : ''}${count}`;
     const ok = await confirmDialog({
-      title: `Retry ${n} failed event${count === 1 ? '' : 's'}?`,
+      title: `Retry ${n} failed event${count === 1 ? '' : 's'}` +
+        (f.subscription ? ` in ${f.subscription}?` : '?'),
       text: `${n} failed event${count === 1 ? '' : 's'} (${describe(f)}) go back to pending, ` +
         'due now, with a fresh attempt budget.' +
         (abandoned ? ` ${abandoned} abandoned event${abandoned === 1 ? ' is' : 's are'} left out: ` +
@@ -170,8 +217,10 @@ async function bulkRetry() {
       confirmLabel: `Retry ${n}`,
     });
     if (!ok) { say(status, 'Bulk retry cancelled.'); return; }
-    const { source, type, received_after, received_before } = f;
-    const body = Object.fromEntries(Object.entries({ source, type, received_after, received_before })
+    const { subscription, source, type, received_after, received_before } = f;
+    const body = Object.fromEntries(Object.entries({
+      subscription, source, type, received_after, received_before,
+    })
       .filter(([, v]) => v));
     const answer = await api('/events/retry', { method: 'POST', body });
     await load(false);
@@ -193,7 +242,8 @@ export function setup() {
 }
 
 /** Shows the list for the filters of the fragment's query (`status=failed&type=…`). */
-export function show(search) {
+export async function show(search) {
+  if ($('filters').subscription.options.length === 1) await loadSubscriptions();
   fillForm(search);
   listHash = hashOf(filters());
   return load(false);

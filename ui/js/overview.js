@@ -1,8 +1,10 @@
-// Counts by status, the oldest pending age, and events received per minute (GET /events/stats).
+// Events by status (each once, GET /events/stats), the oldest pending age, the deliveries
+// refused in the last hour (GET /rejections), the subscriptions paused or probing
+// (GET /subscriptions), and events received per minute.
 // The view refreshes itself every 5 s while it is shown and the tab is visible (a hidden tab
 // makes no calls); the checkbox turns that off.
 
-import { api } from './api.js';
+import { api, query } from './api.js';
 import { h, $, clear, age, say } from './dom.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -112,6 +114,30 @@ function counts(c) {
   for (const k of STATUSES) list.querySelector(`.count[data-status="${k}"]`).textContent = String(c[k]);
 }
 
+/** Refusals of the last hour: one page of up to 500 is read; past that, "500 or more". */
+async function refused() {
+  const since = new Date(Date.now() - 3600 * 1000).toISOString();
+  const page = await api('/rejections' + query({ received_after: since, limit: 500 }));
+  const n = page.rejections.length;
+  const text = `${n}${page.next_cursor ? ' or more' : ''} deliver${n === 1 ? 'y' : 'ies'} refused in the last hour`;
+  clear($('overview-refused'), n ? h('a', { href: '#rejected', text }) : `${text}.`, n ? '.' : '');
+}
+
+/** The subscriptions that are not delivering: paused, or probing a failing endpoint. */
+async function stalled() {
+  const { subscriptions } = await api('/subscriptions');
+  const odd = subscriptions.filter((s) => s.state === 'paused' || s.state === 'probing');
+  const box = $('overview-subscriptions');
+  if (!odd.length) {
+    clear(box, h('p', { text: `All ${subscriptions.length} subscriptions are active.` }));
+    return;
+  }
+  clear(box, h('p', {},
+    h('a', { href: '#subscriptions', text: `${odd.length} subscription${odd.length === 1 ? '' : 's'} not delivering` }),
+    ': ', ...odd.flatMap((s, i) => [i ? ', ' : '', h('span', { class: 'mono', text: s.name }),
+      ` ${s.state}${s.lag ? ` (${s.lag} waiting)` : ''}`])));
+}
+
 let updated = null;
 function updatedLine() {
   if (!updated) return;
@@ -134,6 +160,9 @@ async function refresh(asked) {
   const status = $('overview-status');
   try {
     const s = await api('/events/stats');
+    if (mine !== generation || !active) return;
+    // Each extra is best effort: the counts stand without it.
+    await Promise.all([refused().catch(() => {}), stalled().catch(() => {})]);
     if (mine !== generation || !active) return;
     counts(s.counts);
     $('oldest').textContent = s.oldest_pending_seconds === null

@@ -1,10 +1,11 @@
 // The subscriptions view (#subscriptions): each of the user's consumers with its kind, route,
-// state, counts and lag, and Pause / Resume behind a confirmation. Under an ordered one that
+// state, counts and lag (each count a link to the event list filtered by the subscription and
+// that status), Pause / Resume and Recover (its failures since a time) behind a confirmation. Under an ordered one that
 // holds, the keys held by a failed event, each linked to that event (Retry or Skip it there).
 // Names, routes and keys come from the server; they only ever become text.
 
 import { api, segment } from './api.js';
-import { h, $, clear, say, age, confirmDialog } from './dom.js';
+import { h, $, clear, say, age, confirmDialog, localInput, utcOf } from './dom.js';
 
 function routeText(route) {
   const list = (items, all) => (items ? items.join(', ') : all);
@@ -67,21 +68,60 @@ function toggle(sub) {
   return [b];
 }
 
+/** After an endpoint's outage: its failures since the time above the table, once. */
+function recover(sub) {
+  if (sub.state === 'removed' || !sub.counts.failed) return [];
+  const b = h('button', { type: 'button', 'aria-label': `Recover ${sub.name}`, text: 'Recover' });
+  b.addEventListener('click', async () => {
+    const since = utcOf($('recover-since').value);
+    if (!since) {
+      say($('subscriptions-status'), 'Recover: give a time to recover failures since.', true);
+      $('recover-since').focus();
+      return;
+    }
+    const text = `Every failed state of ${sub.name} whose last attempt ended since ` +
+      `${new Date(since).toLocaleString()} goes back to pending, due now, with a fresh attempt ` +
+      `budget (${sub.counts.failed} failed in all, at any time). Abandoned at-most-once ` +
+      'states are left for a Force retry each, on their pages.';
+    if (!(await confirmDialog({ title: `Recover ${sub.name}?`, text, confirmLabel: 'Recover' }))) {
+      b.focus();
+      return;
+    }
+    b.disabled = true;
+    try {
+      const { retried } = await api(`/subscriptions/${segment(sub.name)}/recover?` +
+        new URLSearchParams({ since }), { method: 'POST' });
+      await show(`${sub.name}: retried ${retried} failed state${retried === 1 ? '' : 's'}.`);
+    } catch (e) {
+      b.disabled = false;
+      say($('subscriptions-status'), `Recover of ${sub.name} failed: ${e.message}`, true);
+    }
+  });
+  return [b];
+}
+
+/** A count that opens the event list filtered by the subscription and that status. */
+function count(sub, status) {
+  const n = String(sub.counts[status]);
+  if (sub.state === 'removed') return n;
+  const q = new URLSearchParams({ status, subscription: sub.name });
+  return h('a', { href: `#events?${q}`, 'aria-label': `${n} ${status} in ${sub.name}`, text: n });
+}
+
 function row(sub) {
-  const c = sub.counts;
   return h('tr', { 'data-name': sub.name },
     h('td', { 'data-label': 'Name' }, h('span', { class: 'mono', text: sub.name })),
     h('td', { 'data-label': 'Kind', text: sub.kind }),
     h('td', { 'data-label': 'Route', text: routeText(sub.route) + ordering(sub) }),
     h('td', { 'data-label': 'State' }, stateBadge(sub.state)),
-    h('td', { 'data-label': 'Pending', text: String(c.pending) }),
-    h('td', { 'data-label': 'Claimed', text: String(c.claimed) }),
-    h('td', { 'data-label': 'Completed', text: String(c.completed) }),
-    h('td', { 'data-label': 'Failed', text: String(c.failed) }),
+    h('td', { 'data-label': 'Pending' }, count(sub, 'pending')),
+    h('td', { 'data-label': 'Claimed' }, count(sub, 'claimed')),
+    h('td', { 'data-label': 'Completed' }, count(sub, 'completed')),
+    h('td', { 'data-label': 'Failed' }, count(sub, 'failed')),
     h('td', { 'data-label': 'Lag', class: 'lag',
       text: sub.oldest_pending_seconds == null ? String(sub.lag)
         : `${sub.lag} (oldest ${age(sub.oldest_pending_seconds)})` }),
-    h('td', { 'data-label': 'Actions' }, ...toggle(sub)),
+    h('td', { 'data-label': 'Actions' }, ...toggle(sub), ...recover(sub)),
   );
 }
 
@@ -105,5 +145,7 @@ export async function show(message) {
 }
 
 export function setup() {
+  // Recover looks back a day unless told otherwise.
+  $('recover-since').value = localInput(new Date(Date.now() - 24 * 3600 * 1000).toISOString());
   $('subscriptions-refresh').addEventListener('click', () => show());
 }

@@ -49,6 +49,7 @@ pub const BEARER: &str = "bearer";
         super::subscriptions::pause,
         super::subscriptions::resume,
         super::subscriptions::backfill,
+        super::subscriptions::recover,
         super::pull::claim,
         super::pull::ack,
         super::pull::extend,

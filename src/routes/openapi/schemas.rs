@@ -197,6 +197,8 @@ pub struct Submitted {
 /// The dashboard's overview.
 #[derive(ToSchema)]
 pub struct Stats {
+    /// Events by status, each once by its summary over its subscriptions (as `GET /events`
+    /// lists them), not subscription states.
     counts: StatusCounts,
     /// Age of the oldest due pending event; null when there is none.
     #[schema(required = true)]

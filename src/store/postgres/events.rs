@@ -439,10 +439,18 @@ pub(super) fn retry_failed(
         },
         None => String::new(),
     };
+    let since = match filter.failed_since {
+        Some(t) => {
+            values.push(Box::new(t));
+            format!("AND ({}) >= ${}", crate::store::FAILED_AT, values.len())
+        }
+        None => String::new(),
+    };
     let filter = EventFilter {
         status: None,
         purged: false,
         subscription: None,
+        failed_since: None,
         ..filter.clone()
     };
     let clause = where_clause(routes, &filter, &[], &mut values);
@@ -450,7 +458,7 @@ pub(super) fn retry_failed(
         &format!(
             "SELECT s.seq, s.sub, s.abandoned, s.purged_at IS NOT NULL
                FROM event_state s JOIN subscriptions u ON u.id = s.sub
-              WHERE s.status = 'failed' AND u.removed_at IS NULL {only}
+              WHERE s.status = 'failed' AND u.removed_at IS NULL {only} {since}
                 AND s.seq IN (SELECT seq FROM events WHERE {clause})
               ORDER BY s.seq, s.sub FOR UPDATE OF s"
         ),

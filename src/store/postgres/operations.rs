@@ -77,6 +77,18 @@ impl Store for PostgresStore {
         self.tx(events::status_counts)
     }
 
+    fn event_counts(&self) -> StoreResult<StatusCounts> {
+        self.tx(|db| {
+            let r = db.query_one(crate::store::EVENT_COUNTS, &[])?;
+            Ok(crate::store::event_counts_of(
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+            ))
+        })
+    }
+
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
         self.tx(|db| events::received_per_minute(db, since))
     }

@@ -445,10 +445,18 @@ pub(super) fn retry_failed(
         },
         None => String::new(),
     };
+    let since = match filter.failed_since {
+        Some(t) => {
+            values.push(Value::Integer(t));
+            format!("AND ({}) >= ?{}", crate::store::FAILED_AT, values.len())
+        }
+        None => String::new(),
+    };
     let filter = EventFilter {
         status: None,
         purged: false,
         subscription: None,
+        failed_since: None,
         ..filter.clone()
     };
     let clause = where_clause(routes, &filter, &[], &mut values);
@@ -456,7 +464,7 @@ pub(super) fn retry_failed(
         .prepare(&format!(
             "SELECT s.seq, s.sub, s.abandoned, s.purged_at IS NOT NULL
                FROM event_state s INDEXED BY events_failed JOIN subscriptions u ON u.id = s.sub
-              WHERE s.status = 'failed' AND u.removed_at IS NULL {only}
+              WHERE s.status = 'failed' AND u.removed_at IS NULL {only} {since}
                 AND EXISTS (SELECT 1 FROM events e WHERE e.seq = s.seq AND {clause})"
         ))?
         .query_map(params_from_iter(values), |r| {

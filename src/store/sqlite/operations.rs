@@ -68,6 +68,15 @@ impl Store for SqliteStore {
         self.read(events::status_counts)
     }
 
+    fn event_counts(&self) -> StoreResult<StatusCounts> {
+        self.read(|conn| {
+            let (a, b, c, d) = conn
+                .prepare_cached(crate::store::EVENT_COUNTS)?
+                .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            Ok(crate::store::event_counts_of(a, b, c, d))
+        })
+    }
+
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
         self.read(|c| stats::received_per_minute(c, since))
     }
