@@ -21,11 +21,11 @@ pub enum SubscriptionsCommand {
     Resume(NameArgs),
     /// Hand a subscription the events stored before it was added (since a time).
     #[command(after_help = RESOLUTION_HELP)]
-    Backfill(BackfillArgs),
+    Backfill(SinceArgs),
     /// After an endpoint's outage: retry every failed state of a subscription whose last
     /// attempt ended since a time.
     #[command(after_help = RESOLUTION_HELP)]
-    Recover(RecoverArgs),
+    Recover(SinceArgs),
 }
 
 #[derive(Debug, Args)]
@@ -46,21 +46,10 @@ pub struct NameArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct BackfillArgs {
+pub struct SinceArgs {
     name: String,
-    /// An RFC 3339 time or an age back from now (`7d`): events first received since then.
-    #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
-    since: String,
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    remote: Remote,
-}
-
-#[derive(Debug, Args)]
-pub struct RecoverArgs {
-    name: String,
-    /// An RFC 3339 time or an age back from now (`2h`): states that failed since then.
+    /// An RFC 3339 time or an age back from now (`7d`): for backfill, events first received
+    /// since then; for recover, states whose last attempt ended since then.
     #[arg(long, value_parser = parse_when, value_name = "TIME|AGE")]
     since: String,
     #[arg(long)]
@@ -87,38 +76,20 @@ pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
         }
         SubscriptionsCommand::Pause(args) => change(api, args, "pause"),
         SubscriptionsCommand::Resume(args) => change(api, args, "resume"),
-        SubscriptionsCommand::Backfill(args) => {
-            let client = ApiClient::new(api, &args.remote)?;
-            let path = format!("/subscriptions/{}/backfill", segment(&args.name));
-            let answer = client.post(&path, &[("since", args.since.clone())], None)?;
-            if args.json {
-                println!("{answer}");
-            } else {
-                println!(
-                    "{}: handed {} event(s) received since {}",
-                    args.name,
-                    text(&answer["backfilled"]),
-                    args.since
-                );
-            }
-            Ok(())
-        }
-        SubscriptionsCommand::Recover(args) => {
-            let client = ApiClient::new(api, &args.remote)?;
-            let path = format!("/subscriptions/{}/recover", segment(&args.name));
-            let answer = client.post(&path, &[("since", args.since.clone())], None)?;
-            if args.json {
-                println!("{answer}");
-            } else {
-                println!(
-                    "{}: retried {} failed state(s) that failed since {}",
-                    args.name,
-                    text(&answer["retried"]),
-                    args.since
-                );
-            }
-            Ok(())
-        }
+        SubscriptionsCommand::Backfill(args) => since_route(
+            api,
+            &args,
+            "backfill",
+            "backfilled",
+            "handed {} event(s) received since",
+        ),
+        SubscriptionsCommand::Recover(args) => since_route(
+            api,
+            &args,
+            "recover",
+            "retried",
+            "retried {} failed state(s) that failed since",
+        ),
     }
 }
 
@@ -183,4 +154,25 @@ fn print_table(subs: &[Value]) {
             &rows
         )
     );
+}
+
+/// `POST /subscriptions/NAME/ROUTE?since=…` (backfill, recover), and its count said with
+/// `said` (whose `{}` is the answer's `field`).
+fn since_route(
+    api: &Api,
+    args: &SinceArgs,
+    route: &str,
+    field: &str,
+    said: &str,
+) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
+    let path = format!("/subscriptions/{}/{route}", segment(&args.name));
+    let answer = client.post(&path, &[("since", args.since.clone())], None)?;
+    if args.json {
+        println!("{answer}");
+    } else {
+        let said = said.replacen("{}", &text(&answer[field]), 1);
+        println!("{}: {said} {}", args.name, args.since);
+    }
+    Ok(())
 }

@@ -273,6 +273,13 @@ pub struct BackfillParams {
     since: Option<String>,
 }
 
+/// The required `since` of backfill and recover (an RFC 3339 time), the only parameter.
+fn required_since(req: &HttpRequest) -> Result<i64, ApiError> {
+    let params: BackfillParams = super::events::query(req)?;
+    time_param("since", &params.since)?
+        .ok_or_else(|| ApiError::InvalidRequest("since: required (an RFC 3339 time)".into()))
+}
+
 /// Hand the subscription the events it matches that were stored at or after `since` and that
 /// it never took (stored before it was added): pending, due now. Events it has a state for
 /// are left as they are, so a backfill run twice hands nothing twice.
@@ -291,9 +298,7 @@ pub async fn backfill(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let params: BackfillParams = super::events::query(&req)?;
-    let since = time_param("since", &params.since)?
-        .ok_or_else(|| ApiError::InvalidRequest("since: required (an RFC 3339 time)".into()))?;
+    let since = required_since(&req)?;
     let name = path.into_inner();
     let handed = {
         let name = name.clone();
@@ -335,12 +340,11 @@ pub async fn recover(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let params: BackfillParams = super::events::query(&req)?;
-    let since = time_param("since", &params.since)?
-        .ok_or_else(|| ApiError::InvalidRequest("since: required (an RFC 3339 time)".into()))?;
+    let since = required_since(&req)?;
     let name = path.into_inner();
-    let subs = blocking(&state, |s| s.subscriptions(true)).await?;
-    if !subs.iter().any(|s| s.name == name && !s.removed) {
+    // The live ones, from the store's view of the registry (no count of every state).
+    let live = blocking(&state, |s| s.subscription_ids()).await?;
+    if !live.iter().any(|(_, n)| *n == name) {
         return Err(not_found(&name));
     }
     let filter = crate::store::EventFilter {
