@@ -14,7 +14,7 @@ pub const RESERVED_SOURCE: &str = "requests";
 
 /// What a handler's effect tolerates when its outcome is unknown (a lease ran out mid-call, a
 /// call timed out): at most once gives up, at least once runs it again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub enum DeliveryMode {
     #[serde(rename = "at-most-once")]
     AtMostOnce,

@@ -99,6 +99,29 @@ pub trait Store: Send + Sync + 'static {
     /// The registry's version of the store's cached view (`None` before it read one): no
     /// read of the database.
     fn registry_version_seen(&self) -> Option<i64>;
+    /// Add a subscription through the API (origin `api`, which no config's sync or prune
+    /// removes; see `store::registry`), with the secrets it carries: it takes the events stored
+    /// after now. A name removed earlier comes back as a new subscription, its history kept.
+    fn create_subscription(
+        &self,
+        sub: &Subscription,
+        now: i64,
+    ) -> StoreResult<registry::Created>;
+    /// Change a live subscription through the API by `change`, which sees it as the registry
+    /// holds it in the writing transaction; it becomes origin `api`, and secrets it carries
+    /// replace the kept ones.
+    fn update_subscription(
+        &self,
+        name: &str,
+        change: registry::Change<'_>,
+        now: i64,
+    ) -> StoreResult<registry::Updated>;
+    /// Remove a live subscription, whatever its origin, finishing its unfinished states
+    /// (completed, outcome `removed`) and forgetting its secrets: how many states it finished,
+    /// `None` when no live subscription has that name.
+    fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>>;
+    /// Every kept secret (`subscription_secrets`): generated ones, a config's, the API's.
+    fn kept_secrets(&self) -> StoreResult<Vec<registry::KeptSecret>>;
     /// Every subscription, removed ones last, with counts by status. `completed` counts are
     /// read from the whole history (a scan on SQLite): `false` leaves them 0, for `/metrics`.
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>>;

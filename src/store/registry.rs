@@ -28,3 +28,68 @@ pub const REMOVED_ERROR: &str = "the subscription was removed";
 pub const FINISHED_SET: &str = "status = 'completed', outcome = 'removed', next_attempt_at = NULL,
     claimed_until = NULL, claimed_by = NULL, claim_token = NULL, completed_at = {now},
     finished_at = {now}";
+
+/// What [`crate::store::Store::create_subscription`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// Written, with this id.
+    Created(i64),
+    /// A live subscription has that name already.
+    Taken,
+}
+
+/// What [`crate::store::Store::update_subscription`] did.
+#[derive(Debug, Clone)]
+pub enum Updated {
+    /// Written, as this.
+    Updated(Box<crate::subscriptions::Subscription>),
+    /// No live subscription has that name.
+    NotFound,
+    /// The change does not validate against the subscription as it was: nothing written.
+    Refused(crate::subscriptions::FieldError),
+}
+
+/// A change of one subscription, made from the subscription as the registry holds it in the
+/// transaction that writes the result (so that two changes never mix): the new subscription,
+/// or the field that does not validate.
+pub type Change<'a> = &'a (dyn Fn(
+    &crate::subscriptions::Subscription,
+) -> Result<crate::subscriptions::Subscription, crate::subscriptions::FieldError>
+         + Sync);
+
+/// One row of `subscription_secrets`: a subscription's signing secrets or pull token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeptSecret {
+    pub name: String,
+    /// `signing` or `token`.
+    pub purpose: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for KeptSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeptSecret({}, {}, [redacted])", self.name, self.purpose)
+    }
+}
+
+/// The live subscriptions as the registry holds them, each with its kept secrets: what a node
+/// serves (see `crate::served`).
+pub fn served(
+    live: &[crate::store::routes::Live],
+    secrets: &[KeptSecret],
+) -> Vec<(i64, crate::subscriptions::Subscription)> {
+    let find = |name: &str, purpose: &str| {
+        secrets
+            .iter()
+            .find(|s| s.name == name && s.purpose == purpose)
+            .map(|s| s.value.as_str())
+    };
+    live.iter()
+        .map(|l| {
+            (
+                l.id,
+                l.subscription(find(&l.name, "signing"), find(&l.name, "token")),
+            )
+        })
+        .collect()
+}

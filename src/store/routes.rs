@@ -3,7 +3,7 @@
 //! states an event not fanned out yet will have.
 
 use crate::store::{Status, SubscriptionState};
-use crate::subscriptions::Route;
+use crate::subscriptions::{Route, Subscription};
 
 /// A live subscription as the stores' SQL needs it.
 #[derive(Debug, Clone)]
@@ -20,6 +20,48 @@ pub struct Live {
     /// decides by these, whatever its own config says.
     pub kind: crate::subscriptions::Kind,
     pub rules: Rules,
+    /// The kind's settings (an `http` subscription's endpoint), as the registry holds them.
+    pub settings: Option<crate::subscriptions::HttpSettings>,
+}
+
+impl Live {
+    /// The subscription as the registry holds it, with the secrets given (`signing` and
+    /// `token`, as `subscription_secrets` keeps them): what a node serves it by, and what a
+    /// `PATCH` is laid over. An `http` one without settings (written before they were kept)
+    /// has no target.
+    pub fn subscription(&self, signing: Option<&str>, token: Option<&str>) -> Subscription {
+        let secrets = signing
+            .map(|s| {
+                s.split_whitespace()
+                    .map(crate::signature::Secret::new)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Subscription {
+            name: self.name.clone(),
+            kind: self.kind,
+            route: self.route.clone(),
+            mode: self.rules.mode,
+            max_attempts: self.rules.max_attempts,
+            backoff_base_ms: self.rules.backoff_base_ms,
+            backoff_max_ms: self.rules.backoff_max_ms,
+            http: match self.kind {
+                crate::subscriptions::Kind::Http => {
+                    self.settings.as_ref().map(|s| s.target(secrets))
+                }
+                _ => None,
+            },
+            token: token.map(crate::signature::Secret::new),
+            ordering: self
+                .ordered
+                .as_ref()
+                .map(|o| crate::subscriptions::Ordering {
+                    pointer: o.pointer.clone(),
+                    path: o.path.clone(),
+                    on_failure: o.on_failure,
+                }),
+        }
+    }
 }
 
 /// A subscription's rules for its claims, from the registry.
@@ -56,11 +98,14 @@ impl Rules {
 
 /// The columns `load` reads for a [`Live`], after `id, name, lane, sources, types,
 /// except_types, start_after_seq, ordered_by, on_failure`.
-pub const RULE_COLUMNS: &str = "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms";
+pub const RULE_COLUMNS: &str =
+    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings";
 
 /// An ordered subscription's key (object keys from the top of the body) and failure rule.
 #[derive(Debug, Clone)]
 pub struct Ordered {
+    /// As configured, e.g. `/data/customer_id`.
+    pub pointer: String,
     pub path: Vec<String>,
     pub on_failure: crate::subscriptions::OnFailure,
 }
@@ -68,8 +113,10 @@ pub struct Ordered {
 impl Ordered {
     /// From the `subscriptions` row's `ordered_by` and `on_failure` (checked at start).
     pub fn from_row(ordered_by: Option<String>, on_failure: &str) -> Option<Ordered> {
-        let path = crate::subscriptions::Ordering::parse_pointer(&ordered_by?).ok()?;
+        let pointer = ordered_by?;
+        let path = crate::subscriptions::Ordering::parse_pointer(&pointer).ok()?;
         Some(Ordered {
+            pointer,
             path,
             on_failure: crate::subscriptions::OnFailure::parse(on_failure),
         })

@@ -5,18 +5,22 @@
 //! implicit three of earlier versions apply ([`implicit`]). The store keeps them by name (and
 //! an id it assigns), and fans each event out to the ones that match when it is first claimed.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+mod changes;
 mod settings;
 
-pub use settings::{SubscriptionSettings, check_tokens, from_settings, valid_name};
+pub use changes::{HttpSettings, body_error, kept_secrets, patched};
+pub use settings::{
+    FieldError, OneOrMany, SubscriptionSettings, check_tokens, from_settings, valid_name, validate,
+};
 
 use crate::config::{ConsumerSettings, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::handlers::ORDER_COMPLETED;
 
 /// What a subscription does with its events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     Http,
@@ -142,7 +146,7 @@ pub struct Subscription {
 }
 
 /// What a failed event of an ordered subscription does to the later events of its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnFailure {
     /// They wait until ops retry it to completion or skip it.

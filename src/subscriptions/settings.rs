@@ -1,15 +1,17 @@
 //! The config's `[[subscriptions]]` tables, validated into [`Subscription`]s: every mistake
-//! of SPEC section 13 is refused at start, naming the key.
+//! of SPEC section 13 is refused at start, naming the key. The API's `POST` and `PATCH
+//! /subscriptions` bodies go through the very same check ([`validate`]), so that a field the
+//! config refuses is refused there too, named the same way.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{HttpTarget, Kind, Route, Subscription, implicit};
 use crate::config::{ConfigError, ConsumerSettings, MIN_TOKEN_LEN, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::signature::Secret;
 
-/// One `[[subscriptions]]` table of the config.
-#[derive(Debug, Clone, Deserialize)]
+/// One `[[subscriptions]]` table of the config, or the body of `POST /subscriptions`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionSettings {
     pub name: String,
@@ -32,7 +34,7 @@ pub struct SubscriptionSettings {
 }
 
 /// `signing_secret`: one secret, or several while a rotation runs (each signs every call).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum OneOrMany {
     One(String),
@@ -40,7 +42,7 @@ pub enum OneOrMany {
 }
 
 impl OneOrMany {
-    fn list(&self) -> Vec<String> {
+    pub fn list(&self) -> Vec<String> {
         match self {
             OneOrMany::One(s) => vec![s.clone()],
             OneOrMany::Many(list) => list.clone(),
@@ -53,10 +55,26 @@ const MAX_CONCURRENCY: usize = 1024;
 const DEFAULT_CONCURRENCY: usize = 8;
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
-fn invalid(i: usize, field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: format!("subscriptions[{i}].{field}"),
+/// A subscription's field that does not validate, and why: the config names it
+/// `subscriptions[i].<field>`, the API answers 422 naming `<field>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
         message: message.into(),
+    }
+}
+
+fn in_config(i: usize, e: FieldError) -> ConfigError {
+    ConfigError::Invalid {
+        key: format!("subscriptions[{i}].{}", e.field),
+        message: e.message,
     }
 }
 
@@ -105,38 +123,45 @@ pub fn from_settings(settings: &Settings) -> Result<Vec<Subscription>, ConfigErr
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            if !valid_name(&s.name) {
-                return Err(invalid(
+            if valid_name(&s.name) && !seen.insert(s.name.as_str()) {
+                return Err(in_config(
                     i,
-                    "name",
-                    format!(
-                        "`{}` is not a subscription name: lowercase letters, digits and `-`, \
-                         starting with a letter or digit, at most 63 characters",
-                        s.name
-                    ),
+                    invalid("name", format!("subscription `{}` is defined twice", s.name)),
                 ));
             }
-            if !seen.insert(s.name.as_str()) {
-                return Err(invalid(
-                    i,
-                    "name",
-                    format!("subscription `{}` is defined twice", s.name),
-                ));
-            }
-            one(i, s, &settings.consumers, settings.downstream.mode)
+            validate(s, &settings.consumers, settings.downstream.mode).map_err(|e| in_config(i, e))
         })
         .collect()
 }
 
-fn one(
-    i: usize,
+/// One subscription's fields, checked as SPEC section 13 says, with the node's `[consumers]`
+/// defaults filled in: the one check of the config's tables and of the API's bodies.
+pub fn validate(
     s: &SubscriptionSettings,
     consumers: &ConsumerSettings,
     downstream_mode: DeliveryMode,
-) -> Result<Subscription, ConfigError> {
+) -> Result<Subscription, FieldError> {
+    if !valid_name(&s.name) {
+        return Err(invalid(
+            "name",
+            format!(
+                "`{}` is not a subscription name: lowercase letters, digits and `-`, \
+                 starting with a letter or digit, at most 63 characters",
+                s.name
+            ),
+        ));
+    }
+    one(s, consumers, downstream_mode)
+}
+
+fn one(
+    s: &SubscriptionSettings,
+    consumers: &ConsumerSettings,
+    downstream_mode: DeliveryMode,
+) -> Result<Subscription, FieldError> {
     let only = |field: &str, set: bool, kind: &str| {
         if set {
-            Err(invalid(i, field, format!("is for kind `{kind}` only")))
+            Err(invalid(field, format!("is for kind `{kind}` only")))
         } else {
             Ok(())
         }
@@ -161,15 +186,14 @@ fn one(
         (None, _) => None,
         (Some(list), kind) => {
             if list.is_empty() {
-                return Err(invalid(i, "sources", "an empty list matches no event"));
+                return Err(invalid("sources", "an empty list matches no event"));
             }
             for source in list {
                 crate::domain::SourceName::parse(source)
-                    .map_err(|e| invalid(i, "sources", format!("`{source}`: {e}")))?;
+                    .map_err(|e| invalid("sources", format!("`{source}`: {e}")))?;
                 let reserved = source == RESERVED_SOURCE;
                 if reserved != (kind == Kind::Downstream) {
                     return Err(invalid(
-                        i,
                         "sources",
                         "`requests` (the submission API's source) is for kind `downstream`, \
                          which takes no other",
@@ -181,14 +205,13 @@ fn one(
     };
     if let Some(types) = &s.types {
         if types.is_empty() {
-            return Err(invalid(i, "types", "an empty list matches no event"));
+            return Err(invalid("types", "an empty list matches no event"));
         }
         for glob in types {
             if glob.trim().is_empty()
                 || glob.chars().any(|c| c.is_control() || c == '[' || c == ']')
             {
                 return Err(invalid(
-                    i,
                     "types",
                     format!(
                         "`{glob}` cannot match an event type: a glob is the type's text with \
@@ -201,7 +224,6 @@ fn one(
     let mode = match (s.mode, s.kind) {
         (Some(DeliveryMode::AtMostOnce), Kind::LoyaltyCredit | Kind::Audit) => {
             return Err(invalid(
-                i,
                 "mode",
                 "an in-process kind commits its effect with the event: it is at-least-once",
             ));
@@ -212,13 +234,12 @@ fn one(
     };
     let max_attempts = s.max_attempts.unwrap_or(consumers.max_attempts);
     if max_attempts == 0 {
-        return Err(invalid(i, "max_attempts", "must be at least 1"));
+        return Err(invalid("max_attempts", "must be at least 1"));
     }
     let backoff_base_ms = s.backoff_base_ms.unwrap_or(consumers.backoff_base_ms);
     let backoff_max_ms = s.backoff_max_ms.unwrap_or(consumers.backoff_max_ms);
     if backoff_max_ms > crate::config::MAX_BACKOFF_MS {
         return Err(invalid(
-            i,
             "backoff_max_ms",
             format!(
                 "must be at most {} (30 days)",
@@ -228,20 +249,18 @@ fn one(
     }
     if backoff_base_ms > backoff_max_ms {
         return Err(invalid(
-            i,
             "backoff_base_ms",
             "must not exceed backoff_max_ms",
         ));
     }
     let http = match s.kind {
-        Kind::Http => Some(http_target(i, s, consumers)?),
+        Kind::Http => Some(http_target(s, consumers)?),
         _ => None,
     };
-    let ordering = ordering(i, s)?;
+    let ordering = ordering(s)?;
     let token = match &s.token {
         Some(token) if token.len() < MIN_TOKEN_LEN || token.chars().any(char::is_whitespace) => {
             return Err(invalid(
-                i,
                 "token",
                 format!(
                     "must be at least {MIN_TOKEN_LEN} characters without spaces (omit it to have \
@@ -270,11 +289,10 @@ fn one(
 }
 
 /// `ordered_by` (a JSON pointer into the body) and `on_failure`, checked.
-fn ordering(i: usize, s: &SubscriptionSettings) -> Result<Option<super::Ordering>, ConfigError> {
+fn ordering(s: &SubscriptionSettings) -> Result<Option<super::Ordering>, FieldError> {
     let Some(pointer) = &s.ordered_by else {
         if s.on_failure.is_some() {
             return Err(invalid(
-                i,
                 "on_failure",
                 "is for an ordered subscription (ordered_by) only",
             ));
@@ -283,12 +301,11 @@ fn ordering(i: usize, s: &SubscriptionSettings) -> Result<Option<super::Ordering
     };
     if s.kind == Kind::Downstream {
         return Err(invalid(
-            i,
             "ordered_by",
             "the submission API's requests are not ordered by key",
         ));
     }
-    let path = super::Ordering::parse_pointer(pointer).map_err(|m| invalid(i, "ordered_by", m))?;
+    let path = super::Ordering::parse_pointer(pointer).map_err(|m| invalid("ordered_by", m))?;
     Ok(Some(super::Ordering {
         pointer: pointer.clone(),
         path,
@@ -299,20 +316,18 @@ fn ordering(i: usize, s: &SubscriptionSettings) -> Result<Option<super::Ordering
 /// The endpoint of an `http` subscription, checked: a URL to call, secrets that are Standard
 /// Webhooks secrets, a timeout that ends before the lease does, a CA file that reads.
 fn http_target(
-    i: usize,
     s: &SubscriptionSettings,
     consumers: &ConsumerSettings,
-) -> Result<HttpTarget, ConfigError> {
+) -> Result<HttpTarget, FieldError> {
     let url = s
         .url
         .as_deref()
-        .ok_or_else(|| invalid(i, "url", "an `http` subscription needs the URL to call"))?;
+        .ok_or_else(|| invalid("url", "an `http` subscription needs the URL to call"))?;
     // The URL is never echoed: it may hold credentials.
     match reqwest::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
         _ => {
             return Err(invalid(
-                i,
                 "url",
                 "must be an absolute http:// or https:// URL with a host",
             ));
@@ -323,12 +338,12 @@ fn http_target(
         Some(secrets) => {
             let list = secrets.list();
             if list.is_empty() {
-                return Err(invalid(i, "signing_secret", "an empty list signs nothing"));
+                return Err(invalid("signing_secret", "an empty list signs nothing"));
             }
             for secret in &list {
                 crate::signature::Scheme::StandardWebhooks
                     .check_secret(secret)
-                    .map_err(|m| invalid(i, "signing_secret", m))?;
+                    .map_err(|m| invalid("signing_secret", m))?;
             }
             list.into_iter().map(Secret::new).collect()
         }
@@ -337,7 +352,6 @@ fn http_target(
     let half_lease_ms = consumers.lease_ms() / 2;
     if timeout_ms == 0 || i64::try_from(timeout_ms).unwrap_or(i64::MAX) >= half_lease_ms {
         return Err(invalid(
-            i,
             "timeout_ms",
             format!(
                 "must be between 1 and half of consumers.lease_seconds ({half_lease_ms} ms), so \
@@ -348,7 +362,6 @@ fn http_target(
     let concurrency = s.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
     if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
         return Err(invalid(
-            i,
             "concurrency",
             format!("must be between 1 and {MAX_CONCURRENCY}"),
         ));
@@ -356,11 +369,11 @@ fn http_target(
     let ca_file = s.ca_file.clone().filter(|f| !f.is_empty());
     if let Some(file) = &ca_file {
         let pem = std::fs::read(file)
-            .map_err(|e| invalid(i, "ca_file", format!("cannot read `{file}`: {e}")))?;
+            .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
         reqwest::Certificate::from_pem_bundle(&pem)
             .ok()
             .filter(|certs| !certs.is_empty())
-            .ok_or_else(|| invalid(i, "ca_file", format!("`{file}` holds no PEM certificate")))?;
+            .ok_or_else(|| invalid("ca_file", format!("`{file}` holds no PEM certificate")))?;
     }
     Ok(HttpTarget {
         url: url.to_string(),

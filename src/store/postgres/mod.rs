@@ -31,6 +31,7 @@ mod migrations;
 mod operations;
 mod ordering;
 mod purge;
+mod registry;
 mod rejections;
 mod requests;
 mod rows;

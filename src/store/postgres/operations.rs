@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use super::{
     PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
-    migrations, off_async, ordering, purge, rejections, requests, subscriptions,
+    migrations, off_async, ordering, purge, registry, rejections, requests, subscriptions,
 };
+use crate::store::registry::{Change, Created, KeptSecret, Updated};
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
     AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
@@ -245,6 +246,34 @@ impl Store for PostgresStore {
             .iter()
             .map(|s| (s.id, s.name.clone()))
             .collect())
+    }
+
+    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<Created> {
+        let created = self.tx(|db| registry::create(db, sub, now));
+        self.routes.forget();
+        created
+    }
+
+    fn update_subscription(&self, name: &str, change: Change<'_>, now: i64) -> StoreResult<Updated> {
+        let updated = self.tx(|db| registry::update(db, name, change, now));
+        self.routes.forget();
+        updated
+    }
+
+    fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>> {
+        let removed = self.tx(|db| registry::remove(db, name, now));
+        self.routes.forget();
+        // Finished after the removal commits, as a sync's removals are (see `finish_removed`).
+        match removed? {
+            Some(id) => Ok(Some(
+                self.tx(|db| subscriptions::finish_removed(db, id, now))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn kept_secrets(&self) -> StoreResult<Vec<KeptSecret>> {
+        self.tx(|db| registry::kept(db, None))
     }
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {

@@ -192,6 +192,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                     r.try_get(12)?,
                     r.try_get(13)?,
                 ),
+                settings: crate::subscriptions::HttpSettings::parse(r.try_get(14)?),
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
@@ -241,6 +242,16 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
     lock_registry(db)?;
     let mut ids = Vec::with_capacity(subs.len());
     for s in subs {
+        // A live subscription the API made or changed stays as the API wrote it (see
+        // docs/design.md, "One registry"). Its row is locked already.
+        if let Some(row) = db.query_opt(
+            "SELECT id FROM subscriptions
+              WHERE name = $1 AND origin = 'api' AND removed_at IS NULL",
+            &[&s.name],
+        )? {
+            ids.push(row.try_get(0)?);
+            continue;
+        }
         let except = serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into());
         let id: i64 = db
             .query_one(
@@ -265,24 +276,8 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
                 ],
             )?
             .try_get(0)?;
-        let rules = routes::Rules::of(s);
-        db.execute(
-            "UPDATE subscriptions SET ordered_by = $2, on_failure = $3, mode = $4,
-                    max_attempts = $5, backoff_base_ms = $6, backoff_max_ms = $7,
-                    origin = 'config'
-              WHERE id = $1",
-            &[
-                &id,
-                &s.ordering.as_ref().map(|o| o.pointer.as_str()),
-                &s.ordering
-                    .as_ref()
-                    .map_or("hold", |o| o.on_failure.as_str()),
-                &rules.mode.as_str(),
-                &i64::from(rules.max_attempts),
-                &i64::try_from(rules.backoff_base_ms).unwrap_or(i64::MAX),
-                &i64::try_from(rules.backoff_max_ms).unwrap_or(i64::MAX),
-            ],
-        )?;
+        super::registry::write_row(db, id, s, "config")?;
+        super::registry::keep_secrets(db, s, now)?;
         ids.push(id);
     }
     let removed = remove_unheld(db, &ids, now)?;
@@ -291,7 +286,7 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
 }
 
 /// The subscriptions' rows, then the fan-out's and the ingest's locks (see [`sync`]).
-fn lock_registry(db: &mut Db<'_>) -> StoreResult<()> {
+pub(super) fn lock_registry(db: &mut Db<'_>) -> StoreResult<()> {
     db.execute("SELECT 1 FROM subscriptions ORDER BY id FOR UPDATE", &[])?;
     db.batch(&format!(
         "SELECT pg_advisory_xact_lock({}); SELECT pg_advisory_xact_lock({})",

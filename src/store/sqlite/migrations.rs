@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "registry",
         include_str!("../../../migrations/sqlite/0014_registry.sql"),
     ),
+    (
+        15,
+        "subscription_settings",
+        include_str!("../../../migrations/sqlite/0015_subscription_settings.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -28,6 +28,7 @@ mod migrations;
 mod operations;
 mod ordering;
 mod purge;
+mod registry;
 mod rejections;
 mod requests;
 mod rows;
@@ -274,6 +275,16 @@ impl SqliteStore {
     /// Forget the routes: the next use reads them again.
     fn routes_changed(&self) {
         *self.routes.write() = None;
+    }
+
+    /// A write of the registry: the routes kept are read again after it.
+    fn registry_write<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let done = self.write(f);
+        self.routes_changed();
+        done
     }
 
     fn conn(&self) -> StoreResult<PooledConnection<SqliteConnectionManager>> {

@@ -4,8 +4,9 @@
 
 use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, rejections, requests, stats, subscriptions,
+    purge, registry, rejections, requests, stats, subscriptions,
 };
+use crate::store::registry::{Change, Created, KeptSecret, Updated};
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
@@ -211,6 +212,22 @@ impl Store for SqliteStore {
             .iter()
             .map(|s| (s.id, s.name.clone()))
             .collect())
+    }
+
+    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<Created> {
+        self.registry_write(|tx| registry::create(tx, sub, now))
+    }
+
+    fn update_subscription(&self, name: &str, change: Change<'_>, now: i64) -> StoreResult<Updated> {
+        self.registry_write(|tx| registry::update(tx, name, change, now))
+    }
+
+    fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>> {
+        self.registry_write(|tx| registry::remove(tx, name, now))
+    }
+
+    fn kept_secrets(&self) -> StoreResult<Vec<KeptSecret>> {
+        self.read(|c| registry::kept(c, None))
     }
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {

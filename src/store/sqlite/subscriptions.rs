@@ -73,6 +73,9 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
                     r.get(12)?,
                     r.get(13)?,
                 ),
+                settings: crate::subscriptions::HttpSettings::parse(
+                    r.get::<_, Option<String>>(14)?.as_deref(),
+                ),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -124,73 +127,36 @@ fn key_sql(path: &[String]) -> String {
     )
 }
 
-/// Make the table the config's list (see `Store::sync_subscriptions`).
+/// Make the table the config's list (see `Store::sync_subscriptions`). A live subscription
+/// the API made or changed (origin `api`) is left as the API wrote it: a config names it, but
+/// does not take it back (see docs/design.md, "One registry").
 pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
-    let newest: i64 = tx.query_row("SELECT ifnull(max(seq), 0) FROM event_log", [], |r| {
-        r.get(0)
-    })?;
     let mut ids = Vec::with_capacity(subs.len());
     for s in subs {
-        let values = params![
-            s.name,
-            s.kind.as_str(),
-            s.kind.lane(),
-            routes::json_list(&s.route.sources),
-            routes::json_list(&s.route.types),
-            serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into()),
-        ];
-        let existing: Option<i64> = tx
+        let existing: Option<(i64, bool)> = tx
             .query_row(
-                "SELECT id FROM subscriptions WHERE name = ?1",
+                "SELECT id, origin = 'api' AND removed_at IS NULL FROM subscriptions
+                  WHERE name = ?1",
                 [&s.name],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()?;
         let id = match existing {
-            Some(id) => {
+            Some((id, true)) => {
+                ids.push(id);
+                continue;
+            }
+            Some((id, false)) => {
                 tx.execute(
-                    "UPDATE subscriptions SET kind = ?2, lane = ?3, sources = ?4, types = ?5,
-                            except_types = ?6, removed_at = NULL
-                      WHERE name = ?1",
-                    values,
+                    "UPDATE subscriptions SET removed_at = NULL WHERE id = ?1",
+                    [id],
                 )?;
                 id
             }
-            None => tx.query_row(
-                "INSERT INTO subscriptions (name, kind, lane, sources, types, except_types,
-                                            start_after_seq, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id",
-                params![
-                    s.name,
-                    s.kind.as_str(),
-                    s.kind.lane(),
-                    routes::json_list(&s.route.sources),
-                    routes::json_list(&s.route.types),
-                    serde_json::to_string(&s.route.except_types).unwrap_or_else(|_| "[]".into()),
-                    newest,
-                    now
-                ],
-                |r| r.get(0),
-            )?,
+            None => super::registry::insert_row(tx, s, now)?,
         };
-        let rules = routes::Rules::of(s);
-        tx.prepare_cached(
-            "UPDATE subscriptions SET ordered_by = ?2, on_failure = ?3, mode = ?4,
-                    max_attempts = ?5, backoff_base_ms = ?6, backoff_max_ms = ?7,
-                    origin = 'config'
-              WHERE id = ?1",
-        )?
-        .execute(params![
-            id,
-            s.ordering.as_ref().map(|o| o.pointer.as_str()),
-            s.ordering
-                .as_ref()
-                .map_or("hold", |o| o.on_failure.as_str()),
-            rules.mode.as_str(),
-            rules.max_attempts,
-            i64::try_from(rules.backoff_base_ms).unwrap_or(i64::MAX),
-            i64::try_from(rules.backoff_max_ms).unwrap_or(i64::MAX),
-        ])?;
+        super::registry::write_row(tx, id, s, "config")?;
+        super::registry::keep_secrets(tx, s, now)?;
         ids.push(id);
     }
     remove_unheld(tx, &ids, now)?;

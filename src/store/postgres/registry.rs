@@ -1,0 +1,166 @@
+//! The registry's writes on PostgreSQL beyond a node's sync (as SQLite's `registry.rs`): one
+//! subscription's row written whole, its kept secrets, and the API's create, update and
+//! remove. Each takes the registry's locks first, as a sync does (every subscription row, then
+//! the fan-out's and the ingest's advisory locks): two changes of one subscription run one
+//! after the other, each reading what it changes under those locks, and a new subscription's
+//! `start_after_seq` is read with no insert or fan-out in flight.
+
+use super::session::Db;
+use super::subscriptions::{bump, load, lock_registry};
+use crate::store::StoreResult;
+use crate::store::registry::{Change, Created, KeptSecret, Updated};
+use crate::store::routes;
+use crate::subscriptions::{HttpSettings, Subscription};
+
+/// Every column of subscription `id` but its life, as `sub` says, from `origin`.
+pub(super) fn write_row(
+    db: &mut Db<'_>,
+    id: i64,
+    sub: &Subscription,
+    origin: &str,
+) -> StoreResult<()> {
+    let rules = routes::Rules::of(sub);
+    let except = serde_json::to_string(&sub.route.except_types).unwrap_or_else(|_| "[]".into());
+    db.execute(
+        "UPDATE subscriptions SET kind = $2, lane = $3, sources = $4, types = $5,
+                except_types = $6, ordered_by = $7, on_failure = $8, mode = $9,
+                max_attempts = $10, backoff_base_ms = $11, backoff_max_ms = $12,
+                settings = $13, origin = $14
+          WHERE id = $1",
+        &[
+            &id,
+            &sub.kind.as_str(),
+            &sub.kind.lane(),
+            &routes::json_list(&sub.route.sources),
+            &routes::json_list(&sub.route.types),
+            &except,
+            &sub.ordering.as_ref().map(|o| o.pointer.as_str()),
+            &sub.ordering
+                .as_ref()
+                .map_or("hold", |o| o.on_failure.as_str()),
+            &rules.mode.as_str(),
+            &i64::from(rules.max_attempts),
+            &i64::try_from(rules.backoff_base_ms).unwrap_or(i64::MAX),
+            &i64::try_from(rules.backoff_max_ms).unwrap_or(i64::MAX),
+            &HttpSettings::column(sub),
+            &origin,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Keep the secrets `sub` carries as every node's: they replace the kept ones.
+pub(super) fn keep_secrets(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResult<()> {
+    for (purpose, value) in crate::subscriptions::kept_secrets(sub) {
+        db.execute(
+            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (name, purpose) DO UPDATE SET value = excluded.value
+              WHERE subscription_secrets.value <> excluded.value",
+            &[&sub.name, &purpose, &value, &now],
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn create(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResult<Created> {
+    lock_registry(db)?;
+    let existing = db.query_opt(
+        "SELECT id, removed_at IS NULL FROM subscriptions WHERE name = $1",
+        &[&sub.name],
+    )?;
+    let newest = "coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)";
+    let id: i64 = match existing {
+        Some(row) if row.try_get::<_, bool>(1)? => return Ok(Created::Taken),
+        // A name removed earlier: a new subscription from now on, its old history kept.
+        Some(row) => {
+            let id: i64 = row.try_get(0)?;
+            db.execute(
+                &format!(
+                    "UPDATE subscriptions SET removed_at = NULL, paused = false, probe_at = NULL,
+                            probe_interval_ms = NULL, created_at = $2, start_after_seq = {newest}
+                      WHERE id = $1"
+                ),
+                &[&id, &now],
+            )?;
+            id
+        }
+        None => db
+            .query_one(
+                &format!(
+                    "INSERT INTO subscriptions (name, kind, lane, start_after_seq, created_at)
+                     VALUES ($1, $2, $3, {newest}, $4) RETURNING id"
+                ),
+                &[&sub.name, &sub.kind.as_str(), &sub.kind.lane(), &now],
+            )?
+            .try_get(0)?,
+    };
+    write_row(db, id, sub, "api")?;
+    keep_secrets(db, sub, now)?;
+    bump(db)?;
+    Ok(Created::Created(id))
+}
+
+pub(super) fn update(
+    db: &mut Db<'_>,
+    name: &str,
+    change: Change<'_>,
+    now: i64,
+) -> StoreResult<Updated> {
+    lock_registry(db)?;
+    let routes = load(db)?;
+    let Some(live) = routes.named(name) else {
+        return Ok(Updated::NotFound);
+    };
+    let secrets = kept(db, Some(name))?;
+    let current = crate::store::registry::served(std::slice::from_ref(live), &secrets)
+        .pop()
+        .map(|(_, sub)| sub)
+        .expect("one live subscription");
+    let new = match change(&current) {
+        Ok(new) => new,
+        Err(refused) => return Ok(Updated::Refused(refused)),
+    };
+    write_row(db, live.id, &new, "api")?;
+    keep_secrets(db, &new, now)?;
+    bump(db)?;
+    Ok(Updated::Updated(Box::new(new)))
+}
+
+/// Mark `name` removed and forget its secrets: its id, for its states to be finished after
+/// the commit (see `subscriptions::finish_removed`).
+pub(super) fn remove(db: &mut Db<'_>, name: &str, now: i64) -> StoreResult<Option<i64>> {
+    lock_registry(db)?;
+    let Some(row) = db.query_opt(
+        "UPDATE subscriptions SET removed_at = $2
+          WHERE name = $1 AND removed_at IS NULL RETURNING id",
+        &[&name, &now],
+    )?
+    else {
+        return Ok(None);
+    };
+    db.execute(
+        "DELETE FROM subscription_secrets WHERE name = $1",
+        &[&name],
+    )?;
+    bump(db)?;
+    Ok(Some(row.try_get(0)?))
+}
+
+/// The kept secrets, of one subscription or of all.
+pub(super) fn kept(db: &mut Db<'_>, name: Option<&str>) -> StoreResult<Vec<KeptSecret>> {
+    db.query(
+        "SELECT name, purpose, value FROM subscription_secrets
+          WHERE $1::text IS NULL OR name = $1 ORDER BY name, purpose",
+        &[&name],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(KeptSecret {
+            name: r.try_get(0)?,
+            purpose: r.try_get(1)?,
+            value: r.try_get(2)?,
+        })
+    })
+    .collect()
+}
