@@ -48,8 +48,8 @@ pub struct Application {
     port: u16,
     state: web::Data<AppState>,
     pool_options: PoolOptions,
-    /// One per `http` subscription: started with the workers.
-    forwarders: Vec<Arc<crate::forward::Forwarder>>,
+    /// The registry's `http` and `pull` subscriptions this node serves.
+    served: Arc<crate::served::Served>,
     /// Ends the long polls of `pull` clients at shutdown.
     stop_polls: tokio::sync::watch::Sender<bool>,
     purge_every: Duration,
@@ -233,7 +233,7 @@ impl Application {
                 crate::domain::time::now_ms(),
             )
             .context("recording this node")?;
-        let ids = store
+        store
             .sync_subscriptions(&subscriptions, crate::domain::time::now_ms())
             .context("applying the config's subscriptions")?;
         let metrics = Arc::new(Metrics::with_sources(
@@ -244,22 +244,6 @@ impl Application {
             idle_poll: options.idle_poll.unwrap_or(Duration::from_millis(500)),
             name: worker_name(),
         };
-        let forwarders = subscriptions
-            .iter()
-            .zip(&ids)
-            .filter(|(sub, _)| sub.http.is_some())
-            .map(|(sub, &id)| {
-                crate::forward::Forwarder::new(
-                    Arc::clone(&store),
-                    Arc::clone(&metrics),
-                    id,
-                    sub.clone(),
-                    forward_options.clone(),
-                )
-                .map(Arc::new)
-                .with_context(|| format!("subscription `{}`", sub.name))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
         let queued = Arc::new(Notify::new());
         store.on_queued(Arc::clone(&queued));
         let ingest = Ingestor::start(Arc::clone(&store), options.ingest, Arc::clone(&queued));
@@ -304,12 +288,18 @@ impl Application {
             &settings.rejections,
             Arc::clone(&metrics),
         );
-        let pullers = subscriptions
-            .iter()
-            .zip(&ids)
-            .filter_map(|(sub, &id)| crate::pull::Puller::new(id, sub.clone(), &metrics))
-            .map(Arc::new)
-            .collect();
+        // Every node serves every live `http` and `pull` subscription of the registry, with
+        // the registry's settings, whatever its own config names (read once now, so that the
+        // pull routes answer from the first request).
+        let served = Arc::new(crate::served::Served::new(
+            Arc::clone(&store),
+            Arc::clone(&metrics),
+            forward_options,
+            pool_options.workers > 0,
+        ));
+        served
+            .refresh()
+            .context("reading the registry's subscriptions")?;
         let (stop_polls, stopping) = tokio::sync::watch::channel(false);
         let state = web::Data::new(AppState {
             settings: Arc::clone(&settings),
@@ -320,7 +310,7 @@ impl Application {
             queued,
             worker_name: name,
             rejections,
-            pullers,
+            served: Arc::clone(&served),
             stopping,
         });
         let port = listener.local_addr()?.port();
@@ -360,7 +350,7 @@ impl Application {
             port,
             state,
             pool_options,
-            forwarders,
+            served,
             stop_polls,
             purge_every: options.purge_every.unwrap_or(retention::DEFAULT_EVERY),
             _held: held,
@@ -394,7 +384,10 @@ impl Application {
             Arc::clone(&self.state.consumer),
             self.pool_options,
             Arc::clone(&self.state.queued),
-            self.forwarders,
+        );
+        let (stop_serving, serving_stopped) = tokio::sync::watch::channel(false);
+        let serving = tokio::spawn(
+            Arc::clone(&self.served).run(Arc::clone(&self.state.queued), serving_stopped),
         );
         let (stop_purge, purge_stopped) = tokio::sync::watch::channel(false);
         let purge = tokio::spawn(retention::run_background(
@@ -426,7 +419,11 @@ impl Application {
             // the graceful stop up.
             let _ = self.stop_polls.send(true);
             // Both at once: stop accepting and claiming; in-flight requests and handlers finish.
-            let (_, ()) = tokio::join!(handle.stop(true), pool.shutdown());
+            let _ = stop_serving.send(true);
+            let (_, (), served) = tokio::join!(handle.stop(true), pool.shutdown(), serving);
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the forwarders' task ended abnormally");
+            }
         };
         // The server is polled here, not spawned: its first poll starts the HTTP workers, and
         // on this thread they find the actix System that `serve` runs under (see `cli::serve`).

@@ -265,6 +265,22 @@ impl ApiClient {
     }
 
     /// A streamed GET (export): the response to copy from.
+    /// Any method with an optional JSON body (`PATCH`, `DELETE`).
+    pub fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CliError> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        self.send(req)?
+            .json()
+            .map_err(|e| CliError::Unreachable(format!("unreadable answer: {e}")))
+    }
+
     pub fn get_stream(
         &self,
         path: &str,

@@ -16,6 +16,7 @@ mod replay;
 mod retry;
 mod show;
 mod sign;
+mod subscription_changes;
 mod subscriptions;
 mod table;
 mod when;
@@ -60,7 +61,8 @@ enum Command {
     /// Deliveries refused at the edge (bad signature, unknown source, …), through the HTTP API.
     #[command(subcommand)]
     Rejections(rejections::RejectionsCommand),
-    /// The user's consumers: list, pause, resume, backfill, recover, through the HTTP API.
+    /// The user's consumers: list, pause, resume, backfill, recover, create, update, delete,
+    /// through the HTTP API.
     #[command(subcommand)]
     Subscriptions(subscriptions::SubscriptionsCommand),
     /// Forward a pull subscription's events to a local URL, signed, without opening a port

@@ -1,5 +1,5 @@
-//! `webhook-inbox subscriptions list|pause|resume|backfill|recover`: the user's consumers (SPEC section
-//! 13), through the HTTP API.
+//! `webhook-inbox subscriptions list|pause|resume|backfill|recover|create|update|delete`: the
+//! user's consumers (SPEC section 13), through the HTTP API.
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -26,6 +26,15 @@ pub enum SubscriptionsCommand {
     /// attempt ended since a time.
     #[command(after_help = RESOLUTION_HELP)]
     Recover(SinceArgs),
+    /// Add a subscription (origin `api`): the fields of a config's table, as flags.
+    #[command(after_help = RESOLUTION_HELP)]
+    Create(super::subscription_changes::CreateArgs),
+    /// Change the fields given of a subscription (not its name or kind).
+    #[command(after_help = RESOLUTION_HELP)]
+    Update(super::subscription_changes::UpdateArgs),
+    /// Remove a subscription: its unfinished states are finished, its history kept.
+    #[command(after_help = RESOLUTION_HELP)]
+    Delete(super::subscription_changes::DeleteArgs),
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +99,9 @@ pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
             "retried",
             "retried {} failed state(s) that failed since",
         ),
+        SubscriptionsCommand::Create(args) => super::subscription_changes::create(api, args),
+        SubscriptionsCommand::Update(args) => super::subscription_changes::update(api, args),
+        SubscriptionsCommand::Delete(args) => super::subscription_changes::delete(api, args),
     }
 }
 

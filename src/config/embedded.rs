@@ -48,6 +48,16 @@ fn read_secret(path: &Path) -> anyhow::Result<Option<Secret>> {
     }
 }
 
+/// A new Standard Webhooks signing secret (`whsec_` and 32 random bytes in base64).
+pub fn new_signing_secret() -> String {
+    format!("whsec_{}", STANDARD.encode(random_bytes::<32>()))
+}
+
+/// A new bearer token for a `pull` subscription's routes.
+pub fn new_pull_token() -> String {
+    hex::encode(random_bytes::<24>())
+}
+
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
     rand::rng().fill_bytes(&mut bytes);
@@ -85,9 +95,7 @@ pub fn subscription_secret(
     share: impl FnOnce(&str) -> anyhow::Result<String>,
 ) -> anyhow::Result<(Secret, PathBuf)> {
     let path = crate::subscriptions::HttpTarget::secret_file(&data_dir(settings), name);
-    let secret = shared_file(&path, share, || {
-        format!("whsec_{}", STANDARD.encode(random_bytes::<32>()))
-    })?;
+    let secret = shared_file(&path, share, new_signing_secret)?;
     Ok((secret, path))
 }
 
@@ -100,7 +108,7 @@ pub fn subscription_token(
     share: impl FnOnce(&str) -> anyhow::Result<String>,
 ) -> anyhow::Result<(Secret, PathBuf)> {
     let path = crate::subscriptions::token_file(&data_dir(settings), name);
-    let token = shared_file(&path, share, || hex::encode(random_bytes::<24>()))?;
+    let token = shared_file(&path, share, new_pull_token)?;
     Ok((token, path))
 }
 

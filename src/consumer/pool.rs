@@ -52,14 +52,9 @@ fn call_outs(c: &Consumer, worker: &str, _: usize, stop: &dyn Fn() -> bool) -> S
 }
 
 impl ConsumerPool {
-    /// Start the workers, the sweeper and, when there are workers, the forwarders of the
-    /// `http` subscriptions.
-    pub fn start(
-        consumer: Arc<Consumer>,
-        options: PoolOptions,
-        queued: Arc<Notify>,
-        forwarders: Vec<Arc<crate::forward::Forwarder>>,
-    ) -> Self {
+    /// Start the workers and the sweeper (the forwarders of `http` subscriptions run beside
+    /// them: `crate::served`).
+    pub fn start(consumer: Arc<Consumer>, options: PoolOptions, queued: Arc<Notify>) -> Self {
         let (stop, stopped) = watch::channel(false);
         let call_out_workers = if options.workers > 0 {
             options.call_out_workers
@@ -82,13 +77,6 @@ impl ConsumerPool {
                 Arc::clone(&queued),
                 stopped.clone(),
             )));
-        }
-        if options.workers > 0 {
-            for forwarder in forwarders {
-                tasks.push(tokio::spawn(
-                    forwarder.run(Arc::clone(&queued), stopped.clone()),
-                ));
-            }
         }
         tasks.push(tokio::spawn(sweep(consumer, options.sweep_every, stopped)));
         ConsumerPool { stop, tasks }

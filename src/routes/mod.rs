@@ -16,6 +16,7 @@ mod rejections;
 mod requests;
 mod sender;
 mod stats;
+mod subscription_changes;
 mod subscriptions;
 mod ui;
 mod views;
@@ -52,8 +53,8 @@ pub struct AppState {
     pub worker_name: String,
     /// Refused deliveries, kept for `GET /rejections`.
     pub rejections: Rejections,
-    /// The `pull` subscriptions, whose clients claim over HTTP.
-    pub pullers: Vec<Arc<crate::pull::Puller>>,
+    /// The registry's `pull` subscriptions (whose clients claim over HTTP) and forwarders.
+    pub served: Arc<crate::served::Served>,
     /// Turns `true` when the service starts shutting down: long polls answer at once.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -96,8 +97,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/{source}/{event_id}/skip").route(web::post().to(ordering::skip)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
     .service(resource("/rejections").route(web::get().to(rejections::list)))
-    .service(resource("/subscriptions").route(web::get().to(subscriptions::list)))
-    .service(resource("/subscriptions/{name}").route(web::get().to(subscriptions::show)))
+    .service(
+        resource("/subscriptions")
+            .route(web::get().to(subscriptions::list))
+            .route(web::post().to(subscription_changes::create)),
+    )
+    .service(
+        resource("/subscriptions/{name}")
+            .route(web::get().to(subscriptions::show))
+            .route(web::patch().to(subscription_changes::update))
+            .route(web::delete().to(subscription_changes::delete)),
+    )
     .service(resource("/subscriptions/{name}/pause").route(web::post().to(subscriptions::pause)))
     .service(resource("/subscriptions/{name}/resume").route(web::post().to(subscriptions::resume)))
     .service(resource("/subscriptions/{name}/claim").route(web::post().to(pull::claim)))

@@ -172,6 +172,11 @@ pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
 }
 
 async fn one(state: &AppState, name: String) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(view_of(state, name).await?))
+}
+
+/// A live subscription as `GET /subscriptions/{name}` shows it.
+pub(super) async fn view_of(state: &AppState, name: String) -> Result<SubscriptionView, ApiError> {
     let now = now_ms();
     let subs = blocking(state, |s| s.subscriptions(true)).await?;
     let Some(s) = subs.iter().find(|s| s.name == name && !s.removed) else {
@@ -192,10 +197,10 @@ async fn one(state: &AppState, name: String) -> Result<HttpResponse, ApiError> {
                 .collect(),
         );
     }
-    Ok(HttpResponse::Ok().json(view))
+    Ok(view)
 }
 
-fn not_found(name: &str) -> ApiError {
+pub(super) fn not_found(name: &str) -> ApiError {
     ApiError::NotFound(format!("no subscription `{name}`"))
 }
 

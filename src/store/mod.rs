@@ -102,11 +102,7 @@ pub trait Store: Send + Sync + 'static {
     /// Add a subscription through the API (origin `api`, which no config's sync or prune
     /// removes; see `store::registry`), with the secrets it carries: it takes the events stored
     /// after now. A name removed earlier comes back as a new subscription, its history kept.
-    fn create_subscription(
-        &self,
-        sub: &Subscription,
-        now: i64,
-    ) -> StoreResult<registry::Created>;
+    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<registry::Created>;
     /// Change a live subscription through the API by `change`, which sees it as the registry
     /// holds it in the writing transaction; it becomes origin `api`, and secrets it carries
     /// replace the kept ones.

@@ -52,10 +52,12 @@ pub enum Updated {
 /// A change of one subscription, made from the subscription as the registry holds it in the
 /// transaction that writes the result (so that two changes never mix): the new subscription,
 /// or the field that does not validate.
-pub type Change<'a> = &'a (dyn Fn(
+pub type Change<'a> = &'a (
+        dyn Fn(
     &crate::subscriptions::Subscription,
 ) -> Result<crate::subscriptions::Subscription, crate::subscriptions::FieldError>
-         + Sync);
+            + Sync
+    );
 
 /// One row of `subscription_secrets`: a subscription's signing secrets or pull token.
 #[derive(Clone, PartialEq, Eq)]

@@ -126,7 +126,10 @@ pub fn from_settings(settings: &Settings) -> Result<Vec<Subscription>, ConfigErr
             if valid_name(&s.name) && !seen.insert(s.name.as_str()) {
                 return Err(in_config(
                     i,
-                    invalid("name", format!("subscription `{}` is defined twice", s.name)),
+                    invalid(
+                        "name",
+                        format!("subscription `{}` is defined twice", s.name),
+                    ),
                 ));
             }
             validate(s, &settings.consumers, settings.downstream.mode).map_err(|e| in_config(i, e))
@@ -248,10 +251,7 @@ fn one(
         ));
     }
     if backoff_base_ms > backoff_max_ms {
-        return Err(invalid(
-            "backoff_base_ms",
-            "must not exceed backoff_max_ms",
-        ));
+        return Err(invalid("backoff_base_ms", "must not exceed backoff_max_ms"));
     }
     let http = match s.kind {
         Kind::Http => Some(http_target(s, consumers)?),

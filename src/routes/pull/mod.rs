@@ -27,9 +27,9 @@ const BODY_LIMIT: usize = 1 << 20;
 /// before a token is checked.
 async fn puller(req: &HttpRequest, state: &AppState, name: &str) -> Result<Arc<Puller>, ApiError> {
     let token = crate::routes::auth::bearer(req);
-    let found = state.pullers.iter().find(|p| p.sub.name == name);
+    let found = state.served.puller(name);
     match (found, token) {
-        (Some(puller), Some(token)) if puller.authorizes(token) => Ok(Arc::clone(puller)),
+        (Some(puller), Some(token)) if puller.authorizes(token) => Ok(puller),
         _ => Err(crate::routes::auth::refused(token.is_some()).await),
     }
 }

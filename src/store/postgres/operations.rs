@@ -7,8 +7,8 @@ use super::{
     PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
     migrations, off_async, ordering, purge, registry, rejections, requests, subscriptions,
 };
-use crate::store::registry::{Change, Created, KeptSecret, Updated};
 use crate::store::copy::{Cell, Row, Table};
+use crate::store::registry::{Change, Created, KeptSecret, Updated};
 use crate::store::{
     AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
     EventFilter, EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder,
@@ -254,7 +254,12 @@ impl Store for PostgresStore {
         created
     }
 
-    fn update_subscription(&self, name: &str, change: Change<'_>, now: i64) -> StoreResult<Updated> {
+    fn update_subscription(
+        &self,
+        name: &str,
+        change: Change<'_>,
+        now: i64,
+    ) -> StoreResult<Updated> {
         let updated = self.tx(|db| registry::update(db, name, change, now));
         self.routes.forget();
         updated

@@ -139,10 +139,7 @@ pub(super) fn remove(db: &mut Db<'_>, name: &str, now: i64) -> StoreResult<Optio
     else {
         return Ok(None);
     };
-    db.execute(
-        "DELETE FROM subscription_secrets WHERE name = $1",
-        &[&name],
-    )?;
+    db.execute("DELETE FROM subscription_secrets WHERE name = $1", &[&name])?;
     bump(db)?;
     Ok(Some(row.try_get(0)?))
 }

@@ -6,8 +6,8 @@ use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
     purge, registry, rejections, requests, stats, subscriptions,
 };
-use crate::store::registry::{Change, Created, KeptSecret, Updated};
 use crate::store::copy::{Cell, Row, Table};
+use crate::store::registry::{Change, Created, KeptSecret, Updated};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
@@ -218,7 +218,12 @@ impl Store for SqliteStore {
         self.registry_write(|tx| registry::create(tx, sub, now))
     }
 
-    fn update_subscription(&self, name: &str, change: Change<'_>, now: i64) -> StoreResult<Updated> {
+    fn update_subscription(
+        &self,
+        name: &str,
+        change: Change<'_>,
+        now: i64,
+    ) -> StoreResult<Updated> {
         self.registry_write(|tx| registry::update(tx, name, change, now))
     }
 

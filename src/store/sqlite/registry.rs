@@ -151,7 +151,10 @@ pub(super) fn remove(tx: &Transaction<'_>, name: &str, now: i64) -> StoreResult<
 }
 
 /// The kept secrets, of one subscription or of all.
-pub(super) fn kept(conn: &rusqlite::Connection, name: Option<&str>) -> StoreResult<Vec<KeptSecret>> {
+pub(super) fn kept(
+    conn: &rusqlite::Connection,
+    name: Option<&str>,
+) -> StoreResult<Vec<KeptSecret>> {
     Ok(conn
         .prepare_cached(
             "SELECT name, purpose, value FROM subscription_secrets

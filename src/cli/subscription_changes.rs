@@ -1,0 +1,182 @@
+//! `webhook-inbox subscriptions create|update|delete`: the registry's runtime routes (SPEC
+//! section 13), one flag per field of a config's `[[subscriptions]]` table (`url` and `token`
+//! as `--endpoint-url` and `--pull-token`: `--url` and `--token` name the server and its admin
+//! token, as in every API command). Only the flags given are sent: an update changes those
+//! fields and keeps the others.
+
+use clap::Args;
+use serde_json::{Map, Value, json};
+
+use super::client::{Api, ApiClient, Remote, segment};
+use super::table::text;
+
+/// The fields of a subscription, as flags (each optional; the server checks them as it checks
+/// a config).
+#[derive(Debug, Args)]
+pub struct FieldArgs {
+    /// A source it takes (repeat for several); default: every source.
+    #[arg(long = "source", value_name = "SOURCE")]
+    sources: Vec<String>,
+    /// A glob on the event type it takes (repeat for several); default: every type.
+    #[arg(long = "type", value_name = "GLOB")]
+    types: Vec<String>,
+    /// `http`: the endpoint to call (the field `url`; `--url` is the server's).
+    #[arg(long = "endpoint-url", value_name = "URL")]
+    url: Option<String>,
+    /// `http`: a `whsec_` secret (default: one is generated and printed once).
+    #[arg(long)]
+    signing_secret: Option<String>,
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    #[arg(long)]
+    ca_file: Option<String>,
+    #[arg(long)]
+    concurrency: Option<u64>,
+    #[arg(long)]
+    rate_per_second: Option<u64>,
+    /// `at-least-once` or `at-most-once`.
+    #[arg(long)]
+    mode: Option<String>,
+    #[arg(long)]
+    max_attempts: Option<u64>,
+    #[arg(long)]
+    backoff_base_ms: Option<u64>,
+    #[arg(long)]
+    backoff_max_ms: Option<u64>,
+    /// `pull`: the bearer token of its routes, the field `token` (`--token` is the admin's;
+    /// default: one is generated and printed once).
+    #[arg(long = "pull-token", value_name = "TOKEN")]
+    token: Option<String>,
+    /// A JSON pointer into the body: events of one key in order.
+    #[arg(long)]
+    ordered_by: Option<String>,
+    /// `hold` or `skip`.
+    #[arg(long)]
+    on_failure: Option<String>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    name: String,
+    /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`.
+    #[arg(long)]
+    kind: String,
+    #[command(flatten)]
+    fields: FieldArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    name: String,
+    #[command(flatten)]
+    fields: FieldArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    name: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+impl FieldArgs {
+    /// The flags given, as the body's fields.
+    fn body(&self) -> Map<String, Value> {
+        let mut body = Map::new();
+        let lists = [("sources", &self.sources), ("types", &self.types)];
+        for (field, list) in lists {
+            if !list.is_empty() {
+                body.insert(field.into(), json!(list));
+            }
+        }
+        let texts = [
+            ("url", &self.url),
+            ("signing_secret", &self.signing_secret),
+            ("ca_file", &self.ca_file),
+            ("mode", &self.mode),
+            ("token", &self.token),
+            ("ordered_by", &self.ordered_by),
+            ("on_failure", &self.on_failure),
+        ];
+        for (field, value) in texts {
+            if let Some(v) = value {
+                body.insert(field.into(), json!(v));
+            }
+        }
+        let numbers = [
+            ("timeout_ms", self.timeout_ms),
+            ("concurrency", self.concurrency),
+            ("rate_per_second", self.rate_per_second),
+            ("max_attempts", self.max_attempts),
+            ("backoff_base_ms", self.backoff_base_ms),
+            ("backoff_max_ms", self.backoff_max_ms),
+        ];
+        for (field, value) in numbers {
+            if let Some(v) = value {
+                body.insert(field.into(), json!(v));
+            }
+        }
+        body
+    }
+}
+
+/// The subscription as one line, and a generated secret on a line of its own (shown once).
+fn print(answer: &Value, json: bool, verb: &str) {
+    if json {
+        println!("{answer}");
+        return;
+    }
+    println!(
+        "{}: {verb} ({}, origin {})",
+        text(&answer["name"]),
+        text(&answer["kind"]),
+        text(&answer["origin"])
+    );
+    for field in ["signing_secret", "token"] {
+        if let Some(secret) = answer[field].as_str() {
+            println!("{field}: {secret}");
+            println!("(shown this once: keep it)");
+        }
+    }
+}
+
+pub fn create(api: &Api, args: CreateArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.fields.remote)?;
+    let mut body = args.fields.body();
+    body.insert("name".into(), json!(args.name));
+    body.insert("kind".into(), json!(args.kind));
+    let answer = client.post("/subscriptions", &[], Some(&Value::Object(body)))?;
+    print(&answer, args.fields.json, "created");
+    Ok(())
+}
+
+pub fn update(api: &Api, args: UpdateArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.fields.remote)?;
+    let path = format!("/subscriptions/{}", segment(&args.name));
+    let body = Value::Object(args.fields.body());
+    let answer = client.call(reqwest::Method::PATCH, &path, Some(&body))?;
+    print(&answer, args.fields.json, "updated");
+    Ok(())
+}
+
+pub fn delete(api: &Api, args: DeleteArgs) -> anyhow::Result<()> {
+    let client = ApiClient::new(api, &args.remote)?;
+    let path = format!("/subscriptions/{}", segment(&args.name));
+    let answer = client.call(reqwest::Method::DELETE, &path, None)?;
+    if args.json {
+        println!("{answer}");
+    } else {
+        println!(
+            "{}: removed, {} unfinished state(s) finished",
+            args.name,
+            text(&answer["finished"])
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! The runtime routes of the registry (SPEC section 13, admin): create, change and remove a
+//! subscription through the API. The body is a config table's fields as JSON and goes through
+//! the config's own check (`subscriptions::validate`): a field the config refuses is refused
+//! here with 422 naming it. Each change moves the registry's version, so every node serves it
+//! within a second (see `crate::served`).
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::auth::Admin;
+use super::body::{parse_json, read_limited};
+use super::openapi::ErrorBody;
+use super::subscriptions::{SubscriptionView, not_found, view_of};
+use super::{ApiError, AppState, blocking};
+use crate::domain::time::now_ms;
+use crate::store::registry::{Created, Updated};
+use crate::subscriptions::{FieldError, Kind, SubscriptionSettings, body_error, patched, validate};
+
+/// A subscription's body is small: a route, an endpoint, a few numbers.
+const BODY_LIMIT: usize = 64 * 1024;
+
+fn refused(e: FieldError) -> ApiError {
+    ApiError::InvalidRequest(format!("{}: {}", e.field, e.message))
+}
+
+/// The fields of a config's `[[subscriptions]]` table (SPEC section 13), as JSON. For the
+/// document only: the body is read as the config's table is, unknown fields refused.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct SubscriptionFields {
+    /// `[a-z0-9][a-z0-9-]{0,62}`; not in a `PATCH`.
+    name: Option<String>,
+    /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`; not in a `PATCH`.
+    kind: Option<String>,
+    /// Default: every source but `requests` (which only `downstream` takes).
+    sources: Option<Vec<String>>,
+    /// Globs on the event type (`*`, `?`); default: every type.
+    types: Option<Vec<String>>,
+    /// `http` only: the endpoint (never shown back: it may hold credentials).
+    url: Option<String>,
+    /// `http` only: a `whsec_` secret; generated (and answered once) when omitted.
+    signing_secret: Option<String>,
+    /// `http` only.
+    timeout_ms: Option<u64>,
+    /// `http` only: a PEM CA file on the nodes.
+    ca_file: Option<String>,
+    /// `http` only: calls in flight.
+    concurrency: Option<u64>,
+    /// `http` only: 0 = unlimited.
+    rate_per_second: Option<u32>,
+    /// `at-least-once` or `at-most-once`.
+    mode: Option<String>,
+    max_attempts: Option<u32>,
+    backoff_base_ms: Option<u64>,
+    backoff_max_ms: Option<u64>,
+    /// `pull` only: the bearer token of its routes; generated (and answered once) when omitted.
+    token: Option<String>,
+    /// A JSON pointer into the body: events of one key in order.
+    ordered_by: Option<String>,
+    /// `hold` or `skip` (with `ordered_by`).
+    on_failure: Option<String>,
+}
+
+/// A subscription just made: as `GET /subscriptions/{name}` shows it, with its generated
+/// secret, shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedSubscription {
+    #[serde(flatten)]
+    subscription: SubscriptionView,
+    /// `http` made without one: the secret its calls are signed with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signing_secret: Option<String>,
+    /// `pull` made without one: the bearer token of its routes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RemovedSubscription {
+    name: String,
+    removed: bool,
+    /// Its unfinished states, now completed with outcome `removed`.
+    finished: usize,
+}
+
+/// The body as a JSON object (400 when it is not JSON, 422 when it is not an object).
+async fn object(req: &HttpRequest, payload: web::Payload) -> Result<Map<String, Value>, ApiError> {
+    let body = read_limited(req, payload, BODY_LIMIT).await?;
+    parse_json(&body)
+}
+
+/// A pull token opens its own routes and no others: not the admin token, a submission token
+/// or another subscription's (as the config's `check_tokens`).
+async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Result<(), ApiError> {
+    let Some(token) = token else { return Ok(()) };
+    let settings = &state.settings;
+    let kept = blocking(state, |s| s.kept_secrets()).await?;
+    let taken = std::iter::once(settings.admin_token.expose())
+        .chain(settings.submission_tokens.iter().map(|t| t.expose()))
+        .chain(
+            kept.iter()
+                .filter(|k| k.purpose == "token" && k.name != name)
+                .map(|k| k.value.as_str()),
+        )
+        .any(|t| t == token);
+    if taken {
+        return Err(refused(FieldError {
+            field: "token".into(),
+            message: "is also the admin token, a submission token or another subscription's \
+                      token: give each its own"
+                .into(),
+        }));
+    }
+    Ok(())
+}
+
+/// Add a subscription (origin `api`: no config's sync or a node's stop removes it). It takes
+/// the events stored from now on (older ones by a backfill).
+#[utoipa::path(post, path = "/subscriptions",
+    operation_id = "createSubscription", tag = "ops", security(("bearer" = [])),
+    request_body = SubscriptionFields,
+    responses(
+        (status = 201, description = "The subscription, with its generated secret this once", body = CreatedSubscription),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 409, description = "`conflict`: a live subscription has that name", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`, naming the field", body = ErrorBody),
+    ))]
+pub async fn create(
+    _: Admin,
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let fields: SubscriptionSettings =
+        serde_path_to_error::deserialize(Value::Object(object(&req, payload).await?))
+            .map_err(|e| refused(body_error(e)))?;
+    let settings = &state.settings;
+    let mut sub =
+        validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
+    check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
+    let (mut signing_secret, mut token) = (None, None);
+    match (sub.kind, sub.http.as_mut()) {
+        (Kind::Http, Some(target)) if target.signing_secrets.is_empty() => {
+            let secret = crate::config::new_signing_secret();
+            target
+                .signing_secrets
+                .push(crate::signature::Secret::new(secret.as_str()));
+            signing_secret = Some(secret);
+        }
+        (Kind::Pull, _) if sub.token.is_none() => {
+            let new = crate::config::new_pull_token();
+            sub.token = Some(crate::signature::Secret::new(new.as_str()));
+            token = Some(new);
+        }
+        _ => {}
+    }
+    let name = sub.name.clone();
+    match blocking(&state, move |s| s.create_subscription(&sub, now_ms())).await? {
+        Created::Taken => {
+            return Err(ApiError::Conflict(format!(
+                "a subscription named `{name}` exists: change it with PATCH, or delete it first"
+            )));
+        }
+        Created::Created(_) => {}
+    }
+    tracing::info!(subscription = %name, "subscription created through the API");
+    state.queued.notify_waiters();
+    Ok(HttpResponse::Created().json(CreatedSubscription {
+        subscription: view_of(&state, name).await?,
+        signing_secret,
+        token,
+    }))
+}
+
+/// Change a subscription: the fields given replace its own (`null`: back to the default),
+/// checked as a config's table is; `name` and `kind` stay. It becomes origin `api`: a
+/// config that names it no longer changes it.
+#[utoipa::path(patch, path = "/subscriptions/{name}",
+    operation_id = "updateSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    request_body = SubscriptionFields,
+    responses(
+        (status = 200, description = "The subscription", body = SubscriptionView),
+        (status = 400, description = "`invalid_json`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_request`, naming the field (also `name` and `kind`, which do not change)", body = ErrorBody),
+    ))]
+pub async fn update(
+    _: Admin,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let name = path.into_inner();
+    let patch = object(&req, payload).await?;
+    let token = match patch.get("token") {
+        Some(Value::String(t)) => Some(t.as_str()),
+        _ => None,
+    };
+    check_token(&state, &name, token).await?;
+    let settings = std::sync::Arc::clone(&state.settings);
+    let updated = {
+        let name = name.clone();
+        blocking(&state, move |s| {
+            let change = |current: &crate::subscriptions::Subscription| {
+                patched(
+                    current,
+                    &patch,
+                    &settings.consumers,
+                    settings.downstream.mode,
+                )
+            };
+            s.update_subscription(&name, &change, now_ms())
+        })
+        .await?
+    };
+    match updated {
+        Updated::NotFound => Err(not_found(&name)),
+        Updated::Refused(e) => Err(refused(e)),
+        Updated::Updated(_) => {
+            tracing::info!(subscription = %name, "subscription changed through the API");
+            state.queued.notify_waiters();
+            Ok(HttpResponse::Ok().json(view_of(&state, name).await?))
+        }
+    }
+}
+
+/// Remove a subscription, whatever its origin: its work stops, its unfinished states are
+/// completed with outcome `removed`, its history stays readable. A node whose config names
+/// it brings it back when it next starts.
+#[utoipa::path(delete, path = "/subscriptions/{name}",
+    operation_id = "deleteSubscription", tag = "ops", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "Removed", body = RemovedSubscription),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
+pub async fn delete(
+    _: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let name = path.into_inner();
+    let removed = {
+        let name = name.clone();
+        blocking(&state, move |s| s.remove_subscription(&name, now_ms())).await?
+    };
+    let Some(finished) = removed else {
+        return Err(not_found(&name));
+    };
+    tracing::info!(subscription = %name, finished, "subscription removed through the API");
+    Ok(HttpResponse::Ok().json(RemovedSubscription {
+        name,
+        removed: true,
+        finished,
+    }))
+}

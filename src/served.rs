@@ -1,0 +1,197 @@
+//! What a node serves of the registry (SPEC section 13, "One registry"): a forwarder for every
+//! live `http` subscription and the routes of every live `pull` subscription, whatever this
+//! node's config names, each with the settings, rules and secrets the registry holds.
+//!
+//! The registry is read again whenever its version moves (a point read every [`CHECK`], so
+//! that a change made through any node is served within a second): a forwarder whose
+//! subscription changed is stopped and started again with the new settings, one whose
+//! subscription is gone is stopped (each lets its calls in flight finish and commits their
+//! answers, fenced by their claims as always), and the pull routes are rebuilt.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::forward::{ForwardOptions, Forwarder};
+use crate::metrics::Metrics;
+use crate::pull::Puller;
+use crate::store::{Store, StoreResult};
+use crate::subscriptions::{Kind, Subscription};
+
+/// How often the registry's version is looked at.
+pub const CHECK: Duration = Duration::from_millis(250);
+
+/// The `http` and `pull` subscriptions this node serves, from the registry.
+pub struct Served {
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    options: ForwardOptions,
+    /// Whether this node forwards (a node with no workers claims nothing).
+    forwarding: bool,
+    pullers: parking_lot::RwLock<Vec<Arc<Puller>>>,
+    /// The registry's version of the last read, and what it served.
+    seen: parking_lot::Mutex<Option<(i64, Vec<(i64, Subscription)>)>>,
+}
+
+/// A running forwarder.
+struct Running {
+    id: i64,
+    sub: Subscription,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Served {
+    pub fn new(
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        options: ForwardOptions,
+        forwarding: bool,
+    ) -> Served {
+        Served {
+            store,
+            metrics,
+            options,
+            forwarding,
+            pullers: parking_lot::RwLock::new(Vec::new()),
+            seen: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The pull routes of `name`, if the registry has a live `pull` subscription by that name.
+    pub fn puller(&self, name: &str) -> Option<Arc<Puller>> {
+        self.pullers
+            .read()
+            .iter()
+            .find(|p| p.sub.name == name)
+            .cloned()
+    }
+
+    /// Read the registry (blocking) and serve its pull subscriptions: `Some` with what it
+    /// holds when its version moved since the last read.
+    pub fn refresh(&self) -> StoreResult<Option<Vec<(i64, Subscription)>>> {
+        let live = self.store.registry()?;
+        let version = self.store.registry_version_seen().unwrap_or(0);
+        if matches!(&*self.seen.lock(), Some((v, _)) if *v == version) {
+            return Ok(None);
+        }
+        let secrets = self.store.kept_secrets()?;
+        let subs = crate::store::registry::served(&live, &secrets);
+        let pullers = subs
+            .iter()
+            .filter(|(_, sub)| sub.kind == Kind::Pull)
+            .filter_map(|(id, sub)| {
+                let puller = Puller::new(*id, sub.clone(), &self.metrics);
+                if puller.is_none() {
+                    tracing::warn!(subscription = %sub.name, "a pull subscription without a token: its routes answer 404");
+                }
+                puller.map(Arc::new)
+            })
+            .collect();
+        *self.pullers.write() = pullers;
+        *self.seen.lock() = Some((version, subs.clone()));
+        Ok(Some(subs))
+    }
+
+    /// Serve until `stopped`: forwarders started, rebuilt and stopped as the registry moves.
+    /// At the end every forwarder is stopped and waited for.
+    pub async fn run(self: Arc<Self>, queued: Arc<Notify>, mut stopped: watch::Receiver<bool>) {
+        let mut running: HashMap<String, Running> = HashMap::new();
+        let mut first = self.seen.lock().as_ref().map(|(_, subs)| subs.clone());
+        loop {
+            let read = match first.take() {
+                Some(subs) => Some(subs),
+                None => {
+                    let me = Arc::clone(&self);
+                    match tokio::task::spawn_blocking(move || me.refresh()).await {
+                        Ok(Ok(read)) => read,
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "cannot read the registry of subscriptions");
+                            None
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "reading the registry panicked");
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(subs) = read {
+                self.forward(&subs, &mut running, &queued);
+            }
+            tokio::select! {
+                _ = stopped.changed() => break,
+                _ = tokio::time::sleep(CHECK) => {}
+            }
+        }
+        let stopping: Vec<Running> = running.into_values().collect();
+        for r in &stopping {
+            let _ = r.stop.send(true);
+        }
+        for r in stopping {
+            if let Err(e) = r.task.await {
+                tracing::error!(error = %e, subscription = %r.sub.name, "forwarder ended abnormally");
+            }
+        }
+    }
+
+    /// Make the running forwarders the registry's `http` subscriptions.
+    fn forward(
+        &self,
+        subs: &[(i64, Subscription)],
+        running: &mut HashMap<String, Running>,
+        queued: &Arc<Notify>,
+    ) {
+        let wanted: HashMap<&str, (i64, &Subscription)> = subs
+            .iter()
+            .filter(|(_, sub)| self.forwarding && sub.kind == Kind::Http)
+            .map(|(id, sub)| (sub.name.as_str(), (*id, sub)))
+            .collect();
+        running.retain(|name, r| {
+            let same = wanted
+                .get(name.as_str())
+                .is_some_and(|(id, sub)| *id == r.id && **sub == r.sub);
+            if !same {
+                // Its calls in flight finish and commit by themselves (the task is not awaited:
+                // a slow endpoint must not hold the others' changes up).
+                let _ = r.stop.send(true);
+                tracing::info!(subscription = %name, "forwarder stopped: the registry changed");
+            }
+            same
+        });
+        for (name, (id, sub)) in wanted {
+            if running.contains_key(name) {
+                continue;
+            }
+            let forwarder = match Forwarder::new(
+                Arc::clone(&self.store),
+                Arc::clone(&self.metrics),
+                id,
+                sub.clone(),
+                self.options.clone(),
+            ) {
+                Ok(f) => Arc::new(f),
+                Err(e) => {
+                    // Read again only when the registry moves: one line per change.
+                    tracing::warn!(subscription = %name, error = format!("{e:#}"), "this node cannot forward this subscription");
+                    continue;
+                }
+            };
+            let (stop, stopped) = watch::channel(false);
+            let task = tokio::spawn(forwarder.run(Arc::clone(queued), stopped));
+            tracing::info!(subscription = %name, "forwarder started");
+            running.insert(
+                name.to_string(),
+                Running {
+                    id,
+                    sub: sub.clone(),
+                    stop,
+                    task,
+                },
+            );
+        }
+    }
+}
