@@ -34,6 +34,10 @@ pub struct Served {
     pullers: parking_lot::RwLock<Vec<Arc<Puller>>>,
     /// The registry's version of the last read, and what it served.
     seen: parking_lot::Mutex<Option<(i64, Vec<(i64, Subscription)>)>>,
+    /// The registry's version the running forwarders were made (or kept) for: a forwarder
+    /// whose claim saw a later one gives its claims back until this catches up (see
+    /// `Forwarder::fenced_by`), so that no call goes out with settings changed meanwhile.
+    applied: watch::Sender<i64>,
 }
 
 /// A running forwarder.
@@ -58,6 +62,7 @@ impl Served {
             forwarding,
             pullers: parking_lot::RwLock::new(Vec::new()),
             seen: parking_lot::Mutex::new(None),
+            applied: watch::channel(0).0,
         }
     }
 
@@ -72,9 +77,8 @@ impl Served {
 
     /// Read the registry (blocking) and serve its pull subscriptions: `Some` with what it
     /// holds when its version moved since the last read.
-    pub fn refresh(&self) -> StoreResult<Option<Vec<(i64, Subscription)>>> {
-        let live = self.store.registry()?;
-        let version = self.store.registry_version_seen().unwrap_or(0);
+    pub fn refresh(&self) -> StoreResult<Option<(i64, Vec<(i64, Subscription)>)>> {
+        let (version, live) = self.store.registry_at()?;
         if matches!(&*self.seen.lock(), Some((v, _)) if *v == version) {
             return Ok(None);
         }
@@ -93,14 +97,14 @@ impl Served {
             .collect();
         *self.pullers.write() = pullers;
         *self.seen.lock() = Some((version, subs.clone()));
-        Ok(Some(subs))
+        Ok(Some((version, subs)))
     }
 
     /// Serve until `stopped`: forwarders started, rebuilt and stopped as the registry moves.
     /// At the end every forwarder is stopped and waited for.
     pub async fn run(self: Arc<Self>, queued: Arc<Notify>, mut stopped: watch::Receiver<bool>) {
         let mut running: HashMap<String, Running> = HashMap::new();
-        let mut first = self.seen.lock().as_ref().map(|(_, subs)| subs.clone());
+        let mut first = self.seen.lock().clone();
         loop {
             let read = match first.take() {
                 Some(subs) => Some(subs),
@@ -119,8 +123,9 @@ impl Served {
                     }
                 }
             };
-            if let Some(subs) = read {
+            if let Some((version, subs)) = read {
                 self.forward(&subs, &mut running, &queued);
+                self.applied.send_replace(version);
             }
             tokio::select! {
                 _ = stopped.changed() => break,
@@ -173,7 +178,7 @@ impl Served {
                 sub.clone(),
                 self.options.clone(),
             ) {
-                Ok(f) => Arc::new(f),
+                Ok(f) => Arc::new(f.fenced_by(self.applied.subscribe())),
                 Err(e) => {
                     // Read again only when the registry moves: one line per change.
                     tracing::warn!(subscription = %name, error = format!("{e:#}"), "this node cannot forward this subscription");

@@ -21,8 +21,8 @@ pub struct FieldArgs {
     #[arg(long = "type", value_name = "GLOB")]
     types: Vec<String>,
     /// `http`: the endpoint to call (the field `url`; `--url` is the server's).
-    #[arg(long = "endpoint-url", value_name = "URL")]
-    url: Option<String>,
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
     /// `http`: a `whsec_` secret (default: one is generated and printed once).
     #[arg(long)]
     signing_secret: Option<String>,
@@ -45,8 +45,8 @@ pub struct FieldArgs {
     backoff_max_ms: Option<u64>,
     /// `pull`: the bearer token of its routes, the field `token` (`--token` is the admin's;
     /// default: one is generated and printed once).
-    #[arg(long = "pull-token", value_name = "TOKEN")]
-    token: Option<String>,
+    #[arg(long, value_name = "TOKEN")]
+    pull_token: Option<String>,
     /// A JSON pointer into the body: events of one key in order.
     #[arg(long)]
     ordered_by: Option<String>,
@@ -96,11 +96,11 @@ impl FieldArgs {
             }
         }
         let texts = [
-            ("url", &self.url),
+            ("url", &self.endpoint_url),
             ("signing_secret", &self.signing_secret),
             ("ca_file", &self.ca_file),
             ("mode", &self.mode),
-            ("token", &self.token),
+            ("token", &self.pull_token),
             ("ordered_by", &self.ordered_by),
             ("on_failure", &self.on_failure),
         ];

@@ -64,6 +64,8 @@ pub struct Forwarder {
     failures: AtomicU32,
     /// `webhook_inbox_forwards_total` of this subscription, by result.
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
+    /// The registry's version its node serves (see [`Forwarder::fenced_by`]).
+    applied: Option<watch::Receiver<i64>>,
 }
 
 /// The results of `webhook_inbox_forwards_total`.
@@ -120,7 +122,26 @@ impl Forwarder {
             client,
             options,
             failures: AtomicU32::new(0),
+            applied: None,
         })
+    }
+
+    /// Claim only while the registry's version seen by the claims is no later than `applied`
+    /// (the version the node's forwarders were made for): a claim that saw a later one is given
+    /// back, untouched, until the node has caught up, so that once a change through the API is
+    /// answered no call goes out with the settings it replaced.
+    pub fn fenced_by(mut self, applied: watch::Receiver<i64>) -> Forwarder {
+        self.applied = Some(applied);
+        self
+    }
+
+    /// Whether the registry moved past what the node serves (read after a claim, which reads
+    /// the version in its own transaction).
+    fn stale(&self) -> bool {
+        match (&self.applied, self.store.registry_version_seen()) {
+            (Some(applied), Some(seen)) => seen > *applied.borrow(),
+            _ => false,
+        }
     }
 
     /// Forward until `stopped` says so; then let the calls in flight finish (each is bounded
@@ -130,6 +151,7 @@ impl Forwarder {
         let (done, answers) = mpsc::unbounded_channel();
         let finisher = tokio::spawn(Arc::clone(&self).finish_answers(answers));
         let mut pace = Pace::new(self.target.rate_per_second);
+        let mut applied = self.applied.clone();
         let mut errors: u32 = 0;
         let mut busy = false;
         loop {
@@ -179,6 +201,25 @@ impl Forwarder {
                     (Vec::new(), Gate::Open)
                 }
             };
+            // Stopped meanwhile (its subscription changed or went) or behind the registry:
+            // given back for the forwarder the node runs for the registry as it is now.
+            if !claims.is_empty() && (*stopped.borrow() || self.stale()) {
+                let refs: Vec<_> = claims.iter().map(|c| c.claim.clone()).collect();
+                let store = Arc::clone(&self.store);
+                let given = tokio::task::spawn_blocking(move || store.release(&refs, now_ms()));
+                if let Ok(Err(e)) = given.await {
+                    tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give back a stale claim: its lease runs out");
+                }
+                drop(held);
+                if let Some(applied) = applied.as_mut() {
+                    tokio::select! {
+                        _ = stopped.changed() => {}
+                        _ = applied.changed() => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+                continue;
+            }
             busy = claims.len() == held.num_permits();
             if claims.is_empty() {
                 drop(held);

@@ -96,6 +96,8 @@ pub trait Store: Send + Sync + 'static {
     /// The live subscriptions with their kinds and rules, as the registry holds them now (the
     /// cached view, read again when the registry changed).
     fn registry(&self) -> StoreResult<Vec<routes::Live>>;
+    /// [`Store::registry`] with the registry's version it was read at.
+    fn registry_at(&self) -> StoreResult<(i64, Vec<routes::Live>)>;
     /// The registry's version of the store's cached view (`None` before it read one): no
     /// read of the database.
     fn registry_version_seen(&self) -> Option<i64>;

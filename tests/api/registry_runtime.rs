@@ -42,11 +42,15 @@ fn admin(
     (status, r.json().unwrap_or(Value::Null))
 }
 
-/// Wait (bounded) until `done` says yes.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+/// Wait (bounded) until `done` says yes; `node`'s log on a timeout.
+fn wait_for(node: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting: {what}\n{}",
+            node.logs()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -101,7 +105,7 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
 
     let body = order_body("o1", "c1", 1);
     assert_eq!(send_signed(&client, &b.base, &settings, "o1", &body), 200);
-    wait_for("B forwards o1", || first.calls().len() == 1);
+    wait_for(&b, "B forwards o1", || first.calls().len() == 1);
     let call = &first.calls()[0];
     assert_eq!(call.header("webhook-inbox-event-id"), Some("o1"));
     // Signed with the secret the API answered once.
@@ -153,7 +157,7 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
     assert_eq!(status, 200, "{changed}");
     let body = order_body("o2", "c1", 1);
     assert_eq!(send_signed(&client, &b.base, &settings, "o2", &body), 200);
-    wait_for("o2 at the new URL", || second.calls().len() == 1);
+    wait_for(&b, "o2 at the new URL", || second.calls().len() == 1);
     assert_eq!(
         second.calls()[0].header("webhook-inbox-event-id"),
         Some("o2")
@@ -165,7 +169,7 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
         send_signed(&client, &b.base, &settings, "c2", customer),
         200
     );
-    wait_for("c2 fanned out to jobs", || {
+    wait_for(&b, "c2 fanned out to jobs", || {
         state_of(&client, &b.base, "c2", "jobs")["status"] == "pending"
     });
     let (status, removed) = admin(
@@ -188,11 +192,11 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
         send_signed(&client, &b.base, &settings, "c3", customer),
         200
     );
-    wait_for("c3 handled by books", || {
+    wait_for(&b, "c3 handled by books", || {
         state_of(&client, &b.base, "c3", "books")["status"] == "completed"
     });
     assert_eq!(state_of(&client, &b.base, "c3", "jobs"), Value::Null);
-    wait_for("the pull routes of jobs gone", || {
+    wait_for(&b, "the pull routes of jobs gone", || {
         client
             .post(format!("{}/subscriptions/jobs/claim", b.base))
             .bearer_auth(&token)
@@ -217,7 +221,7 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
     assert_eq!(shown["state"], "active");
     let body = order_body("o3", "c1", 1);
     assert_eq!(send_signed(&client, &b.base, &settings, "o3", &body), 200);
-    wait_for("o3 forwarded after the restart", || {
+    wait_for(&b, "o3 forwarded after the restart", || {
         second.calls().len() == 2
     });
 }

@@ -201,6 +201,11 @@ impl Store for SqliteStore {
         self.routes_seen()
     }
 
+    fn registry_at(&self) -> StoreResult<(i64, Vec<crate::store::routes::Live>)> {
+        let routes = self.fresh_routes()?;
+        Ok((routes.version, routes.live.clone()))
+    }
+
     fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
         Ok(self.fresh_routes()?.live.clone())
     }
