@@ -24,6 +24,9 @@ use crate::subscriptions::{Kind, Subscription};
 /// How often the registry's version is looked at.
 pub const CHECK: Duration = Duration::from_millis(250);
 
+/// The registry at one version: its live subscriptions with their ids and secrets.
+pub type Snapshot = (i64, Vec<(i64, Subscription)>);
+
 /// The `http` and `pull` subscriptions this node serves, from the registry.
 pub struct Served {
     store: Arc<dyn Store>,
@@ -33,7 +36,7 @@ pub struct Served {
     forwarding: bool,
     pullers: parking_lot::RwLock<Vec<Arc<Puller>>>,
     /// The registry's version of the last read, and what it served.
-    seen: parking_lot::Mutex<Option<(i64, Vec<(i64, Subscription)>)>>,
+    seen: parking_lot::Mutex<Option<Snapshot>>,
     /// The registry's version the running forwarders were made (or kept) for: a forwarder
     /// whose claim saw a later one gives its claims back until this catches up (see
     /// `Forwarder::fenced_by`), so that no call goes out with settings changed meanwhile.
@@ -77,7 +80,7 @@ impl Served {
 
     /// Read the registry (blocking) and serve its pull subscriptions: `Some` with what it
     /// holds when its version moved since the last read.
-    pub fn refresh(&self) -> StoreResult<Option<(i64, Vec<(i64, Subscription)>)>> {
+    pub fn refresh(&self) -> StoreResult<Option<Snapshot>> {
         let (version, live) = self.store.registry_at()?;
         if matches!(&*self.seen.lock(), Some((v, _)) if *v == version) {
             return Ok(None);
