@@ -136,18 +136,21 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
     }
 }
 
-/// The config's ordering of each subscription, by name.
-fn orderings(state: &AppState) -> Vec<(String, crate::subscriptions::Ordering)> {
-    crate::subscriptions::from_settings(&state.settings)
-        .unwrap_or_default()
+/// Each live subscription's ordering, by name, as the registry holds it (an api-made one's
+/// too, which no config names).
+async fn orderings(
+    state: &AppState,
+) -> Result<Vec<(String, crate::store::routes::Ordered)>, ApiError> {
+    let live = blocking(state, |s| s.registry()).await?;
+    Ok(live
         .into_iter()
-        .filter_map(|s| Some((s.name, s.ordering?)))
-        .collect()
+        .filter_map(|l| Some((l.name, l.ordered?)))
+        .collect())
 }
 
 fn with_ordering(
     mut view: SubscriptionView,
-    orderings: &[(String, crate::subscriptions::Ordering)],
+    orderings: &[(String, crate::store::routes::Ordered)],
 ) -> SubscriptionView {
     if let Some((_, o)) = orderings.iter().find(|(n, _)| *n == view.name) {
         view.ordered_by = Some(o.pointer.clone());
@@ -163,7 +166,7 @@ fn with_ordering(
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let now = now_ms();
     let subs = blocking(&state, |s| s.subscriptions(true)).await?;
-    let orderings = orderings(&state);
+    let orderings = orderings(&state).await?;
     let subscriptions: Vec<_> = subs
         .iter()
         .map(|s| with_ordering(view(s, now), &orderings))
@@ -182,7 +185,7 @@ pub(super) async fn view_of(state: &AppState, name: String) -> Result<Subscripti
     let Some(s) = subs.iter().find(|s| s.name == name && !s.removed) else {
         return Err(not_found(&name));
     };
-    let mut view = with_ordering(view(s, now), &orderings(state));
+    let mut view = with_ordering(view(s, now), &orderings(state).await?);
     if view.on_failure == Some("hold") {
         let held = blocking(state, move |s| s.held_keys(&name, 100)).await?;
         view.held_keys = Some(

@@ -83,6 +83,16 @@ async fn create_answers_201_once_with_the_generated_secret_and_409_for_a_taken_n
     assert_eq!(pull.status, 201, "{}", pull.body);
     assert!(pull.body["token"].as_str().is_some_and(|t| t.len() >= 16));
     assert!(pull.body.get("signing_secret").is_none());
+    // Ordered, and shown so, though no config names it.
+    let ordered = create(
+        &app,
+        json!({"name": "per-customer", "kind": "pull", "ordered_by": "/data/customer_id",
+               "on_failure": "skip"}),
+    )
+    .await;
+    assert_eq!(ordered.status, 201, "{}", ordered.body);
+    assert_eq!(ordered.body["ordered_by"], "/data/customer_id");
+    assert_eq!(ordered.body["on_failure"], "skip");
 }
 
 /// What the config refuses, the API refuses, naming the same field; bad bodies are 4xx in the
