@@ -54,6 +54,8 @@ impl OneOrMany {
 const MAX_CONCURRENCY: usize = 1024;
 const DEFAULT_CONCURRENCY: usize = 8;
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// A CA bundle is a few kilobytes; the system's whole store is about 200 KB.
+const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// A subscription's field that does not validate, and why: the config names it
 /// `subscriptions[i].<field>`, the API answers 422 naming `<field>`.
@@ -368,6 +370,16 @@ fn http_target(
     }
     let ca_file = s.ca_file.clone().filter(|f| !f.is_empty());
     if let Some(file) = &ca_file {
+        // Read from a body of the API too: a device or a huge file (`/dev/zero`) would hold
+        // the request (and its memory) for ever.
+        let meta = std::fs::metadata(file)
+            .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
+        if !meta.is_file() || meta.len() > MAX_CA_FILE_BYTES {
+            return Err(invalid(
+                "ca_file",
+                format!("`{file}` is not a PEM file of at most {MAX_CA_FILE_BYTES} bytes"),
+            ));
+        }
         let pem = std::fs::read(file)
             .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
         reqwest::Certificate::from_pem_bundle(&pem)
