@@ -41,6 +41,8 @@ pub struct Served {
     /// whose claim saw a later one gives its claims back until this catches up (see
     /// `Forwarder::fenced_by`), so that no call goes out with settings changed meanwhile.
     applied: watch::Sender<i64>,
+    /// A forwarder whose claim saw a later version asks for a read now.
+    read_now: Arc<Notify>,
 }
 
 /// A running forwarder.
@@ -66,6 +68,7 @@ impl Served {
             pullers: parking_lot::RwLock::new(Vec::new()),
             seen: parking_lot::Mutex::new(None),
             applied: watch::channel(0).0,
+            read_now: Arc::new(Notify::new()),
         }
     }
 
@@ -133,6 +136,7 @@ impl Served {
             tokio::select! {
                 _ = stopped.changed() => break,
                 _ = tokio::time::sleep(CHECK) => {}
+                _ = self.read_now.notified() => {}
             }
         }
         let stopping: Vec<Running> = running.into_values().collect();
@@ -181,7 +185,9 @@ impl Served {
                 sub.clone(),
                 self.options.clone(),
             ) {
-                Ok(f) => Arc::new(f.fenced_by(self.applied.subscribe())),
+                Ok(f) => {
+                    Arc::new(f.fenced_by(self.applied.subscribe(), Arc::clone(&self.read_now)))
+                }
                 Err(e) => {
                     // Read again only when the registry moves: one line per change.
                     tracing::warn!(subscription = %name, error = format!("{e:#}"), "this node cannot forward this subscription");

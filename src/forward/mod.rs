@@ -64,8 +64,9 @@ pub struct Forwarder {
     failures: AtomicU32,
     /// `webhook_inbox_forwards_total` of this subscription, by result.
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
-    /// The registry's version its node serves (see [`Forwarder::fenced_by`]).
-    applied: Option<watch::Receiver<i64>>,
+    /// The registry's version its node serves, and how to ask the node to read the registry
+    /// now (see [`Forwarder::fenced_by`]).
+    applied: Option<(watch::Receiver<i64>, Arc<Notify>)>,
 }
 
 /// The results of `webhook_inbox_forwards_total`.
@@ -130,8 +131,8 @@ impl Forwarder {
     /// (the version the node's forwarders were made for): a claim that saw a later one is given
     /// back, untouched, until the node has caught up, so that once a change through the API is
     /// answered no call goes out with the settings it replaced.
-    pub fn fenced_by(mut self, applied: watch::Receiver<i64>) -> Forwarder {
-        self.applied = Some(applied);
+    pub fn fenced_by(mut self, applied: watch::Receiver<i64>, read_now: Arc<Notify>) -> Forwarder {
+        self.applied = Some((applied, read_now));
         self
     }
 
@@ -139,7 +140,7 @@ impl Forwarder {
     /// the version in its own transaction).
     fn stale(&self) -> bool {
         match (&self.applied, self.store.registry_version_seen()) {
-            (Some(applied), Some(seen)) => seen > *applied.borrow(),
+            (Some((applied, _)), Some(seen)) => seen > *applied.borrow(),
             _ => false,
         }
     }
@@ -201,8 +202,21 @@ impl Forwarder {
                     (Vec::new(), Gate::Open)
                 }
             };
-            // Stopped meanwhile (its subscription changed or went) or behind the registry:
-            // given back for the forwarder the node runs for the registry as it is now.
+            // A claim that saw a registry the node has not applied yet (another node's start,
+            // a change through the API): the node reads it now, and the claims go on if this
+            // forwarder's subscription is unchanged (the node stops a changed one's forwarder
+            // before it says it has applied the change).
+            if !claims.is_empty()
+                && self.stale()
+                && let Some((applied, read_now)) = applied.as_mut()
+            {
+                read_now.notify_one();
+                let seen = self.store.registry_version_seen().unwrap_or(0);
+                let caught_up = applied.wait_for(|v| *v >= seen);
+                let _ = tokio::time::timeout(Duration::from_secs(2), caught_up).await;
+            }
+            // Stopped meanwhile (its subscription changed or went) or still behind: given back
+            // for the forwarder the node runs for the registry as it is now.
             if !claims.is_empty() && (*stopped.borrow() || self.stale()) {
                 let refs: Vec<_> = claims.iter().map(|c| c.claim.clone()).collect();
                 let store = Arc::clone(&self.store);
@@ -211,7 +225,7 @@ impl Forwarder {
                     tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give back a stale claim: its lease runs out");
                 }
                 drop(held);
-                if let Some(applied) = applied.as_mut() {
+                if let Some((applied, _)) = applied.as_mut() {
                     tokio::select! {
                         _ = stopped.changed() => {}
                         _ = applied.changed() => {}
