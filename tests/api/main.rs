@@ -68,6 +68,7 @@ mod receiver;
 mod recover;
 mod registry;
 mod registry_changes;
+mod registry_cli;
 mod registry_routes;
 mod registry_runtime;
 mod rejected_log;

@@ -1,12 +1,11 @@
 //! The registry's runtime routes over HTTP (SPEC section 13): `POST`, `PATCH` and `DELETE
 //! /subscriptions` answer as the table says, refuse what the config refuses with 422 naming
 //! the field, never answer 500 to bad input, and an api-made subscription outlives a restart
-//! whose config does not name it. The CLI's `create|update|delete` go through them.
+//! whose config does not name it.
 
 use serde_json::{Value, json};
 use webhook_inbox::startup::BuildOptions;
 
-use crate::cli::{cli, stdout};
 use crate::helpers::*;
 
 async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Option<&str>) -> Reply {
@@ -335,68 +334,4 @@ async fn a_restart_keeps_api_made_subscriptions_and_a_config_does_not_take_them_
     assert_eq!(shown.status, 200, "{}", shown.body);
     assert_eq!(shown.body["state"], "active");
     assert_eq!(shown.body["max_attempts"], 9);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_creates_updates_and_deletes_a_subscription() {
-    let app = spawn_app().await;
-    let made = cli(
-        &app,
-        &[
-            "subscriptions",
-            "create",
-            "jobs",
-            "--kind",
-            "pull",
-            "--source",
-            "shop",
-            "--type",
-            "order.*",
-            "--max-attempts",
-            "6",
-        ],
-    )
-    .await;
-    assert!(made.status.success(), "{made:?}");
-    let out = stdout(&made);
-    assert!(out.contains("jobs: created"), "{out}");
-    assert!(
-        out.contains("token: "),
-        "the generated token is shown once: {out}"
-    );
-    let shown = app.get("/subscriptions/jobs").await;
-    assert_eq!(shown.body["route"]["types"], json!(["order.*"]));
-    assert_eq!(shown.body["max_attempts"], 6);
-    let updated = cli(
-        &app,
-        &[
-            "subscriptions",
-            "update",
-            "jobs",
-            "--max-attempts",
-            "2",
-            "--json",
-        ],
-    )
-    .await;
-    assert!(updated.status.success(), "{updated:?}");
-    let answer: Value = serde_json::from_str(&stdout(&updated)).unwrap();
-    assert_eq!(answer["max_attempts"], 2);
-    assert_eq!(answer["route"]["types"], json!(["order.*"]));
-    let refused = cli(
-        &app,
-        &["subscriptions", "update", "jobs", "--max-attempts", "0"],
-    )
-    .await;
-    assert!(!refused.status.success());
-    assert!(
-        crate::cli::stderr(&refused).contains("max_attempts"),
-        "{refused:?}"
-    );
-    let deleted = cli(&app, &["subscriptions", "delete", "jobs"]).await;
-    assert!(deleted.status.success(), "{deleted:?}");
-    assert!(stdout(&deleted).contains("jobs: removed"), "{deleted:?}");
-    app.get("/subscriptions/jobs")
-        .await
-        .assert_error(404, "not_found");
 }
