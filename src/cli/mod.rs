@@ -14,6 +14,7 @@ mod purge;
 mod rejections;
 mod replay;
 mod retry;
+mod secrets;
 mod show;
 mod sign;
 mod subscriptions;

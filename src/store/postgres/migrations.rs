@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "registry",
         include_str!("../../../migrations/postgres/0007_registry.sql"),
     ),
+    (
+        9,
+        "secrets",
+        include_str!("../../../migrations/postgres/0009_secrets.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to
