@@ -73,6 +73,7 @@ mod replay;
 mod requests;
 mod requires;
 mod schemes;
+mod secrets;
 mod security;
 mod senders;
 mod stores;

@@ -300,8 +300,11 @@ fn the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks(k
 /// Two nodes with one config, each in its own folder (its own `data/`), on one PostgreSQL
 /// database: the signing secret of an `http` subscription that names none and the token of
 /// such a `pull` one are made once and shared, so that the user's endpoint verifies either
-/// node's calls; each node keeps the shared one in its own file too (`listen` reads it there).
-/// Seen failing before the secrets were kept in the database: each node had its own.
+/// node's calls. Each node keeps the signing secret in its own file too; the token, kept in
+/// the database only as a digest, is in the file of the node that made it alone. A rotation
+/// through one node is used by the other at once: it shows both signing secrets, and takes the
+/// new token and the old. Seen failing before the secrets were kept in the database: each node
+/// had its own.
 #[test]
 fn postgres_two_nodes_with_one_config_share_the_generated_secrets() {
     use crate::process::{ServerProcess, free_port};
@@ -330,19 +333,68 @@ kind = "pull"
             ServerProcess::start(dir.path(), &config, port, &format!("n{i}.log"))
         })
         .collect();
-    for file in ["subscription-billing-secret", "subscription-worker-token"] {
-        let kept: Vec<String> = folders
+    let kept = |file: &str| -> Vec<Option<String>> {
+        folders
             .iter()
-            .map(|dir| std::fs::read_to_string(dir.path().join("data").join(file)).unwrap())
-            .collect();
-        assert!(!kept[0].trim().is_empty());
-        assert_eq!(kept[0], kept[1], "{file}: each node made its own");
-    }
+            .map(|dir| std::fs::read_to_string(dir.path().join("data").join(file)).ok())
+            .collect()
+    };
+    let secrets = kept("subscription-billing-secret");
+    assert!(secrets[0].as_ref().is_some_and(|s| !s.trim().is_empty()));
+    assert_eq!(secrets[0], secrets[1], "each node made its own");
+    let tokens = kept("subscription-worker-token");
+    assert!(tokens[0].is_some() && tokens[1].is_none(), "{tokens:?}");
+    let old_token = tokens[0].clone().unwrap().trim().to_string();
     assert_eq!(
         db.count("SELECT count(*) FROM subscription_secrets"),
-        2,
-        "one of each, in the database"
+        3,
+        "one of each, and the claims key, in the database"
     );
+    assert_eq!(
+        db.count("SELECT count(*) FROM subscription_secrets WHERE value LIKE 'sha256:%'"),
+        1,
+        "the token as its digest"
+    );
+    let client = reqwest::blocking::Client::new();
+    let rotated = |node: &ServerProcess, name: &str| -> serde_json::Value {
+        let r = client
+            .post(format!("{}/subscriptions/{name}/rotate-secret", node.base))
+            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .json(&serde_json::json!({ "grace_seconds": 600 }))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().unwrap()
+    };
+    let new_secret = rotated(&nodes[0], "billing")["signing_secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown: serde_json::Value = client
+        .get(format!("{}/subscriptions/billing/secret", nodes[1].base))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(
+        shown["signing_secrets"],
+        serde_json::json!([new_secret, secrets[0].clone().unwrap().trim()]),
+        "the other node signs with both"
+    );
+    let new_token = rotated(&nodes[0], "worker")["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for token in [&new_token, &old_token] {
+        let r = client
+            .post(format!("{}/subscriptions/worker/claim", nodes[1].base))
+            .bearer_auth(token)
+            .json(&serde_json::json!({}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "the other node takes both tokens");
+    }
     for node in &mut nodes {
         node.terminate(std::time::Duration::from_secs(20));
     }
