@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::Vault;
@@ -123,7 +122,7 @@ impl Live {
             }
         };
         let now = now_ms();
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(given.as_bytes())));
+        let digest = crate::store::secrets::token_digest(given);
         let mut found = subtle::Choice::from(0);
         for (kept, until) in &held.tokens {
             if valid(*until, now) {
