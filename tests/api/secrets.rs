@@ -67,8 +67,9 @@ async fn deliver_order(app: &TestApp, n: usize) {
 /// with a grace of 3 s: during it, a receiver that knows only the old secret and one that
 /// knows only the new both verify the calls (both sign: `v1,<new> v1,<old>`), without a
 /// restart; after it, only the new one does: a receiver with the old refuses the call. Seen
-/// failing with the rotation dropping the old secret at once (the old receiver refused e2)
-/// and with the grace never ending (the old receiver verified e5).
+/// failing with the forwarder signing with the newest secret only (the old receiver refused
+/// e2, which failed), with the store ending the grace at once (one secret listed in it) and
+/// with the grace never ending (both still listed after it).
 #[tokio::test]
 async fn a_rotated_signing_secret_signs_beside_the_old_until_the_grace_ends() {
     if !receiver_available() {
@@ -169,8 +170,9 @@ async fn claim_with(app: &TestApp, token: &str) -> Reply {
 /// the database keeps only its digest, before and after a rotation (the file read directly).
 /// Rotated with a grace of 2 s, the new token (shown once) and the old one both claim, and a
 /// claim made before the rotation still acks (its key is the subscription's own, not the
-/// token's); after the grace the old one is refused. Seen failing with the token kept plain
-/// (found in the file) and with the grace's end not checked (the old token still claimed).
+/// token's); after the grace the old one is refused. Seen failing with the store ending the
+/// grace at once (401 in it), with the grace never ending (200 after it), and with tokens kept
+/// plain (no digest in the table).
 #[tokio::test]
 async fn a_rotated_pull_token_works_beside_the_old_until_the_grace_ends() {
     let app = spawn_app_with(
@@ -243,7 +245,8 @@ async fn a_rotated_pull_token_works_beside_the_old_until_the_grace_ends() {
 }
 
 /// Secrets a config gives: a token still opens the routes and is kept as a digest only; the
-/// API does not rotate a secret a config holds (409, naming the config).
+/// API does not rotate a secret a config holds (409, naming the config). Seen failing with
+/// tokens kept plain (the config's token found in the database file).
 #[tokio::test]
 async fn a_secret_the_config_gives_is_kept_as_it_says_and_not_rotated() {
     let app = spawn_app_with(
