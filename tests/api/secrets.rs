@@ -122,7 +122,10 @@ async fn a_rotated_signing_secret_signs_beside_the_old_until_the_grace_ends() {
     // The grace ends (plus the cache's second).
     let wait = Duration::from_millis(4_300).saturating_sub(rotated_at.elapsed());
     tokio::time::sleep(wait).await;
-    assert_eq!(signing_secrets(&app, "billing").await, [new.clone()]);
+    assert_eq!(
+        signing_secrets(&app, "billing").await,
+        std::slice::from_ref(&new)
+    );
     deliver_order(&app, 4).await;
     until_completed(&app, 4).await;
     assert_eq!(after.count("verified").await, 2);
