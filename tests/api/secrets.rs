@@ -464,7 +464,7 @@ fn a_rotation_keeps_the_old_secret_for_its_grace_only(kind: StoreKind) {
 /// holds no trace of it) and shown whole to an admin. A node started on that database with
 /// another key, or none, refuses to start and says why; it never makes a new secret in its
 /// place (the same one is shown once the right key is back). Seen failing with the sealer
-/// left out of the kept form (the secret found in the file).
+/// left out of the kept form (no sealed value in the table).
 #[tokio::test]
 async fn a_sealed_secret_needs_the_nodes_key() {
     use base64::Engine as _;
