@@ -74,6 +74,8 @@ mod requests;
 mod requires;
 mod schemes;
 mod secrets;
+mod secrets_nodes;
+mod secrets_store;
 mod security;
 mod senders;
 mod stores;
