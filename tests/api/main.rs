@@ -74,6 +74,7 @@ mod requests;
 mod requires;
 mod schemes;
 mod secrets;
+mod secrets_cli;
 mod secrets_nodes;
 mod secrets_store;
 mod security;
