@@ -12,6 +12,7 @@
 //! with `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
 pub mod backup;
+mod alerts;
 mod breaker;
 mod checkpoint;
 mod consume;
