@@ -22,6 +22,7 @@
 //! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
 
+pub mod alerts;
 pub mod cli;
 pub mod config;
 pub mod consumer;

@@ -77,8 +77,13 @@ pub trait AlertStore: Send + Sync {
     /// The channel took it. `false`: the claim was no longer `claimer`'s (nothing changed).
     fn notice_sent(&self, id: i64, claimer: &str, now: i64) -> StoreResult<bool>;
     /// The channel failed: try again at `retry_at`.
-    fn notice_failed(&self, id: i64, claimer: &str, error: &str, retry_at: i64)
-    -> StoreResult<bool>;
+    fn notice_failed(
+        &self,
+        id: i64,
+        claimer: &str,
+        error: &str,
+        retry_at: i64,
+    ) -> StoreResult<bool>;
     /// The alerts whose episode is open, by key.
     fn active_alerts(&self) -> StoreResult<Vec<ActiveAlert>>;
     /// Per live subscription, its failed states whose last attempt finished at or after
