@@ -144,3 +144,40 @@ pub fn test_notice(channel: &str, link: &str, now_ms: i64) -> Notice {
         attempts: 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slack_notice_has_text_and_blocks_with_the_figure_and_the_link() {
+        let settings: AlertSettings =
+            toml::from_str("kind = \"slack\"\nurl = \"https://hooks.example.com/x\"\n").unwrap();
+        let channel = Channel::new(&settings).unwrap();
+        let mut n = test_notice("slack", "https://inbox.example.com/ui/#overview", 0);
+        n.alert = "slack/breaker_open/billing".into();
+        n.figure = "circuit breaker open".into();
+        let body = channel.body(&n);
+        let text = body["text"].as_str().unwrap();
+        assert!(
+            text.contains("circuit breaker open") && text.contains("started"),
+            "{text}"
+        );
+        let blocks = body["blocks"].as_array().unwrap();
+        assert_eq!(blocks.len(), 2);
+        let context = blocks[1]["elements"][0]["text"].as_str().unwrap();
+        assert!(
+            context.contains("<https://inbox.example.com/ui/#overview|"),
+            "{context}"
+        );
+        assert!(context.contains("slack/breaker_open/billing"), "{context}");
+    }
+
+    #[test]
+    fn a_notice_keeps_its_id_across_attempts_and_phases_differ() {
+        let started = notice_id("ops/breaker_open/billing", 3, "started");
+        assert_eq!(started, notice_id("ops/breaker_open/billing", 3, "started"));
+        assert_ne!(started, notice_id("ops/breaker_open/billing", 3, "cleared"));
+        assert_ne!(started, notice_id("ops/breaker_open/billing", 4, "started"));
+    }
+}

@@ -183,3 +183,104 @@ fn observe_condition(
         ConditionKind::StoreUnavailable => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::store::StatusCounts;
+
+    fn sub(name: &str, origin: &str, paused: bool, oldest_due_at: Option<i64>) -> SubscriptionInfo {
+        SubscriptionInfo {
+            name: name.into(),
+            kind: "http".into(),
+            route: Default::default(),
+            paused,
+            removed: false,
+            counts: StatusCounts {
+                oldest_due_at,
+                ..StatusCounts::default()
+            },
+            created_at: 0,
+            probe_at: None,
+            origin: origin.into(),
+            declared_by: Vec::new(),
+            mode: crate::domain::DeliveryMode::AtLeastOnce,
+            max_attempts: 15,
+        }
+    }
+
+    fn channel(conditions: &str) -> AlertSettings {
+        let text = format!(
+            "[[alerts]]\nname = \"ops\"\nkind = \"slack\"\nurl = \"https://h.example.com/\"\n{conditions}"
+        );
+        Settings::from_toml(&text, "t", Vec::new()).unwrap().alerts[0].clone()
+    }
+
+    #[test]
+    fn lag_leaves_out_listen_sessions_and_paused_subscriptions() {
+        let now = 1_000_000;
+        let late = Some(now - 120_000);
+        let snap = Snapshot {
+            subscriptions: vec![
+                sub("billing", "config", false, late),
+                sub("laptop", "session", false, late),
+                sub("held", "config", true, late),
+                sub("fresh", "api", false, Some(now - 1_000)),
+            ],
+            ..Snapshot::default()
+        };
+        let c = channel(
+            "[[alerts.conditions]]\nkind = \"subscription_lag\"\nthreshold = 60\nduration_seconds = 0\n",
+        );
+        let seen: Vec<(String, bool)> = observe(&c, &snap, None, now)
+            .into_iter()
+            .map(|o| (o.alert, o.holding))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("ops/subscription_lag/billing".to_string(), true),
+                ("ops/subscription_lag/fresh".to_string(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_open_alert_nothing_observes_any_more_is_observed_as_cleared() {
+        let snap = Snapshot {
+            active: vec![
+                ActiveAlert {
+                    alert: "ops/source_rejected/gone".into(),
+                    episode: 2,
+                    since: 0,
+                    figure: String::new(),
+                },
+                ActiveAlert {
+                    alert: "other/source_rejected/gone".into(),
+                    episode: 1,
+                    since: 0,
+                    figure: String::new(),
+                },
+            ],
+            ..Snapshot::default()
+        };
+        let c = channel(
+            "[[alerts.conditions]]\nkind = \"source_rejected\"\nthreshold = 5\nduration_seconds = 60\n",
+        );
+        let seen = observe(&c, &snap, Some("https://inbox.example.com/"), 0);
+        assert_eq!(seen.len(), 1, "only this channel's: {seen:?}");
+        assert_eq!(seen[0].alert, "ops/source_rejected/gone");
+        assert!(!seen[0].holding);
+        assert_eq!(seen[0].link, "https://inbox.example.com/ui/#overview");
+    }
+
+    #[test]
+    fn links_are_relative_without_a_public_url() {
+        assert_eq!(link(None, "subscriptions"), "/ui/#subscriptions");
+        assert_eq!(
+            link(Some("https://x.example.com"), "rejected"),
+            "https://x.example.com/ui/#rejected"
+        );
+    }
+}

@@ -125,12 +125,26 @@ fn default_timeout_ms() -> u64 {
     5_000
 }
 
+/// `url` is an http:// or https:// URL, or the error names `key`.
+fn http_url(key: &str, url: &str) -> Result<(), ConfigError> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| invalid(key, format!("`{url}` is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(key, "must be an http:// or https:// URL"));
+    }
+    Ok(())
+}
+
 /// Longest duration or window accepted: a week.
 const MAX_DURATION_SECONDS: u64 = 7 * 86_400;
 
-/// Check `[[alerts]]`; `every_ms` is `alert_every_ms`.
-pub fn validate(alerts: &[AlertSettings], every_ms: u64) -> Result<(), ConfigError> {
-    if !(50..=3_600_000).contains(&every_ms) {
+/// Check `[[alerts]]`, `alert_every_ms` and `public_url`.
+pub fn validate(settings: &super::Settings) -> Result<(), ConfigError> {
+    if let Some(url) = &settings.public_url {
+        http_url("public_url", url)?;
+    }
+    let alerts = &settings.alerts;
+    if !(50..=3_600_000).contains(&settings.alert_every_ms) {
         return Err(invalid(
             "alert_every_ms",
             "must be between 50 and 3600000 (an hour)",
@@ -158,11 +172,7 @@ pub fn validate(alerts: &[AlertSettings], every_ms: u64) -> Result<(), ConfigErr
                 ),
             ));
         }
-        let url = reqwest::Url::parse(&a.url)
-            .map_err(|e| invalid(key("url"), format!("`{}` is not a URL: {e}", a.url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(invalid(key("url"), "must be an http:// or https:// URL"));
-        }
+        http_url(&key("url"), &a.url)?;
         match (a.kind, &a.secret) {
             (ChannelKind::Webhook, None) => {
                 return Err(invalid(

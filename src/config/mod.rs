@@ -467,14 +467,7 @@ impl Settings {
             }
         }
         crate::subscriptions::from_settings(self)?;
-        if let Some(url) = &self.public_url {
-            let parsed = reqwest::Url::parse(url)
-                .map_err(|e| invalid("public_url", format!("`{url}` is not a URL: {e}")))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(invalid("public_url", "must be an http:// or https:// URL"));
-            }
-        }
-        alerts::validate(&self.alerts, self.alert_every_ms)?;
+        alerts::validate(self)?;
         Ok(())
     }
 }
