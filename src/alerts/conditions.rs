@@ -79,9 +79,8 @@ pub fn observe(
                 for_ms: 0,
                 title: a
                     .alert
-                    .splitn(2, '/')
-                    .nth(1)
-                    .unwrap_or("")
+                    .split_once('/')
+                    .map_or("", |(_, rest)| rest)
                     .replace('/', ": "),
                 figure: "no longer observed (gone from the configuration or the window)".into(),
                 link: link(public_url, "overview"),
