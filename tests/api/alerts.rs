@@ -3,7 +3,8 @@
 //! duration gives one "started" and, once it answers again, one "cleared", also across a
 //! restart; a flood of refused deliveries gives one notice; a channel down then up gets the
 //! notice once, counted as retried; every notice's signature verifies (checked here with
-//! `hmac` directly, not with the product's verifier); `alerts test` says what each channel did.
+//! `hmac` directly, not with the product's verifier); `GET /alerts` lists the open ones;
+//! `alerts test` says what each channel did.
 
 use std::time::{Duration, Instant};
 
@@ -201,6 +202,16 @@ async fn a_flood_of_refused_deliveries_gives_one_notice() {
     assert!(all[0]["figure"].as_str().unwrap().contains("refused"));
     assert_eq!(alerts_total(&app, "sent").await, 1);
     assert_eq!(alerts_total(&app, "failed").await, 0);
+    // Ops see it open.
+    let open = app.get("/alerts").await;
+    assert_eq!(open.status, 200);
+    let listed = open.body["alerts"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["alert"], "ops/source_rejected/shop");
+    assert_eq!(listed[0]["episode"], all[0]["episode"]);
+    assert_eq!(listed[0]["since"], all[0]["since"]);
+    let anonymous = app.client.get(app.url("/alerts")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
     app.stop().await;
 }
 
