@@ -193,7 +193,71 @@ fn one_sender_claims_a_notice_and_a_failed_one_waits_for_its_retry(kind: StoreKi
     );
 }
 
+/// What the windowed conditions count: failed states by their last attempt's end, refused
+/// deliveries by their arrival.
+fn failed_states_and_refusals_are_counted_from_a_time_on(kind: StoreKind) {
+    use webhook_inbox::store::{AttemptResult, Finish, Lane, NewRejection, Next};
+    let h = crate::harness::Harness::on(kind, 5, 30);
+    let body = || "{}".to_string();
+    h.insert(&[
+        ("shop", "f-1", "order.completed", body()),
+        ("shop", "f-2", "order.completed", body()),
+    ]);
+    let t = webhook_inbox::domain::time::now_ms();
+    let mut claimed = Vec::new();
+    for _ in 0..10 {
+        claimed.extend(h.store.claim("w", Lane::InProcess, 10, 30_000, t).unwrap());
+    }
+    let failing: Vec<Finish> = claimed
+        .into_iter()
+        // Orders go to the implicit `loyalty` alone (`audit` takes every other type).
+        .map(|c| Finish {
+            claim: c.claim,
+            next: Next::Fail {
+                error: "bad".into(),
+                result: AttemptResult::PermanentError,
+                abandoned: false,
+            },
+        })
+        .collect();
+    assert_eq!(failing.len(), 2);
+    h.store.finish(&failing, t).unwrap();
+    let alerts = h.store.alerts();
+    assert_eq!(
+        alerts.failed_since(t - 1_000).unwrap(),
+        [("loyalty".to_string(), 2)]
+    );
+    assert!(alerts.failed_since(t + 1).unwrap().is_empty());
+
+    let refused = |source: &str, at: i64| NewRejection {
+        received_at: at,
+        source: source.into(),
+        peer: None,
+        reason: "invalid_signature".into(),
+        status: 401,
+        message: "no match".into(),
+        headers: "{}".into(),
+        body_bytes: Some(2),
+        body_sha256: None,
+    };
+    let batch = [
+        refused("shop", t - 5_000),
+        refused("shop", t),
+        refused("stripe", t),
+    ];
+    h.store.record_rejections(&batch, 100, 0).unwrap();
+    assert_eq!(
+        alerts.rejected_since(t - 1_000).unwrap(),
+        [("shop".to_string(), 1), ("stripe".to_string(), 1)]
+    );
+    assert_eq!(
+        alerts.rejected_since(t - 10_000).unwrap(),
+        [("shop".to_string(), 2), ("stripe".to_string(), 1)]
+    );
+}
+
 store_tests!(
+    failed_states_and_refusals_are_counted_from_a_time_on,
     racing_nodes_write_each_notice_of_an_episode_once,
     a_condition_starts_only_once_it_has_held_for_its_duration,
     one_sender_claims_a_notice_and_a_failed_one_waits_for_its_retry,
