@@ -47,12 +47,10 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "registry",
         include_str!("../../../migrations/postgres/0007_registry.sql"),
     ),
-    // Numbered 0010 as reserved for this branch (0008 and 0009 are other branches'); the
-    // version stays contiguous until the merge, which renumbers it to 10.
     (
         8,
         "alerts",
-        include_str!("../../../migrations/postgres/0010_alerts.sql"),
+        include_str!("../../../migrations/postgres/0008_alerts.sql"),
     ),
 ];
 
