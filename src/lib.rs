@@ -21,9 +21,12 @@
 //!   on SIGHUP.
 //! - [`retention`]: the purge that frees terminal events' bodies and keeps their tombstones.
 //! - [`rejections`]: deliveries refused at the edge, kept (bounded) for ops.
+//! - [`alerts`]: conditions evaluated by every node, one notice per start and clear, sent to a
+//!   chat or a signed webhook from an outbox in the store.
 //! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
 
+pub mod alerts;
 pub mod cli;
 pub mod config;
 pub mod consumer;

@@ -61,6 +61,8 @@ pub struct Application {
     rejection_writer: Option<rejections::Writer>,
     /// This node's record in the registry: kept alive while it runs, removed when it stops.
     node: Node,
+    /// The alert evaluator and senders, when `[[alerts]]` names a channel.
+    alerts: Option<crate::alerts::Alerts>,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -285,6 +287,12 @@ impl Application {
             })
             .map(Arc::new)
             .collect();
+        let alerts = crate::alerts::Alerts::new(
+            Arc::clone(&store),
+            Arc::clone(&settings),
+            &metrics,
+            node.name.clone(),
+        )?;
         let (stop_polls, stopping) = tokio::sync::watch::channel(false);
         let state = web::Data::new(AppState {
             settings: Arc::clone(&settings),
@@ -343,6 +351,7 @@ impl Application {
             tls,
             rejection_writer,
             node,
+            alerts,
         })
     }
 
@@ -392,6 +401,10 @@ impl Application {
             self.node.clone(),
             heartbeat_stopped,
         ));
+        let (stop_alerts, alerts_stopped) = tokio::sync::watch::channel(false);
+        let alerts = self
+            .alerts
+            .map(|alerts| tokio::spawn(alerts.run(alerts_stopped)));
         let handle = self.server.handle();
         let stopping = async {
             shutdown.await;
@@ -411,6 +424,11 @@ impl Application {
             task.abort();
         }
         purge.await.context("retention purge task")?;
+        let _ = stop_alerts.send(true);
+        if let Some(alerts) = alerts {
+            // A call to a channel in flight is bounded by its timeout.
+            alerts.await.context("alert tasks")?;
+        }
         let _ = stop_heartbeat.send(true);
         heartbeat.await.context("heartbeat task")?;
         // Gone: this node's config keeps no subscription alive any more.

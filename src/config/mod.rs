@@ -4,6 +4,7 @@
 //! misspelt `max_atempts` that silently falls back to a default is how production surprises
 //! happen. Sources come from the file only: a list of tables has no sane env encoding.
 
+mod alerts;
 mod database;
 mod edge;
 mod embedded;
@@ -14,6 +15,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use alerts::{
+    AlertSettings, ChannelKind, ConditionKind, ConditionSettings, default_conditions,
+};
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
 pub use embedded::{
@@ -102,6 +106,13 @@ pub struct Settings {
     pub sources: Vec<SourceSettings>,
     /// The user's consumers (SPEC section 13); empty: the implicit three.
     pub subscriptions: Vec<crate::subscriptions::SubscriptionSettings>,
+    /// Where people reach this node's dashboard (`https://inbox.example.com`): alert notices
+    /// link to it. Unset: notices carry the dashboard's path alone (`/ui/#subscriptions`).
+    pub public_url: Option<String>,
+    /// How often each node evaluates the alert conditions and looks for notices to send (ms).
+    pub alert_every_ms: u64,
+    /// Channels and their conditions (SPEC section 15; `docs/alerts.md`).
+    pub alerts: Vec<AlertSettings>,
 }
 
 /// How long terminal events keep their body and history before the background purge makes
@@ -202,6 +213,9 @@ impl Default for Settings {
             connections: ConnectionSettings::default(),
             sources: Vec::new(),
             subscriptions: Vec::new(),
+            public_url: None,
+            alert_every_ms: 15_000,
+            alerts: Vec::new(),
         }
     }
 }
@@ -458,6 +472,7 @@ impl Settings {
             }
         }
         crate::subscriptions::from_settings(self)?;
+        alerts::validate(self)?;
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! HTTP only: extract, call the library, map errors. No SQL and no business rules here.
 
+mod alerts;
 mod auth;
 mod body;
 mod error;
@@ -99,6 +100,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/{source}/{event_id}/skip").route(web::post().to(ordering::skip)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
     .service(resource("/rejections").route(web::get().to(rejections::list)))
+    .service(resource("/alerts").route(web::get().to(alerts::list)))
     .service(resource("/subscriptions").route(web::get().to(subscriptions::list)))
     .service(resource("/subscriptions/{name}").route(web::get().to(subscriptions::show)))
     .service(resource("/subscriptions/{name}/pause").route(web::post().to(subscriptions::pause)))

@@ -6,6 +6,7 @@
 //! invariants (one row per event key, one credit per order, fenced completion) are enforced by
 //! the database inside that transaction, never by a read followed by a write.
 
+pub mod alerts;
 mod claims;
 pub mod copy;
 pub mod postgres;
@@ -312,6 +313,9 @@ pub trait Store: Send + Sync + 'static {
     /// holds it: a node does not start while a copy fills its database, and a copy does not
     /// race live nodes' ingest and claims for the same keys.
     fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>>;
+
+    /// Alert state and notices (`crate::alerts`), shared by the nodes of one database.
+    fn alerts(&self) -> &dyn alerts::AlertStore;
 }
 
 /// Who holds a database (see [`Store::hold`]).

@@ -3,6 +3,9 @@
 
 mod helpers;
 
+mod alerts;
+mod alerts_nodes;
+mod alerts_store;
 mod apidoc;
 mod apidoc_fuzz;
 mod backup;

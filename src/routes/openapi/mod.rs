@@ -44,6 +44,7 @@ pub const BEARER: &str = "bearer";
         super::ordering::skip,
         super::loyalty::show,
         super::rejections::list,
+        super::alerts::list,
         super::subscriptions::list,
         super::subscriptions::show,
         super::subscriptions::pause,

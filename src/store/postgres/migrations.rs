@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../../../migrations/postgres/0007_registry.sql"),
     ),
     (
+        8,
+        "alerts",
+        include_str!("../../../migrations/postgres/0008_alerts.sql"),
+    ),
+    (
         9,
         "secrets",
         include_str!("../../../migrations/postgres/0009_secrets.sql"),

@@ -16,6 +16,7 @@
 //! returns, but for the in-process lane's claims, whose effects commit in the same
 //! transactions (see [`consume::commit_unflushed`]).
 
+mod alerts;
 mod breaker;
 mod consume;
 mod copy;

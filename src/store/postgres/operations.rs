@@ -20,6 +20,10 @@ use crate::store::{
 use crate::subscriptions::Subscription;
 
 impl Store for PostgresStore {
+    fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
+        self
+    }
+
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         off_async(|| {
             let pool = self

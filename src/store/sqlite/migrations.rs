@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../../../migrations/sqlite/0014_registry.sql"),
     ),
     (
+        15,
+        "alerts",
+        include_str!("../../../migrations/sqlite/0015_alerts.sql"),
+    ),
+    (
         16,
         "secrets",
         include_str!("../../../migrations/sqlite/0016_secrets.sql"),

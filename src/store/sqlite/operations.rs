@@ -19,6 +19,10 @@ use crate::store::{
 use crate::subscriptions::Subscription;
 
 impl Store for SqliteStore {
+    fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
+        self
+    }
+
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         let mut conn = self.lock_writer()?;
         let applied = migrations::apply(&mut conn)?;

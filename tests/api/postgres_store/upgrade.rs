@@ -51,7 +51,12 @@ fn postgres_every_event_keeps_its_state_under_the_subscription_that_handled_it()
                 (5, 1, 'w', 5, 6, 'lease_expired', 'lease expired');",
     );
     let store = webhook_inbox::store::open(&Database::Postgres(db.url.clone())).unwrap();
-    assert_eq!(store.migrate().unwrap(), vec![3, 4, 5, 6, 7]);
+    // Every migration after the first two (a later one adds to the list by itself).
+    let later: Vec<u32> = webhook_inbox::store::postgres::MIGRATIONS[2..]
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(store.migrate().unwrap(), later);
     let expected = [
         (
             "shop",
