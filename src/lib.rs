@@ -14,6 +14,8 @@
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
 //! - [`forward`]: `http` subscriptions: signed calls to the user's endpoint, a circuit breaker.
+//! - [`secrets`]: subscriptions' secrets shared through the store: sealed at rest with an
+//!   optional key, cached for the forwarders and pull routes, shown and rotated with a grace.
 //! - [`handlers`]: one file per effect (loyalty credit, audit log, downstream submission).
 //! - [`routes`]: HTTP only (extract, call, map errors). [`tls`]: HTTPS certificates, reloaded
 //!   on SIGHUP.
@@ -37,6 +39,7 @@ pub mod pull;
 pub mod rejections;
 pub mod retention;
 pub mod routes;
+pub mod secrets;
 pub mod signature;
 pub mod startup;
 pub mod store;

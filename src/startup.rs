@@ -181,42 +181,12 @@ impl Application {
             );
         }
         let mut subscriptions = crate::subscriptions::from_settings(&settings)?;
-        for sub in &mut subscriptions {
-            if let Some(target) = sub.http.as_mut().filter(|t| t.signing_secrets.is_empty()) {
-                let (secret, path) =
-                    crate::config::subscription_secret(&settings, &sub.name, |candidate| {
-                        Ok(store.shared_secret(
-                            &sub.name,
-                            "signing",
-                            candidate,
-                            crate::domain::time::now_ms(),
-                        )?)
-                    })?;
-                tracing::info!(
-                    subscription = %sub.name,
-                    file = %path.display(),
-                    "signing with the generated secret kept in this file"
-                );
-                target.signing_secrets.push(secret);
-            }
-            if sub.kind == crate::subscriptions::Kind::Pull && sub.token.is_none() {
-                let (token, path) =
-                    crate::config::subscription_token(&settings, &sub.name, |candidate| {
-                        Ok(store.shared_secret(
-                            &sub.name,
-                            "token",
-                            candidate,
-                            crate::domain::time::now_ms(),
-                        )?)
-                    })?;
-                tracing::info!(
-                    subscription = %sub.name,
-                    file = %path.display(),
-                    "pull clients use the generated token kept in this file"
-                );
-                sub.token = Some(token);
-            }
-        }
+        let vault = Arc::new(crate::secrets::Vault::new(
+            Arc::clone(&store),
+            crate::secrets::Sealer::from_base64(settings.secrets_key.expose())?,
+        ));
+        let claims_keys = crate::secrets::prepare(&settings, &vault, &mut subscriptions)
+            .context("the subscriptions' secrets")?;
         crate::subscriptions::check_tokens(&subscriptions, &settings)?;
         // This node's record first (the names its config holds), then its config applied as
         // the desired state of those: a subscription another live node's config names stays.
@@ -256,6 +226,7 @@ impl Application {
                     Arc::clone(&metrics),
                     id,
                     sub.clone(),
+                    crate::secrets::Live::new(Arc::clone(&vault), &sub.name),
                     forward_options.clone(),
                 )
                 .map(Arc::new)
@@ -309,7 +280,11 @@ impl Application {
         let pullers = subscriptions
             .iter()
             .zip(&ids)
-            .filter_map(|(sub, &id)| crate::pull::Puller::new(id, sub.clone(), &metrics))
+            .filter_map(|(sub, &id)| {
+                let key = *claims_keys.get(&sub.name)?;
+                let tokens = crate::secrets::Live::new(Arc::clone(&vault), &sub.name);
+                crate::pull::Puller::new(id, sub.clone(), &metrics, key, tokens)
+            })
             .map(Arc::new)
             .collect();
         let alerts = crate::alerts::Alerts::new(
@@ -329,6 +304,7 @@ impl Application {
             worker_name: name,
             rejections,
             pullers,
+            vault,
             stopping,
         });
         let port = listener.local_addr()?.port();

@@ -15,6 +15,7 @@ mod purge;
 mod rejections;
 mod replay;
 mod retry;
+mod secrets;
 mod show;
 mod sign;
 mod subscriptions;

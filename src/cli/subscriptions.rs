@@ -1,4 +1,4 @@
-//! `webhook-inbox subscriptions list|pause|resume|backfill|recover`: the user's consumers (SPEC section
+//! `webhook-inbox subscriptions list|pause|resume|backfill|recover|secret|rotate-secret`: the user's consumers (SPEC section
 //! 13), through the HTTP API.
 
 use clap::{Args, Subcommand};
@@ -26,6 +26,13 @@ pub enum SubscriptionsCommand {
     /// attempt ended since a time.
     #[command(after_help = RESOLUTION_HELP)]
     Recover(SinceArgs),
+    /// The signing secrets of an `http` subscription, current first (for its receiver).
+    #[command(after_help = RESOLUTION_HELP)]
+    Secret(super::secrets::SecretArgs),
+    /// A new secret for a subscription (a signing secret, or a pull token shown once); the
+    /// old one keeps working beside it for the grace.
+    #[command(after_help = RESOLUTION_HELP)]
+    RotateSecret(super::secrets::RotateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +97,8 @@ pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
             "retried",
             "retried {} failed state(s) that failed since",
         ),
+        SubscriptionsCommand::Secret(args) => super::secrets::show(api, args),
+        SubscriptionsCommand::RotateSecret(args) => super::secrets::rotate(api, args),
     }
 }
 

@@ -21,8 +21,8 @@ pub use alerts::{
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
 pub use embedded::{
-    DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, subscription_secret,
-    subscription_token,
+    DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_secret_bytes,
+    subscription_secret, subscription_token,
 };
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
@@ -79,6 +79,10 @@ pub struct Settings {
     pub admin_token: Secret,
     /// Extra bearer tokens that may use the submission API only.
     pub submission_tokens: Vec<Secret>,
+    /// Seals the subscriptions' secrets kept in the database (32 bytes, base64; usually given
+    /// as `WEBHOOK_INBOX_SECRETS_KEY`, the same on every node). Empty: kept plain, readable by
+    /// whoever reads the database. See `secrets::seal`.
+    pub secrets_key: Secret,
     /// Largest accepted webhook body; larger ones get 413 before being buffered.
     pub body_limit_bytes: usize,
     /// `text` for a terminal, `json` for log shippers.
@@ -194,6 +198,7 @@ impl Default for Settings {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://data/webhook-inbox.db".into(),
             admin_token: Secret::default(),
+            secrets_key: Secret::default(),
             submission_tokens: Vec::new(),
             body_limit_bytes: 1024 * 1024,
             log_format: LogFormat::Text,

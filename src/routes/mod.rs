@@ -15,6 +15,7 @@ mod purge;
 mod rejected;
 mod rejections;
 mod requests;
+mod secrets;
 mod sender;
 mod stats;
 mod subscriptions;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub rejections: Rejections,
     /// The `pull` subscriptions, whose clients claim over HTTP.
     pub pullers: Vec<Arc<crate::pull::Puller>>,
+    /// The subscriptions' secrets (shown and rotated by `subscriptions/secrets.rs`).
+    pub vault: Arc<crate::secrets::Vault>,
     /// Turns `true` when the service starts shutting down: long polls answer at once.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -102,6 +105,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/subscriptions/{name}").route(web::get().to(subscriptions::show)))
     .service(resource("/subscriptions/{name}/pause").route(web::post().to(subscriptions::pause)))
     .service(resource("/subscriptions/{name}/resume").route(web::post().to(subscriptions::resume)))
+    .service(resource("/subscriptions/{name}/secret").route(web::get().to(secrets::show)))
+    .service(resource("/subscriptions/{name}/rotate-secret").route(web::post().to(secrets::rotate)))
     .service(resource("/subscriptions/{name}/claim").route(web::post().to(pull::claim)))
     .service(resource("/subscriptions/{name}/ack").route(web::post().to(pull::ack)))
     .service(resource("/subscriptions/{name}/extend").route(web::post().to(pull::extend)))

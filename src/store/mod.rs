@@ -15,6 +15,7 @@ mod rejection;
 mod request_types;
 pub mod routes;
 pub mod rules;
+pub mod secrets;
 pub mod sqlite;
 mod types;
 
@@ -80,18 +81,43 @@ pub trait Store: Send + Sync + 'static {
     fn node_gone(&self, node: &str) -> StoreResult<()>;
     /// Remove the subscriptions from configs that no live node's config names any more (the
     /// last node that named one stopped or crashed), finishing their work; how many. Each
-    /// node's heartbeat runs it.
+    /// node's heartbeat runs it. It also finishes what removed subscriptions still hold (a
+    /// node that died between a removal and its finishing left it: `registry::LEFT_UNFINISHED_SQL`).
     fn prune_subscriptions(&self, now: i64) -> StoreResult<usize>;
-    /// The generated secret of subscription `name` for `purpose` (`signing` or `token`) that
-    /// every node shares: `candidate` if none was kept yet (it is kept then), else the one kept
-    /// first, whichever node made it.
-    fn shared_secret(
+    // Secrets (`store::secrets`): values are kept as given (sealed, or digests: `crate::secrets`).
+    /// Every secret of subscription `name` valid at `now` (current ones first, then older ones
+    /// in a rotation's grace, newest first).
+    fn subscription_secrets(&self, name: &str, now: i64)
+    -> StoreResult<Vec<secrets::StoredSecret>>;
+    /// The secret of `name` for `purpose` that every node shares: `value` becomes it if there
+    /// is none yet; the current one either way, whichever node made it.
+    fn keep_secret(
         &self,
         name: &str,
-        purpose: &str,
-        candidate: &str,
+        purpose: secrets::Purpose,
+        value: &str,
         now: i64,
-    ) -> StoreResult<String>;
+    ) -> StoreResult<secrets::StoredSecret>;
+    /// A node's config gives these secrets: they replace every kept one of that purpose (the
+    /// first current, the others valid while a config lists them). Moves the registry's version.
+    fn put_config_secrets(
+        &self,
+        name: &str,
+        purpose: secrets::Purpose,
+        values: &[String],
+        now: i64,
+    ) -> StoreResult<()>;
+    /// `value` becomes the current secret of `name` for `purpose`; the one before stays valid
+    /// until `now + grace_ms`, then is dropped. Refused for a secret a config gives. Moves the
+    /// registry's version, so that every node reads the secrets again.
+    fn rotate_secret(
+        &self,
+        name: &str,
+        purpose: secrets::Purpose,
+        value: &str,
+        grace_ms: i64,
+        now: i64,
+    ) -> StoreResult<secrets::Rotation>;
     /// The subscriptions not removed, as `(id, name)`.
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>>;
     /// The live subscriptions with their kinds and rules, as the registry holds them now (the

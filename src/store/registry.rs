@@ -28,3 +28,13 @@ pub const REMOVED_ERROR: &str = "the subscription was removed";
 pub const FINISHED_SET: &str = "status = 'completed', outcome = 'removed', next_attempt_at = NULL,
     claimed_until = NULL, claimed_by = NULL, claim_token = NULL, completed_at = {now},
     finished_at = {now}";
+
+/// The removed subscriptions that still hold pending or claimed states (both dialects): what
+/// a removal's finishing left undone (on PostgreSQL it commits after the removal, so a node
+/// can die between the two). Few rows: removed subscriptions, each probed by an index (the
+/// due index by subscription; the leases index holds only claims).
+pub const LEFT_UNFINISHED_SQL: &str = "SELECT u.id FROM subscriptions u
+  WHERE u.removed_at IS NOT NULL
+    AND (EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id AND s.status = 'pending')
+         OR EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id AND s.status = 'claimed'))
+  ORDER BY u.id";

@@ -51,6 +51,8 @@ pub const BEARER: &str = "bearer";
         super::subscriptions::resume,
         super::subscriptions::backfill,
         super::subscriptions::recover,
+        super::secrets::show,
+        super::secrets::rotate,
         super::pull::claim,
         super::pull::ack,
         super::pull::extend,

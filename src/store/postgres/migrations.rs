@@ -52,6 +52,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "alerts",
         include_str!("../../../migrations/postgres/0008_alerts.sql"),
     ),
+    (
+        9,
+        "secrets",
+        include_str!("../../../migrations/postgres/0009_secrets.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

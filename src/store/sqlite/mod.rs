@@ -29,9 +29,11 @@ mod migrations;
 mod operations;
 mod ordering;
 mod purge;
+mod registry;
 mod rejections;
 mod requests;
 mod rows;
+mod secrets;
 mod stats;
 mod subscriptions;
 

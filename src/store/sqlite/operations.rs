@@ -4,9 +4,10 @@
 
 use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, rejections, requests, stats, subscriptions,
+    purge, rejections, requests, secrets, stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
+use crate::store::secrets::{Purpose, Rotation, StoredSecret};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
@@ -161,7 +162,12 @@ impl Store for SqliteStore {
     }
 
     fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
-        let removed = self.write(|tx| subscriptions::prune(tx, now))?;
+        let removed = self.write(|tx| {
+            let removed = subscriptions::prune(tx, now)?;
+            super::registry::finish_left_unfinished(tx, now)?;
+            secrets::drop_expired(tx, now)?;
+            Ok(removed)
+        })?;
         if removed > 0 {
             self.routes_changed();
         }
@@ -179,25 +185,39 @@ impl Store for SqliteStore {
         })
     }
 
-    fn shared_secret(
+    fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
+        self.read(|c| secrets::list(c, name, now))
+    }
+
+    fn keep_secret(
         &self,
         name: &str,
-        purpose: &str,
-        candidate: &str,
+        purpose: Purpose,
+        value: &str,
         now: i64,
-    ) -> StoreResult<String> {
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO subscription_secrets (name, purpose, value, created_at)
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name, purpose) DO NOTHING",
-                rusqlite::params![name, purpose, candidate, now],
-            )?;
-            Ok(tx.query_row(
-                "SELECT value FROM subscription_secrets WHERE name = ?1 AND purpose = ?2",
-                rusqlite::params![name, purpose],
-                |r| r.get(0),
-            )?)
-        })
+    ) -> StoreResult<StoredSecret> {
+        self.write(|tx| secrets::keep(tx, name, purpose, value, now))
+    }
+
+    fn put_config_secrets(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        values: &[String],
+        now: i64,
+    ) -> StoreResult<()> {
+        self.write(|tx| secrets::put_config(tx, name, purpose, values, now))
+    }
+
+    fn rotate_secret(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        value: &str,
+        grace_ms: i64,
+        now: i64,
+    ) -> StoreResult<Rotation> {
+        self.write(|tx| secrets::rotate(tx, name, purpose, value, grace_ms, now))
     }
 
     fn registry_version_seen(&self) -> Option<i64> {
