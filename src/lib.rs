@@ -14,6 +14,8 @@
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
 //! - [`forward`]: `http` subscriptions: signed calls to the user's endpoint, a circuit breaker.
+//! - [`secrets`]: subscriptions' secrets shared through the store: sealed at rest with an
+//!   optional key, cached for the forwarders and pull routes, shown and rotated with a grace.
 //! - [`served`]: the registry's `http` and `pull` subscriptions a node serves, followed as the
 //!   registry changes.
 //! - [`handlers`]: one file per effect (loyalty credit, audit log, downstream submission).
@@ -21,9 +23,12 @@
 //!   on SIGHUP.
 //! - [`retention`]: the purge that frees terminal events' bodies and keeps their tombstones.
 //! - [`rejections`]: deliveries refused at the edge, kept (bounded) for ops.
+//! - [`alerts`]: conditions evaluated by every node, one notice per start and clear, sent to a
+//!   chat or a signed webhook from an outbox in the store.
 //! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
 
+pub mod alerts;
 pub mod cli;
 pub mod config;
 pub mod consumer;
@@ -36,6 +41,7 @@ pub mod pull;
 pub mod rejections;
 pub mod retention;
 pub mod routes;
+pub mod secrets;
 pub mod served;
 pub mod signature;
 pub mod startup;

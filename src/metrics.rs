@@ -43,6 +43,7 @@ pub struct Metrics {
     subscription_probing: Family<Labels, Gauge>,
     forwards: Family<Labels, Counter>,
     pulls: Family<Labels, Counter>,
+    alerts: Family<Labels, Counter>,
     purged: Counter,
     rejections_dropped: Counter,
     tombstones: Gauge,
@@ -100,6 +101,7 @@ impl Metrics {
             subscription_probing: Family::default(),
             forwards: Family::default(),
             pulls: Family::default(),
+            alerts: Family::default(),
             purged: Counter::default(),
             rejections_dropped: Counter::default(),
             tombstones: Gauge::default(),
@@ -175,6 +177,11 @@ impl Metrics {
             m.pulls.clone(),
         );
         registry.register(
+            "webhook_inbox_alerts",
+            "Alert notices by result: sent, retried (sent after a failed attempt; also counted in sent), failed (an attempt), dropped (given up)",
+            m.alerts.clone(),
+        );
+        registry.register(
             "webhook_inbox_subscription_probing",
             "1 while an http subscription's circuit breaker is open (its endpoint failed; one probe per interval)",
             m.subscription_probing.clone(),
@@ -247,6 +254,13 @@ impl Metrics {
                 ("subscription", subscription.to_string()),
                 ("action", action.into()),
             ])
+            .clone()
+    }
+
+    /// The counter of one result of `webhook_inbox_alerts`, for the alert tasks to keep.
+    pub fn alert_counter(&self, result: &'static str) -> Counter {
+        self.alerts
+            .get_or_create(&vec![("result", result.into())])
             .clone()
     }
 

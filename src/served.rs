@@ -18,19 +18,23 @@ use tokio::task::JoinHandle;
 use crate::forward::{ForwardOptions, Forwarder};
 use crate::metrics::Metrics;
 use crate::pull::Puller;
+use crate::secrets::{Live, Vault};
 use crate::store::{Store, StoreResult};
 use crate::subscriptions::{Kind, Subscription};
 
 /// How often the registry's version is looked at.
 pub const CHECK: Duration = Duration::from_millis(250);
 
-/// The registry at one version: its live subscriptions with their ids and secrets.
+/// The registry at one version: its live subscriptions with their ids.
 pub type Snapshot = (i64, Vec<(i64, Subscription)>);
 
 /// The `http` and `pull` subscriptions this node serves, from the registry.
 pub struct Served {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
+    /// The subscriptions' secrets: each forwarder signs, and each pull route checks tokens,
+    /// with what the store holds now (`secrets::Live`).
+    vault: Arc<Vault>,
     options: ForwardOptions,
     /// Whether this node forwards (a node with no workers claims nothing).
     forwarding: bool,
@@ -57,12 +61,14 @@ impl Served {
     pub fn new(
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
+        vault: Arc<Vault>,
         options: ForwardOptions,
         forwarding: bool,
     ) -> Served {
         Served {
             store,
             metrics,
+            vault,
             options,
             forwarding,
             pullers: parking_lot::RwLock::new(Vec::new()),
@@ -88,19 +94,22 @@ impl Served {
         if matches!(&*self.seen.lock(), Some((v, _)) if *v == version) {
             return Ok(None);
         }
-        let secrets = self.store.kept_secrets()?;
-        let subs = crate::store::registry::served(&live, &secrets);
-        let pullers = subs
-            .iter()
-            .filter(|(_, sub)| sub.kind == Kind::Pull)
-            .filter_map(|(id, sub)| {
-                let puller = Puller::new(*id, sub.clone(), &self.metrics);
-                if puller.is_none() {
-                    tracing::warn!(subscription = %sub.name, "a pull subscription without a token: its routes answer 404");
+        let subs = crate::store::registry::served(&live);
+        let mut pullers = Vec::new();
+        for (id, sub) in subs.iter().filter(|(_, sub)| sub.kind == Kind::Pull) {
+            let key = match self.vault.claims_key(&sub.name, None) {
+                Ok(key) => key,
+                Err(e) => {
+                    tracing::warn!(subscription = %sub.name, error = format!("{e:#}"),
+                        "cannot read the claims key of a pull subscription: its routes answer 401");
+                    continue;
                 }
-                puller.map(Arc::new)
-            })
-            .collect();
+            };
+            let tokens = Live::new(Arc::clone(&self.vault), &sub.name);
+            if let Some(puller) = Puller::new(*id, sub.clone(), &self.metrics, key, tokens) {
+                pullers.push(Arc::new(puller));
+            }
+        }
         *self.pullers.write() = pullers;
         *self.seen.lock() = Some((version, subs.clone()));
         Ok(Some((version, subs)))
@@ -183,6 +192,7 @@ impl Served {
                 Arc::clone(&self.metrics),
                 id,
                 sub.clone(),
+                Live::new(Arc::clone(&self.vault), &sub.name),
                 self.options.clone(),
             ) {
                 Ok(f) => {

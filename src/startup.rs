@@ -61,6 +61,8 @@ pub struct Application {
     rejection_writer: Option<rejections::Writer>,
     /// This node's record in the registry: kept alive while it runs, removed when it stops.
     node: Node,
+    /// The alert evaluator and senders, when `[[alerts]]` names a channel.
+    alerts: Option<crate::alerts::Alerts>,
 }
 
 /// `host-pid`: which process made an attempt, in the history.
@@ -179,42 +181,12 @@ impl Application {
             );
         }
         let mut subscriptions = crate::subscriptions::from_settings(&settings)?;
-        for sub in &mut subscriptions {
-            if let Some(target) = sub.http.as_mut().filter(|t| t.signing_secrets.is_empty()) {
-                let (secret, path) =
-                    crate::config::subscription_secret(&settings, &sub.name, |candidate| {
-                        Ok(store.shared_secret(
-                            &sub.name,
-                            "signing",
-                            candidate,
-                            crate::domain::time::now_ms(),
-                        )?)
-                    })?;
-                tracing::info!(
-                    subscription = %sub.name,
-                    file = %path.display(),
-                    "signing with the generated secret kept in this file"
-                );
-                target.signing_secrets.push(secret);
-            }
-            if sub.kind == crate::subscriptions::Kind::Pull && sub.token.is_none() {
-                let (token, path) =
-                    crate::config::subscription_token(&settings, &sub.name, |candidate| {
-                        Ok(store.shared_secret(
-                            &sub.name,
-                            "token",
-                            candidate,
-                            crate::domain::time::now_ms(),
-                        )?)
-                    })?;
-                tracing::info!(
-                    subscription = %sub.name,
-                    file = %path.display(),
-                    "pull clients use the generated token kept in this file"
-                );
-                sub.token = Some(token);
-            }
-        }
+        let vault = Arc::new(crate::secrets::Vault::new(
+            Arc::clone(&store),
+            crate::secrets::Sealer::from_base64(settings.secrets_key.expose())?,
+        ));
+        crate::secrets::prepare(&settings, &vault, &mut subscriptions)
+            .context("the subscriptions' secrets")?;
         crate::subscriptions::check_tokens(&subscriptions, &settings)?;
         // This node's record first (the names its config holds), then its config applied as
         // the desired state of those: a subscription another live node's config names stays.
@@ -294,12 +266,19 @@ impl Application {
         let served = Arc::new(crate::served::Served::new(
             Arc::clone(&store),
             Arc::clone(&metrics),
+            Arc::clone(&vault),
             forward_options,
             pool_options.workers > 0,
         ));
         served
             .refresh()
             .context("reading the registry's subscriptions")?;
+        let alerts = crate::alerts::Alerts::new(
+            Arc::clone(&store),
+            Arc::clone(&settings),
+            &metrics,
+            node.name.clone(),
+        )?;
         let (stop_polls, stopping) = tokio::sync::watch::channel(false);
         let state = web::Data::new(AppState {
             settings: Arc::clone(&settings),
@@ -311,6 +290,7 @@ impl Application {
             worker_name: name,
             rejections,
             served: Arc::clone(&served),
+            vault,
             stopping,
         });
         let port = listener.local_addr()?.port();
@@ -357,6 +337,7 @@ impl Application {
             tls,
             rejection_writer,
             node,
+            alerts,
         })
     }
 
@@ -409,6 +390,10 @@ impl Application {
             self.node.clone(),
             heartbeat_stopped,
         ));
+        let (stop_alerts, alerts_stopped) = tokio::sync::watch::channel(false);
+        let alerts = self
+            .alerts
+            .map(|alerts| tokio::spawn(alerts.run(alerts_stopped)));
         let handle = self.server.handle();
         let stopping = async {
             shutdown.await;
@@ -432,6 +417,11 @@ impl Application {
             task.abort();
         }
         purge.await.context("retention purge task")?;
+        let _ = stop_alerts.send(true);
+        if let Some(alerts) = alerts {
+            // A call to a channel in flight is bounded by its timeout.
+            alerts.await.context("alert tasks")?;
+        }
         let _ = stop_heartbeat.send(true);
         heartbeat.await.context("heartbeat task")?;
         // Gone: this node's config keeps no subscription alive any more.

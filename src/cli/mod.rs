@@ -1,8 +1,9 @@
-//! The command line: `serve`, `migrate`, `sign`, `events`, `listen`, `replay`, `loadgen`, `backup`, `copy`, and
+//! The command line: `serve`, `migrate`, `sign`, `events`, `listen`, `replay`, `loadgen`, `backup`, `copy`, `alerts`, and
 //! `completions`/`man` for shells and manuals. `main.rs` only calls
 //! [`run`] and maps errors to exit codes: 0 success, 1 the API refused (or a replay line was
 //! rejected), 2 usage or configuration error, 3 the server could not be reached or failed.
 
+mod alerts;
 mod backup;
 pub mod client;
 mod copy;
@@ -14,6 +15,7 @@ mod purge;
 mod rejections;
 mod replay;
 mod retry;
+mod secrets;
 mod show;
 mod sign;
 mod subscription_changes;
@@ -80,6 +82,9 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Copy a whole database into another store (e.g. SQLite into PostgreSQL).
     Copy(copy::CopyArgs),
+    /// The `[[alerts]]` channels: `alerts test` sends each a test notice.
+    #[command(subcommand)]
+    Alerts(alerts::AlertsCommand),
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -158,6 +163,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Loadgen(args) => loadgen::run(args),
         Command::Backup(args) => backup::run(cli.config.as_deref(), args),
         Command::Copy(args) => copy::run(args),
+        Command::Alerts(command) => alerts::run(cli.config.as_deref(), command),
         Command::Completions(args) => manual::completions(args),
         Command::Man(args) => manual::man(args),
     }

@@ -1,5 +1,5 @@
-//! `webhook-inbox subscriptions list|pause|resume|backfill|recover|create|update|delete`: the
-//! user's consumers (SPEC section 13), through the HTTP API.
+//! `webhook-inbox subscriptions list|pause|resume|backfill|recover|create|update|delete|secret|
+//! rotate-secret`: the user's consumers (SPEC section 13), through the HTTP API.
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -35,6 +35,13 @@ pub enum SubscriptionsCommand {
     /// Remove a subscription: its unfinished states are finished, its history kept.
     #[command(after_help = RESOLUTION_HELP)]
     Delete(super::subscription_changes::DeleteArgs),
+    /// The signing secrets of an `http` subscription, current first (for its receiver).
+    #[command(after_help = RESOLUTION_HELP)]
+    Secret(super::secrets::SecretArgs),
+    /// A new secret for a subscription (a signing secret, or a pull token shown once); the
+    /// old one keeps working beside it for the grace.
+    #[command(after_help = RESOLUTION_HELP)]
+    RotateSecret(super::secrets::RotateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +109,8 @@ pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
         SubscriptionsCommand::Create(args) => super::subscription_changes::create(api, args),
         SubscriptionsCommand::Update(args) => super::subscription_changes::update(api, args),
         SubscriptionsCommand::Delete(args) => super::subscription_changes::delete(api, args),
+        SubscriptionsCommand::Secret(args) => super::secrets::show(api, args),
+        SubscriptionsCommand::RotateSecret(args) => super::secrets::rotate(api, args),
     }
 }
 

@@ -99,17 +99,29 @@ pub fn subscription_secret(
     Ok((secret, path))
 }
 
-/// The bearer token of a `pull` subscription that names none: generated once, shared by every
-/// node through the store, and kept in `<data dir>/subscription-<name>-token` (its clients are
-/// given it), as [`subscription_secret`].
+/// The bearer token of a `pull` subscription that names none, made once: kept in
+/// `<data dir>/subscription-<name>-token` (its clients are given it) and offered to the store,
+/// which keeps only its digest (`share`: whether the offered token is the one kept). A node
+/// whose file holds another token than the one kept (made by another node, or rotated since)
+/// removes its file, which no longer opens the routes: `None` then.
 pub fn subscription_token(
     settings: &Settings,
     name: &str,
-    share: impl FnOnce(&str) -> anyhow::Result<String>,
-) -> anyhow::Result<(Secret, PathBuf)> {
+    share: impl FnOnce(&str) -> anyhow::Result<bool>,
+) -> anyhow::Result<Option<(Secret, PathBuf)>> {
+    use anyhow::Context;
     let path = crate::subscriptions::token_file(&data_dir(settings), name);
-    let token = shared_file(&path, share, new_pull_token)?;
-    Ok((token, path))
+    let candidate = kept_secret(&path, new_pull_token)?;
+    if share(candidate.expose())? {
+        return Ok(Some((candidate, path)));
+    }
+    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+    Ok(None)
+}
+
+/// Random bytes for a new secret.
+pub fn new_secret_bytes<const N: usize>() -> [u8; N] {
+    random_bytes()
 }
 
 /// The value the store keeps (the file's, or a new one, offered as the candidate), written to

@@ -13,6 +13,7 @@ const STRING_KEYS: &[&str] = &[
     "listen",
     "database_url",
     "admin_token",
+    "secrets_key",
     "log_format",
     "forwarded_header",
     "downstream.url",

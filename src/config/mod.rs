@@ -4,6 +4,7 @@
 //! misspelt `max_atempts` that silently falls back to a default is how production surprises
 //! happen. Sources come from the file only: a list of tables has no sane env encoding.
 
+mod alerts;
 mod database;
 mod edge;
 mod embedded;
@@ -14,10 +15,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use alerts::{
+    AlertSettings, ChannelKind, ConditionKind, ConditionSettings, default_conditions,
+};
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
 pub use embedded::{
-    DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_pull_token, new_signing_secret,
+    DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_pull_token, new_secret_bytes,
+    new_signing_secret,
     subscription_secret, subscription_token,
 };
 
@@ -75,6 +80,10 @@ pub struct Settings {
     pub admin_token: Secret,
     /// Extra bearer tokens that may use the submission API only.
     pub submission_tokens: Vec<Secret>,
+    /// Seals the subscriptions' secrets kept in the database (32 bytes, base64; usually given
+    /// as `WEBHOOK_INBOX_SECRETS_KEY`, the same on every node). Empty: kept plain, readable by
+    /// whoever reads the database. See `secrets::seal`.
+    pub secrets_key: Secret,
     /// Largest accepted webhook body; larger ones get 413 before being buffered.
     pub body_limit_bytes: usize,
     /// `text` for a terminal, `json` for log shippers.
@@ -98,6 +107,13 @@ pub struct Settings {
     pub sources: Vec<SourceSettings>,
     /// The user's consumers (SPEC section 13); empty: the implicit three.
     pub subscriptions: Vec<crate::subscriptions::SubscriptionSettings>,
+    /// Where people reach this node's dashboard (`https://inbox.example.com`): alert notices
+    /// link to it. Unset: notices carry the dashboard's path alone (`/ui/#subscriptions`).
+    pub public_url: Option<String>,
+    /// How often each node evaluates the alert conditions and looks for notices to send (ms).
+    pub alert_every_ms: u64,
+    /// Channels and their conditions (SPEC section 15; `docs/alerts.md`).
+    pub alerts: Vec<AlertSettings>,
 }
 
 /// How long terminal events keep their body and history before the background purge makes
@@ -183,6 +199,7 @@ impl Default for Settings {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://data/webhook-inbox.db".into(),
             admin_token: Secret::default(),
+            secrets_key: Secret::default(),
             submission_tokens: Vec::new(),
             body_limit_bytes: 1024 * 1024,
             log_format: LogFormat::Text,
@@ -197,6 +214,9 @@ impl Default for Settings {
             connections: ConnectionSettings::default(),
             sources: Vec::new(),
             subscriptions: Vec::new(),
+            public_url: None,
+            alert_every_ms: 15_000,
+            alerts: Vec::new(),
         }
     }
 }
@@ -453,6 +473,7 @@ impl Settings {
             }
         }
         crate::subscriptions::from_settings(self)?;
+        alerts::validate(self)?;
         Ok(())
     }
 }

@@ -83,20 +83,27 @@ pub fn client(target: &HttpTarget) -> anyhow::Result<reqwest::Client> {
     builder.build().context("building the HTTP client")
 }
 
-/// POST the event's body (`body`, taken from the claim) as it was received, signed, and read
+/// A call not made (nothing to sign with): a failed attempt, retried.
+pub fn not_sent(error: String) -> Answer {
+    failed(error, false, None, "not_sent")
+}
+
+/// POST the event's body (`body`, taken from the claim) as it was received, signed with each
+/// of `secrets`, and read
 /// what the answer means. Errors never name the URL, which may hold credentials.
 pub async fn forward(
     client: &reqwest::Client,
     target: &HttpTarget,
+    secrets: &[Secret],
     event: &Claimed,
     body: Vec<u8>,
     now_ms: i64,
 ) -> Answer {
     let claim = &event.claim;
     let id = webhook_id(&claim.source, &claim.event_id);
-    let headers = match signed_headers(&target.signing_secrets, &id, &body, now_ms / 1000) {
+    let headers = match signed_headers(secrets, &id, &body, now_ms / 1000) {
         Ok(h) => h,
-        Err(e) => return failed(format!("cannot sign: {e}"), false, None, "not_sent"),
+        Err(e) => return not_sent(format!("cannot sign: {e}")),
     };
     let content_type = event
         .content_type

@@ -56,6 +56,8 @@ pub struct Forwarder {
     sub_id: i64,
     sub: Subscription,
     target: HttpTarget,
+    /// The secrets it signs with, from the store (a rotation is seen without a restart).
+    secrets: crate::secrets::Live,
     client: reqwest::Client,
     backoff: Backoff,
     options: ForwardOptions,
@@ -89,23 +91,19 @@ struct Done {
 }
 
 impl Forwarder {
-    /// The forwarder of `sub` (of kind `http`, with its secrets filled in).
+    /// The forwarder of `sub` (of kind `http`), signing with the secrets `secrets` reads.
     pub fn new(
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         sub_id: i64,
         sub: Subscription,
+        secrets: crate::secrets::Live,
         options: ForwardOptions,
     ) -> anyhow::Result<Forwarder> {
         let target = sub
             .http
             .clone()
             .ok_or_else(|| anyhow::anyhow!("subscription `{}` is not of kind http", sub.name))?;
-        anyhow::ensure!(
-            !target.signing_secrets.is_empty(),
-            "subscription `{}` has no signing secret",
-            sub.name
-        );
         let client = call::client(&target)?;
         let counters = RESULTS
             .iter()
@@ -120,6 +118,7 @@ impl Forwarder {
             sub_id,
             sub,
             target,
+            secrets,
             client,
             options,
             failures: AtomicU32::new(0),
@@ -288,9 +287,14 @@ impl Forwarder {
         if event.claimed_until - now < needed {
             return None;
         }
+        let secrets = match self.secrets.signing().await {
+            Ok(secrets) if !secrets.is_empty() => secrets,
+            Ok(_) => return Some(call::not_sent("no signing secret in the store".into())),
+            Err(e) => return Some(call::not_sent(format!("cannot sign: {e:#}"))),
+        };
         let started = Instant::now();
         let body = std::mem::take(&mut event.payload);
-        let answer = call::forward(&self.client, &self.target, event, body, now).await;
+        let answer = call::forward(&self.client, &self.target, &secrets, event, body, now).await;
         self.metrics
             .observe_processing(started.elapsed().as_secs_f64());
         let result = match &answer {

@@ -4,10 +4,11 @@
 //! A claim is the same claim as a forwarder's (`Store::claim_subscription`: one transaction,
 //! fenced by a fresh claim token, which also fans new events out). What a client holds is a
 //! token that names the claim: the event's sequence, its attempt and budget, the store's claim
-//! token, and a MAC under a key derived from the subscription's own bearer token. So an ack
-//! needs no read before its fenced write, a token that was never issued (or was altered) is
-//! refused before anything changes, and any node that shares the config reads any node's
-//! tokens.
+//! token, and a MAC under the subscription's claims key (kept in the store, shared by every
+//! node: `store::secrets`). So an ack needs no read before its fenced write, a token that was
+//! never issued (or was altered) is refused before anything changes, and any node reads any
+//! node's tokens. The bearer token is checked against the digests the store keeps
+//! (`secrets::Live`), so a rotated one works on every node without a restart.
 //!
 //! Long polls wait on the same wake-up as idle workers (ingest in this process; `LISTEN` on
 //! PostgreSQL), with a short poll for work that becomes due by time (retries). A claim made for
@@ -20,8 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use sha2::Sha256;
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::consumer::Backoff;
@@ -47,7 +47,7 @@ const HEARTBEAT: Duration = Duration::from_millis(100);
 pub struct Puller {
     pub id: i64,
     pub sub: Subscription,
-    token_digest: [u8; 32],
+    tokens: crate::secrets::Live,
     key: [u8; 32],
     backoff: Backoff,
     /// `webhook_inbox_pulls_total` of this subscription, by action.
@@ -93,15 +93,18 @@ pub struct Held {
 type Mac256 = Hmac<Sha256>;
 
 impl Puller {
-    /// `None` for a subscription that is not of kind `pull` or has no token yet.
-    pub fn new(id: i64, sub: Subscription, metrics: &crate::metrics::Metrics) -> Option<Puller> {
-        let token = sub.token.as_ref()?.expose().to_string();
-        let token_digest = Sha256::digest(token.as_bytes()).into();
-        let key = Sha256::new()
-            .chain_update(b"webhook-inbox pull claims\0")
-            .chain_update(token.as_bytes())
-            .finalize()
-            .into();
+    /// `None` for a subscription that is not of kind `pull`. `key` MACs its claim tokens;
+    /// `tokens` checks its bearer tokens.
+    pub fn new(
+        id: i64,
+        sub: Subscription,
+        metrics: &crate::metrics::Metrics,
+        key: [u8; 32],
+        tokens: crate::secrets::Live,
+    ) -> Option<Puller> {
+        if sub.kind != crate::subscriptions::Kind::Pull {
+            return None;
+        }
         let counters = ACTIONS
             .iter()
             .map(|a| (*a, metrics.pull_counter(&sub.name, a)))
@@ -110,15 +113,16 @@ impl Puller {
             id,
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             sub,
-            token_digest,
+            tokens,
             key,
             counters,
         })
     }
 
-    /// Whether `given` is this subscription's token (compared as digests, in constant time).
-    pub fn authorizes(&self, given: &str) -> bool {
-        bool::from(Sha256::digest(given.as_bytes()).ct_eq(&self.token_digest))
+    /// Whether `given` is one of this subscription's tokens now (the current one, or one in a
+    /// rotation's grace), compared as digests in constant time.
+    pub async fn authorizes(&self, given: &str) -> bool {
+        self.tokens.authorizes(given).await
     }
 
     /// Count `n` of one action in `webhook_inbox_pulls_total`.

@@ -1,5 +1,6 @@
 //! HTTP only: extract, call the library, map errors. No SQL and no business rules here.
 
+mod alerts;
 mod auth;
 mod body;
 mod error;
@@ -14,6 +15,7 @@ mod purge;
 mod rejected;
 mod rejections;
 mod requests;
+mod secrets;
 mod sender;
 mod stats;
 mod subscription_changes;
@@ -55,6 +57,8 @@ pub struct AppState {
     pub rejections: Rejections,
     /// The registry's `pull` subscriptions (whose clients claim over HTTP) and forwarders.
     pub served: Arc<crate::served::Served>,
+    /// The subscriptions' secrets (shown and rotated by `subscriptions/secrets.rs`).
+    pub vault: Arc<crate::secrets::Vault>,
     /// Turns `true` when the service starts shutting down: long polls answer at once.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -97,6 +101,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/events/{source}/{event_id}/skip").route(web::post().to(ordering::skip)))
     .service(resource("/loyalty/{customer_id}").route(web::get().to(loyalty::show)))
     .service(resource("/rejections").route(web::get().to(rejections::list)))
+    .service(resource("/alerts").route(web::get().to(alerts::list)))
     .service(
         resource("/subscriptions")
             .route(web::get().to(subscriptions::list))
@@ -110,6 +115,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/subscriptions/{name}/pause").route(web::post().to(subscriptions::pause)))
     .service(resource("/subscriptions/{name}/resume").route(web::post().to(subscriptions::resume)))
+    .service(resource("/subscriptions/{name}/secret").route(web::get().to(secrets::show)))
+    .service(resource("/subscriptions/{name}/rotate-secret").route(web::post().to(secrets::rotate)))
     .service(resource("/subscriptions/{name}/claim").route(web::post().to(pull::claim)))
     .service(resource("/subscriptions/{name}/ack").route(web::post().to(pull::ack)))
     .service(resource("/subscriptions/{name}/extend").route(web::post().to(pull::extend)))

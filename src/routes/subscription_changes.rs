@@ -92,19 +92,30 @@ async fn object(req: &HttpRequest, payload: web::Payload) -> Result<Map<String, 
 }
 
 /// A pull token opens its own routes and no others: not the admin token, a submission token
-/// or another subscription's (as the config's `check_tokens`).
+/// or another subscription's (as the config's `check_tokens`; tokens are kept as digests, so
+/// each other pull subscription's current ones are compared by digest).
 async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Result<(), ApiError> {
     let Some(token) = token else { return Ok(()) };
     let settings = &state.settings;
-    let kept = blocking(state, |s| s.kept_secrets()).await?;
+    let digest = crate::store::secrets::token_digest(token);
+    let others = {
+        let (vault, name) = (std::sync::Arc::clone(&state.vault), name.to_string());
+        blocking(state, move |s| {
+            let mut digests = Vec::new();
+            for sub in s.registry()? {
+                if sub.kind == Kind::Pull && sub.name != name {
+                    let kept = vault.store().subscription_secrets(&sub.name, now_ms())?;
+                    digests.extend(kept.into_iter().map(|k| k.value));
+                }
+            }
+            Ok(digests)
+        })
+        .await?
+    };
     let taken = std::iter::once(settings.admin_token.expose())
         .chain(settings.submission_tokens.iter().map(|t| t.expose()))
-        .chain(
-            kept.iter()
-                .filter(|k| k.purpose == "token" && k.name != name)
-                .map(|k| k.value.as_str()),
-        )
-        .any(|t| t == token);
+        .any(|t| t == token)
+        || others.contains(&digest);
     if taken {
         return Err(refused(FieldError {
             field: "token".into(),
@@ -114,6 +125,38 @@ async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Resul
         }));
     }
     Ok(())
+}
+
+/// Keep the secret a new subscription was given in its body, or make one (answered once):
+/// through the vault, so that it is sealed or kept as a digest as every secret is.
+fn keep_given(
+    vault: &crate::secrets::Vault,
+    sub: &crate::subscriptions::Subscription,
+) -> Result<(Option<String>, Option<String>), crate::secrets::VaultError> {
+    use crate::store::secrets::Purpose;
+    let now = now_ms();
+    match sub.kind {
+        Kind::Http => {
+            let given = sub
+                .http
+                .as_ref()
+                .and_then(|t| t.signing_secrets.first())
+                .map(|s| s.expose().to_string());
+            let secret = given.clone().unwrap_or_else(crate::secrets::new_signing_secret);
+            vault.give(&sub.name, Purpose::Signing, &secret, now)?;
+            Ok((given.is_none().then_some(secret), None))
+        }
+        Kind::Pull => {
+            let given = sub.token.as_ref().map(|t| t.expose().to_string());
+            let token = given.clone().unwrap_or_else(crate::secrets::new_token);
+            vault.give(&sub.name, Purpose::Token, &token, now)?;
+            vault
+                .claims_key(&sub.name, None)
+                .map_err(|e| crate::secrets::VaultError::Conflict(format!("{e:#}")))?;
+            Ok((None, given.is_none().then_some(token)))
+        }
+        _ => Ok((None, None)),
+    }
 }
 
 /// Add a subscription (origin `api`: no config's sync or a node's stop removes it). It takes
@@ -138,34 +181,38 @@ pub async fn create(
         serde_path_to_error::deserialize(Value::Object(object(&req, payload).await?))
             .map_err(|e| refused(body_error(e)))?;
     let settings = &state.settings;
-    let mut sub =
+    let sub =
         validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
     check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
-    let (mut signing_secret, mut token) = (None, None);
-    match (sub.kind, sub.http.as_mut()) {
-        (Kind::Http, Some(target)) if target.signing_secrets.is_empty() => {
-            let secret = crate::config::new_signing_secret();
-            target
-                .signing_secrets
-                .push(crate::signature::Secret::new(secret.as_str()));
-            signing_secret = Some(secret);
-        }
-        (Kind::Pull, _) if sub.token.is_none() => {
-            let new = crate::config::new_pull_token();
-            sub.token = Some(crate::signature::Secret::new(new.as_str()));
-            token = Some(new);
-        }
-        _ => {}
+    if sub.http.as_ref().is_some_and(|t| t.signing_secrets.len() > 1) {
+        return Err(refused(FieldError {
+            field: "signing_secret".into(),
+            message: "give one: POST /subscriptions/{name}/rotate-secret adds the next".into(),
+        }));
     }
     let name = sub.name.clone();
-    match blocking(&state, move |s| s.create_subscription(&sub, now_ms())).await? {
-        Created::Taken => {
-            return Err(ApiError::Conflict(format!(
-                "a subscription named `{name}` exists: change it with PATCH, or delete it first"
-            )));
-        }
-        Created::Created(_) => {}
+    let kept = {
+        let sub = sub.clone();
+        blocking(&state, move |s| s.create_subscription(&sub, now_ms())).await?
+    };
+    if kept == Created::Taken {
+        return Err(ApiError::Conflict(format!(
+            "a subscription named `{name}` exists: change it with PATCH, or delete it first"
+        )));
     }
+    let vault = std::sync::Arc::clone(&state.vault);
+    let secrets = tokio::task::spawn_blocking(move || keep_given(&vault, &sub))
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("keeping the secret: {e}")))?;
+    let (signing_secret, token) = match secrets {
+        Ok(made) => made,
+        Err(e) => {
+            // Not served without its secret: taken back, so that the create can be retried.
+            let name = name.clone();
+            blocking(&state, move |s| s.remove_subscription(&name, now_ms())).await?;
+            return Err(e.into());
+        }
+    };
     tracing::info!(subscription = %name, "subscription created through the API");
     state.queued.notify_waiters();
     Ok(HttpResponse::Created().json(CreatedSubscription {
@@ -198,11 +245,19 @@ pub async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let name = path.into_inner();
     let patch = object(&req, payload).await?;
-    let token = match patch.get("token") {
-        Some(Value::String(t)) => Some(t.as_str()),
-        _ => None,
-    };
-    check_token(&state, &name, token).await?;
+    // A secret changes by rotation, which keeps the old one valid for a grace: a PATCH that
+    // replaced it would cut every receiver or client off at once.
+    for field in ["signing_secret", "token"] {
+        if patch.contains_key(field) {
+            return Err(refused(FieldError {
+                field: field.into(),
+                message: format!(
+                    "changes with POST /subscriptions/{name}/rotate-secret (the old one stays \
+                     valid for a grace)"
+                ),
+            }));
+        }
+    }
     let settings = std::sync::Arc::clone(&state.settings);
     let updated = {
         let name = name.clone();
@@ -215,7 +270,7 @@ pub async fn update(
                     settings.downstream.mode,
                 )
             };
-            s.update_subscription(&name, &change, now_ms())
+            s.update_subscription(&name, &change)
         })
         .await?
     };

@@ -6,6 +6,7 @@
 //! invariants (one row per event key, one credit per order, fenced completion) are enforced by
 //! the database inside that transaction, never by a read followed by a write.
 
+pub mod alerts;
 mod claims;
 pub mod copy;
 pub mod postgres;
@@ -14,6 +15,7 @@ mod rejection;
 mod request_types;
 pub mod routes;
 pub mod rules;
+pub mod secrets;
 pub mod sqlite;
 mod types;
 
@@ -79,18 +81,43 @@ pub trait Store: Send + Sync + 'static {
     fn node_gone(&self, node: &str) -> StoreResult<()>;
     /// Remove the subscriptions from configs that no live node's config names any more (the
     /// last node that named one stopped or crashed), finishing their work; how many. Each
-    /// node's heartbeat runs it.
+    /// node's heartbeat runs it. It also finishes what removed subscriptions still hold (a
+    /// node that died between a removal and its finishing left it: `registry::LEFT_UNFINISHED_SQL`).
     fn prune_subscriptions(&self, now: i64) -> StoreResult<usize>;
-    /// The generated secret of subscription `name` for `purpose` (`signing` or `token`) that
-    /// every node shares: `candidate` if none was kept yet (it is kept then), else the one kept
-    /// first, whichever node made it.
-    fn shared_secret(
+    // Secrets (`store::secrets`): values are kept as given (sealed, or digests: `crate::secrets`).
+    /// Every secret of subscription `name` valid at `now` (current ones first, then older ones
+    /// in a rotation's grace, newest first).
+    fn subscription_secrets(&self, name: &str, now: i64)
+    -> StoreResult<Vec<secrets::StoredSecret>>;
+    /// The secret of `name` for `purpose` that every node shares: `value` becomes it if there
+    /// is none yet; the current one either way, whichever node made it.
+    fn keep_secret(
         &self,
         name: &str,
-        purpose: &str,
-        candidate: &str,
+        purpose: secrets::Purpose,
+        value: &str,
         now: i64,
-    ) -> StoreResult<String>;
+    ) -> StoreResult<secrets::StoredSecret>;
+    /// A node's config gives these secrets: they replace every kept one of that purpose (the
+    /// first current, the others valid while a config lists them). Moves the registry's version.
+    fn put_config_secrets(
+        &self,
+        name: &str,
+        purpose: secrets::Purpose,
+        values: &[String],
+        now: i64,
+    ) -> StoreResult<()>;
+    /// `value` becomes the current secret of `name` for `purpose`; the one before stays valid
+    /// until `now + grace_ms`, then is dropped. Refused for a secret a config gives. Moves the
+    /// registry's version, so that every node reads the secrets again.
+    fn rotate_secret(
+        &self,
+        name: &str,
+        purpose: secrets::Purpose,
+        value: &str,
+        grace_ms: i64,
+        now: i64,
+    ) -> StoreResult<secrets::Rotation>;
     /// The subscriptions not removed, as `(id, name)`.
     fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>>;
     /// The live subscriptions with their kinds and rules, as the registry holds them now (the
@@ -106,20 +133,17 @@ pub trait Store: Send + Sync + 'static {
     /// after now. A name removed earlier comes back as a new subscription, its history kept.
     fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<registry::Created>;
     /// Change a live subscription through the API by `change`, which sees it as the registry
-    /// holds it in the writing transaction; it becomes origin `api`, and secrets it carries
-    /// replace the kept ones.
+    /// holds it in the writing transaction; it becomes origin `api` (its secrets change by
+    /// rotation: `crate::secrets`).
     fn update_subscription(
         &self,
         name: &str,
         change: registry::Change<'_>,
-        now: i64,
     ) -> StoreResult<registry::Updated>;
     /// Remove a live subscription, whatever its origin, finishing its unfinished states
     /// (completed, outcome `removed`) and forgetting its secrets: how many states it finished,
     /// `None` when no live subscription has that name.
     fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>>;
-    /// Every kept secret (`subscription_secrets`): generated ones, a config's, the API's.
-    fn kept_secrets(&self) -> StoreResult<Vec<registry::KeptSecret>>;
     /// Every subscription, removed ones last, with counts by status. `completed` counts are
     /// read from the whole history (a scan on SQLite): `false` leaves them 0, for `/metrics`.
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>>;
@@ -307,6 +331,9 @@ pub trait Store: Send + Sync + 'static {
     /// holds it: a node does not start while a copy fills its database, and a copy does not
     /// race live nodes' ingest and claims for the same keys.
     fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>>;
+
+    /// Alert state and notices (`crate::alerts`), shared by the nodes of one database.
+    fn alerts(&self) -> &dyn alerts::AlertStore;
 }
 
 /// Who holds a database (see [`Store::hold`]).

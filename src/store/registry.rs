@@ -59,39 +59,20 @@ pub type Change<'a> = &'a (
             + Sync
     );
 
-/// One row of `subscription_secrets`: a subscription's signing secrets or pull token.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeptSecret {
-    pub name: String,
-    /// `signing` or `token`.
-    pub purpose: String,
-    pub value: String,
-}
-
-impl std::fmt::Debug for KeptSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KeptSecret({}, {}, [redacted])", self.name, self.purpose)
-    }
-}
-
-/// The live subscriptions as the registry holds them, each with its kept secrets: what a node
-/// serves (see `crate::served`).
-pub fn served(
-    live: &[crate::store::routes::Live],
-    secrets: &[KeptSecret],
-) -> Vec<(i64, crate::subscriptions::Subscription)> {
-    let find = |name: &str, purpose: &str| {
-        secrets
-            .iter()
-            .find(|s| s.name == name && s.purpose == purpose)
-            .map(|s| s.value.as_str())
-    };
+/// The live subscriptions as the registry holds them, each with its id: what a node serves
+/// (see `crate::served`). Their secrets are read apart, through `crate::secrets`.
+pub fn served(live: &[crate::store::routes::Live]) -> Vec<(i64, crate::subscriptions::Subscription)> {
     live.iter()
-        .map(|l| {
-            (
-                l.id,
-                l.subscription(find(&l.name, "signing"), find(&l.name, "token")),
-            )
-        })
+        .map(|l| (l.id, l.subscription(None, None)))
         .collect()
 }
+
+/// The removed subscriptions that still hold pending or claimed states (both dialects): what
+/// a removal's finishing left undone (on PostgreSQL it commits after the removal, so a node
+/// can die between the two). Few rows: removed subscriptions, each probed by an index (the
+/// due index by subscription; the leases index holds only claims).
+pub const LEFT_UNFINISHED_SQL: &str = "SELECT u.id FROM subscriptions u
+  WHERE u.removed_at IS NOT NULL
+    AND (EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id AND s.status = 'pending')
+         OR EXISTS (SELECT 1 FROM event_state s WHERE s.sub = u.id AND s.status = 'claimed'))
+  ORDER BY u.id";

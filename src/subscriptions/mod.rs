@@ -61,6 +61,13 @@ impl Kind {
             Kind::Downstream | Kind::Http | Kind::Pull => 1,
         }
     }
+
+    /// Whether events stored but not fanned out yet are this subscription's backlog: every
+    /// kind but `downstream`, which takes submitted requests only (they have their state rows
+    /// from their insert). Counted as pending for it in `GET /subscriptions`.
+    pub fn waits_on_fan_out(self) -> bool {
+        !matches!(self, Kind::Downstream)
+    }
 }
 
 /// Which events a subscription takes: by source and by type glob (`*` any run of characters,

@@ -38,7 +38,8 @@ fn listed_credits(path: &Path) -> Vec<(String, i64, String)> {
 
 /// Every row of every table of a SQLite file, in key order, as SQLite stores it; not the
 /// tables derived from the others and rebuilt by the copy (the queue's cursors, the two parts
-/// of the customers' credit listings: compared by `listed_credits`), nor the copy's own mark.
+/// of the customers' credit listings: compared by `listed_credits`), nor the copy's own mark,
+/// nor what a copy starts without (the registry's nodes and secrets, alerts).
 fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let tables: Vec<String> = conn
@@ -47,7 +48,7 @@ fn dump(path: &Path) -> Vec<(String, Vec<Vec<Value>>)> {
                AND name <> 'schema_migrations' AND name <> 'queue_cursors'
                AND name NOT IN ('loyalty_customer_credits', 'loyalty_unlisted_credits',
                                 'copy_in_progress', 'nodes', 'subscription_registry',
-                                'subscription_secrets')
+                                'subscription_secrets', 'alert_state', 'alert_notices')
              ORDER BY name",
         )
         .unwrap()

@@ -3,6 +3,9 @@
 
 mod helpers;
 
+mod alerts;
+mod alerts_nodes;
+mod alerts_store;
 mod apidoc;
 mod apidoc_fuzz;
 mod backup;
@@ -77,6 +80,10 @@ mod replay;
 mod requests;
 mod requires;
 mod schemes;
+mod secrets;
+mod secrets_cli;
+mod secrets_nodes;
+mod secrets_store;
 mod security;
 mod senders;
 mod stores;

@@ -750,3 +750,39 @@ async fn a_long_poll_client_gone_during_its_claim_keeps_nothing() {
     assert_eq!(claims[0]["event_id"], "r");
     app.stop().await;
 }
+
+/// Events not fanned out yet count as pending (and age the lag) for a `pull` subscription as
+/// they do for an `http` one: with no worker to fan them out, a pull client that never came
+/// still shows its backlog in `GET /subscriptions`, not zero.
+#[tokio::test]
+async fn a_backlog_not_fanned_out_yet_counts_as_pending_for_a_pull_subscription() {
+    let app = pull_app("").await;
+    for i in 0..3 {
+        let r = app.deliver("shop", &format!("wait-{i}"), "{}").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let r = app.get("/subscriptions").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let orders = r.body["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "orders")
+        .cloned()
+        .unwrap();
+    assert_eq!(orders["counts"]["pending"], 3, "{orders}");
+    assert_eq!(orders["lag"], 3, "{orders}");
+    // Fanned out by its own claim, the count stays the same: claimed now, not pending twice.
+    let held = app.claim_n(3, 30_000).await;
+    assert_eq!(held.len(), 3);
+    let r = app.get("/subscriptions").await;
+    let orders = r.body["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "orders")
+        .cloned()
+        .unwrap();
+    assert_eq!(orders["counts"]["pending"], 0, "{orders}");
+    assert_eq!(orders["counts"]["claimed"], 3, "{orders}");
+}

@@ -18,6 +18,7 @@ crate::stores::store_tests!(
     a_node_whose_config_lacks_a_subscription_fans_out_to_it,
     a_node_restarted_with_an_older_config_removes_nothing_another_live_node_names,
     removing_a_subscription_finishes_what_it_left,
+    the_heartbeat_finishes_what_a_removal_that_died_midway_left,
     the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks,
     a_rule_changed_by_another_node_is_used_from_the_next_claim,
 );
@@ -188,6 +189,69 @@ fn removing_a_subscription_finishes_what_it_left(kind: StoreKind) {
     assert!(matches!(finished[..], [Finished::LeaseLost]));
 }
 
+/// A node that died between a removal's commit and the transaction that finishes its states
+/// (PostgreSQL commits them apart) left them pending and claimed under a removed
+/// subscription: made here directly, as that crash leaves it. The next heartbeat's prune, on
+/// any node, finishes them and closes the attempt in flight; a live subscription's states are
+/// left alone. Seen failing (both stores) with the prune's leftover pass left out: 3 states
+/// still unfinished.
+fn the_heartbeat_finishes_what_a_removal_that_died_midway_left(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, a, b) = two_nodes(kind, dir.path());
+    let base = test_subscription("base", Kind::Audit);
+    let late = test_subscription("late", Kind::Pull);
+    let ids = start(&a, "a", &[&base, &late]);
+    store_events(&a, 3);
+    assert_eq!(claim_lane(&a, 3), 3);
+    let held = a
+        .claim_subscription("c", ids[1], 1, 30_000, now_ms())
+        .unwrap()
+        .claims;
+    assert_eq!(held.len(), 1);
+    // The removal committed; its finishing never ran.
+    db.execute(&format!(
+        "UPDATE subscriptions SET removed_at = {} WHERE name = 'late'",
+        now_ms()
+    ));
+    let unfinished = "s.status IN ('pending', 'claimed')";
+    assert_eq!(
+        states_of(&db, "late", unfinished),
+        3,
+        "the crash's leftovers"
+    );
+    assert_eq!(
+        b.prune_subscriptions(now_ms()).unwrap(),
+        0,
+        "nothing newly removed"
+    );
+    assert_eq!(
+        states_of(&db, "late", unfinished),
+        0,
+        "the heartbeat finished them"
+    );
+    assert_eq!(
+        states_of(
+            &db,
+            "late",
+            "s.status = 'completed' AND s.outcome = 'removed'"
+        ),
+        3
+    );
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM event_attempts a JOIN subscriptions u ON u.id = a.sub
+              WHERE u.name = 'late' AND a.finished_at IS NULL"
+        ),
+        0,
+        "the attempt in flight is closed"
+    );
+    assert_eq!(
+        states_of(&db, "base", "s.status = 'claimed'"),
+        3,
+        "a live subscription's claims are left alone"
+    );
+}
+
 /// A subscription whose registry rule this node's config does not give it (at least once,
 /// one attempt): a claim of it whose lease runs out is failed by this node's sweeper by that
 /// rule (its budget spent: failed, not abandoned). Seen failing (both stores) with the
@@ -231,57 +295,6 @@ fn the_sweeper_decides_by_the_registry_rule_of_a_subscription_its_config_lacks(k
         1,
         "failed by other's own rule: at least once, its one attempt spent"
     );
-}
-
-/// Two nodes with one config, each in its own folder (its own `data/`), on one PostgreSQL
-/// database: the signing secret of an `http` subscription that names none and the token of
-/// such a `pull` one are made once and shared, so that the user's endpoint verifies either
-/// node's calls; each node keeps the shared one in its own file too (`listen` reads it there).
-/// Seen failing before the secrets were kept in the database: each node had its own.
-#[test]
-fn postgres_two_nodes_with_one_config_share_the_generated_secrets() {
-    use crate::process::{ServerProcess, free_port};
-    if !crate::pgdb::available() {
-        return;
-    }
-    let db = crate::pgdb::PgDatabase::create();
-    let extra = r#"
-[[subscriptions]]
-name = "billing"
-kind = "http"
-url = "http://127.0.0.1:9/hooks"
-
-[[subscriptions]]
-name = "worker"
-kind = "pull"
-"#;
-    let folders = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let mut nodes: Vec<ServerProcess> = folders
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| {
-            let port = free_port();
-            let config =
-                crate::nodes::node_config(dir.path(), &format!("n{i}"), port, &db.url, extra);
-            ServerProcess::start(dir.path(), &config, port, &format!("n{i}.log"))
-        })
-        .collect();
-    for file in ["subscription-billing-secret", "subscription-worker-token"] {
-        let kept: Vec<String> = folders
-            .iter()
-            .map(|dir| std::fs::read_to_string(dir.path().join("data").join(file)).unwrap())
-            .collect();
-        assert!(!kept[0].trim().is_empty());
-        assert_eq!(kept[0], kept[1], "{file}: each node made its own");
-    }
-    assert_eq!(
-        db.count("SELECT count(*) FROM subscription_secrets"),
-        2,
-        "one of each, in the database"
-    );
-    for node in &mut nodes {
-        node.terminate(std::time::Duration::from_secs(20));
-    }
 }
 
 /// Another node changes a subscription's rules (its config gives `audit` one attempt): this

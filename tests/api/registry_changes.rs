@@ -58,7 +58,7 @@ fn patch(store: &Arc<dyn Store>, patch: Map<String, Value>, slow: u64) {
         )
     };
     let updated = store
-        .update_subscription("hooks", &change, now_ms())
+        .update_subscription("hooks", &change)
         .unwrap();
     assert!(matches!(updated, Updated::Updated(_)), "{updated:?}");
 }

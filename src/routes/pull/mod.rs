@@ -28,10 +28,12 @@ const BODY_LIMIT: usize = 1 << 20;
 async fn puller(req: &HttpRequest, state: &AppState, name: &str) -> Result<Arc<Puller>, ApiError> {
     let token = crate::routes::auth::bearer(req);
     let found = state.served.puller(name);
-    match (found, token) {
-        (Some(puller), Some(token)) if puller.authorizes(token) => Ok(puller),
-        _ => Err(crate::routes::auth::refused(token.is_some()).await),
+    if let (Some(puller), Some(token)) = (found, token)
+        && puller.authorizes(token).await
+    {
+        return Ok(puller);
     }
+    Err(crate::routes::auth::refused(token.is_some()).await)
 }
 
 fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {

@@ -49,8 +49,18 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     ),
     (
         8,
+        "alerts",
+        include_str!("../../../migrations/postgres/0008_alerts.sql"),
+    ),
+    (
+        9,
+        "secrets",
+        include_str!("../../../migrations/postgres/0009_secrets.sql"),
+    ),
+    (
+        10,
         "subscription_settings",
-        include_str!("../../../migrations/postgres/0008_subscription_settings.sql"),
+        include_str!("../../../migrations/postgres/0010_subscription_settings.sql"),
     ),
 ];
 

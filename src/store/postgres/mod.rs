@@ -16,6 +16,7 @@
 //! returns, but for the in-process lane's claims, whose effects commit in the same
 //! transactions (see [`consume::commit_unflushed`]).
 
+mod alerts;
 mod breaker;
 mod consume;
 mod copy;
@@ -35,6 +36,7 @@ mod registry;
 mod rejections;
 mod requests;
 mod rows;
+mod secrets;
 mod session;
 mod subscriptions;
 mod tls;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use super::{
     PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
-    migrations, off_async, ordering, purge, registry, rejections, requests, subscriptions,
+    migrations, off_async, ordering, purge, registry, rejections, requests, secrets, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
-use crate::store::registry::{Change, Created, KeptSecret, Updated};
+use crate::store::registry::{Change, Created, Updated};
+use crate::store::secrets::{Purpose, Rotation, StoredSecret};
 use crate::store::{
     AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
     EventFilter, EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder,
@@ -20,6 +21,10 @@ use crate::store::{
 use crate::subscriptions::Subscription;
 
 impl Store for PostgresStore {
+    fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
+        self
+    }
+
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         off_async(|| {
             let pool = self
@@ -195,6 +200,10 @@ impl Store for PostgresStore {
     fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
         let removed = self.tx(|db| subscriptions::prune(db, now))?;
         self.finish_removed(&removed, now)?;
+        // What a node that died between a removal's commit and its finishing left pending.
+        let left = self.tx(super::registry::left_unfinished)?;
+        self.finish_removed(&left, now)?;
+        self.tx(|db| secrets::drop_expired(db, now))?;
         Ok(removed.len())
     }
 
@@ -209,26 +218,39 @@ impl Store for PostgresStore {
         })
     }
 
-    fn shared_secret(
+    fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
+        self.tx(|db| secrets::list(db, name, now))
+    }
+
+    fn keep_secret(
         &self,
         name: &str,
-        purpose: &str,
-        candidate: &str,
+        purpose: Purpose,
+        value: &str,
         now: i64,
-    ) -> StoreResult<String> {
-        self.tx(|db| {
-            db.execute(
-                "INSERT INTO subscription_secrets (name, purpose, value, created_at)
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (name, purpose) DO NOTHING",
-                &[&name, &purpose, &candidate, &now],
-            )?;
-            Ok(db
-                .query_one(
-                    "SELECT value FROM subscription_secrets WHERE name = $1 AND purpose = $2",
-                    &[&name, &purpose],
-                )?
-                .try_get(0)?)
-        })
+    ) -> StoreResult<StoredSecret> {
+        self.tx(|db| secrets::keep(db, name, purpose, value, now))
+    }
+
+    fn put_config_secrets(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        values: &[String],
+        now: i64,
+    ) -> StoreResult<()> {
+        self.tx(|db| secrets::put_config(db, name, purpose, values, now))
+    }
+
+    fn rotate_secret(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        value: &str,
+        grace_ms: i64,
+        now: i64,
+    ) -> StoreResult<Rotation> {
+        self.tx(|db| secrets::rotate(db, name, purpose, value, grace_ms, now))
     }
 
     fn registry_version_seen(&self) -> Option<i64> {
@@ -263,9 +285,8 @@ impl Store for PostgresStore {
         &self,
         name: &str,
         change: Change<'_>,
-        now: i64,
     ) -> StoreResult<Updated> {
-        let updated = self.tx(|db| registry::update(db, name, change, now));
+        let updated = self.tx(|db| registry::update(db, name, change));
         self.routes.forget();
         updated
     }
@@ -280,10 +301,6 @@ impl Store for PostgresStore {
             )),
             None => Ok(None),
         }
-    }
-
-    fn kept_secrets(&self) -> StoreResult<Vec<KeptSecret>> {
-        self.tx(|db| registry::kept(db, None))
     }
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {

@@ -1,6 +1,6 @@
 //! The registry's writes on PostgreSQL beyond a node's sync (as SQLite's `registry.rs`): one
-//! subscription's row written whole, its kept secrets, and the API's create, update and
-//! remove. Each takes the registry's locks first, as a sync does (every subscription row, then
+//! subscription's row written whole, the API's create, update and remove, and the
+//! heartbeat's upkeep (secrets are `store::secrets`'). Each takes the registry's locks first, as a sync does (every subscription row, then
 //! the fan-out's and the ingest's advisory locks): two changes of one subscription run one
 //! after the other, each reading what it changes under those locks, and a new subscription's
 //! `start_after_seq` is read with no insert or fan-out in flight.
@@ -8,7 +8,7 @@
 use super::session::Db;
 use super::subscriptions::{bump, load, lock_registry};
 use crate::store::StoreResult;
-use crate::store::registry::{Change, Created, KeptSecret, Updated};
+use crate::store::registry::{Change, Created, LEFT_UNFINISHED_SQL, Updated};
 use crate::store::routes;
 use crate::subscriptions::{HttpSettings, Subscription};
 
@@ -49,20 +49,6 @@ pub(super) fn write_row(
     Ok(())
 }
 
-/// Keep the secrets `sub` carries as every node's: they replace the kept ones.
-pub(super) fn keep_secrets(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResult<()> {
-    for (purpose, value) in crate::subscriptions::kept_secrets(sub) {
-        db.execute(
-            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (name, purpose) DO UPDATE SET value = excluded.value
-              WHERE subscription_secrets.value <> excluded.value",
-            &[&sub.name, &purpose, &value, &now],
-        )?;
-    }
-    Ok(())
-}
-
 pub(super) fn create(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResult<Created> {
     lock_registry(db)?;
     let existing = db.query_opt(
@@ -96,7 +82,6 @@ pub(super) fn create(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResu
             .try_get(0)?,
     };
     write_row(db, id, sub, "api")?;
-    keep_secrets(db, sub, now)?;
     bump(db)?;
     Ok(Created::Created(id))
 }
@@ -105,24 +90,18 @@ pub(super) fn update(
     db: &mut Db<'_>,
     name: &str,
     change: Change<'_>,
-    now: i64,
 ) -> StoreResult<Updated> {
     lock_registry(db)?;
     let routes = load(db)?;
     let Some(live) = routes.named(name) else {
         return Ok(Updated::NotFound);
     };
-    let secrets = kept(db, Some(name))?;
-    let current = crate::store::registry::served(std::slice::from_ref(live), &secrets)
-        .pop()
-        .map(|(_, sub)| sub)
-        .expect("one live subscription");
+    let current = live.subscription(None, None);
     let new = match change(&current) {
         Ok(new) => new,
         Err(refused) => return Ok(Updated::Refused(refused)),
     };
     write_row(db, live.id, &new, "api")?;
-    keep_secrets(db, &new, now)?;
     bump(db)?;
     Ok(Updated::Updated(Box::new(new)))
 }
@@ -144,20 +123,13 @@ pub(super) fn remove(db: &mut Db<'_>, name: &str, now: i64) -> StoreResult<Optio
     Ok(Some(row.try_get(0)?))
 }
 
-/// The kept secrets, of one subscription or of all.
-pub(super) fn kept(db: &mut Db<'_>, name: Option<&str>) -> StoreResult<Vec<KeptSecret>> {
-    db.query(
-        "SELECT name, purpose, value FROM subscription_secrets
-          WHERE $1::text IS NULL OR name = $1 ORDER BY name, purpose",
-        &[&name],
-    )?
-    .iter()
-    .map(|r| {
-        Ok(KeptSecret {
-            name: r.try_get(0)?,
-            purpose: r.try_get(1)?,
-            value: r.try_get(2)?,
-        })
-    })
-    .collect()
+/// The removed subscriptions that still hold pending or claimed states: a node that died
+/// between a removal's commit and the transaction that finishes its states (see
+/// `subscriptions::finish_removed`) left them. The heartbeat finishes them.
+pub(super) fn left_unfinished(db: &mut Db<'_>) -> StoreResult<Vec<i64>> {
+    Ok(db
+        .query(LEFT_UNFINISHED_SQL, &[])?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?)
 }

@@ -277,7 +277,6 @@ pub(super) fn sync(db: &mut Db<'_>, subs: &[Subscription], now: i64) -> StoreRes
             )?
             .try_get(0)?;
         super::registry::write_row(db, id, s, "config")?;
-        super::registry::keep_secrets(db, s, now)?;
         ids.push(id);
     }
     let removed = remove_unheld(db, &ids, now)?;
@@ -508,7 +507,6 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
     rows.iter()
         .map(|r| {
             let removed: bool = r.try_get(6)?;
-            let lane: i64 = r.try_get(8)?;
             let mut counts = StatusCounts {
                 pending: r.try_get(9)?,
                 claimed: r.try_get(10)?,
@@ -517,10 +515,12 @@ pub(super) fn list(db: &mut Db<'_>, completed: bool) -> StoreResult<Vec<Subscrip
                 oldest_due_at: r.try_get(13)?,
                 fan_out_waiting: 0,
             };
-            // Events not fanned out yet wait for every live subscription the fan-out claims
-            // for (the in-process ones, `http`).
+            // Events not fanned out yet wait for every live subscription a fan-out gives a
+            // state (every kind but `downstream`).
             let kind: String = r.try_get(1)?;
-            if (lane == 0 || kind == "http") && !removed {
+            let waits = crate::subscriptions::Kind::parse(&kind)
+                .is_some_and(crate::subscriptions::Kind::waits_on_fan_out);
+            if waits && !removed {
                 counts.pending += waiting;
                 counts.oldest_due_at = match (counts.oldest_due_at, oldest) {
                     (Some(a), Some(b)) => Some(a.min(b)),

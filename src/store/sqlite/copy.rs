@@ -239,6 +239,9 @@ pub(super) const DERIVED: &[&str] = &[
     "nodes",
     // Generated secrets: a node with the same config shares its own again at start.
     "subscription_secrets",
+    // Alerts are about the database they were raised on: a copy starts with none.
+    "alert_state",
+    "alert_notices",
     "loyalty_customer_credits",
     "loyalty_unlisted_credits",
 ];

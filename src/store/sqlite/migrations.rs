@@ -79,8 +79,18 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     ),
     (
         15,
+        "alerts",
+        include_str!("../../../migrations/sqlite/0015_alerts.sql"),
+    ),
+    (
+        16,
+        "secrets",
+        include_str!("../../../migrations/sqlite/0016_secrets.sql"),
+    ),
+    (
+        17,
         "subscription_settings",
-        include_str!("../../../migrations/sqlite/0015_subscription_settings.sql"),
+        include_str!("../../../migrations/sqlite/0017_subscription_settings.sql"),
     ),
 ];
 
@@ -132,6 +142,10 @@ pub(super) fn apply_all(
             let context = || format!("applying migration {version:04}_{name}.sql");
             tx.execute_batch(sql)
                 .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(context())))?;
+            if version == 16 {
+                // What SQL alone cannot do here: SHA-256.
+                super::secrets::digest_plain_tokens(&tx)?;
+            }
             let dangling: i64 =
                 tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
                     r.get(0)

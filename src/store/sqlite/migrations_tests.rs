@@ -103,7 +103,8 @@ fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
     let before = dump(&conn);
     assert_eq!(
         apply(&mut conn).unwrap(),
-        (3..=MIGRATIONS.len() as u32).collect::<Vec<_>>()
+        // Every migration after the first two (a later one adds to the list by itself).
+        MIGRATIONS[2..].iter().map(|m| m.0).collect::<Vec<u32>>()
     );
     assert_eq!(dump(&conn), before, "every row and column survives");
     // 8 lists the credits by customer; one whose event is missing is not listed, as the

@@ -11,6 +11,7 @@
 //! Every write transaction is `BEGIN IMMEDIATE`: a deferred one that reads then writes can fail
 //! with `SQLITE_BUSY_SNAPSHOT`, which the busy timeout does not retry.
 
+mod alerts;
 pub mod backup;
 mod breaker;
 mod checkpoint;
@@ -32,6 +33,7 @@ mod registry;
 mod rejections;
 mod requests;
 mod rows;
+mod secrets;
 mod stats;
 mod subscriptions;
 

@@ -4,10 +4,11 @@
 
 use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, registry, rejections, requests, stats, subscriptions,
+    purge, registry, rejections, requests, secrets, stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
-use crate::store::registry::{Change, Created, KeptSecret, Updated};
+use crate::store::registry::{Change, Created, Updated};
+use crate::store::secrets::{Purpose, Rotation, StoredSecret};
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
@@ -19,6 +20,10 @@ use crate::store::{
 use crate::subscriptions::Subscription;
 
 impl Store for SqliteStore {
+    fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
+        self
+    }
+
     fn migrate(&self) -> StoreResult<Vec<u32>> {
         let mut conn = self.lock_writer()?;
         let applied = migrations::apply(&mut conn)?;
@@ -158,7 +163,12 @@ impl Store for SqliteStore {
     }
 
     fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
-        let removed = self.write(|tx| subscriptions::prune(tx, now))?;
+        let removed = self.write(|tx| {
+            let removed = subscriptions::prune(tx, now)?;
+            super::registry::finish_left_unfinished(tx, now)?;
+            secrets::drop_expired(tx, now)?;
+            Ok(removed)
+        })?;
         if removed > 0 {
             self.routes_changed();
         }
@@ -176,25 +186,39 @@ impl Store for SqliteStore {
         })
     }
 
-    fn shared_secret(
+    fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
+        self.read(|c| secrets::list(c, name, now))
+    }
+
+    fn keep_secret(
         &self,
         name: &str,
-        purpose: &str,
-        candidate: &str,
+        purpose: Purpose,
+        value: &str,
         now: i64,
-    ) -> StoreResult<String> {
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO subscription_secrets (name, purpose, value, created_at)
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name, purpose) DO NOTHING",
-                rusqlite::params![name, purpose, candidate, now],
-            )?;
-            Ok(tx.query_row(
-                "SELECT value FROM subscription_secrets WHERE name = ?1 AND purpose = ?2",
-                rusqlite::params![name, purpose],
-                |r| r.get(0),
-            )?)
-        })
+    ) -> StoreResult<StoredSecret> {
+        self.write(|tx| secrets::keep(tx, name, purpose, value, now))
+    }
+
+    fn put_config_secrets(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        values: &[String],
+        now: i64,
+    ) -> StoreResult<()> {
+        self.write(|tx| secrets::put_config(tx, name, purpose, values, now))
+    }
+
+    fn rotate_secret(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        value: &str,
+        grace_ms: i64,
+        now: i64,
+    ) -> StoreResult<Rotation> {
+        self.write(|tx| secrets::rotate(tx, name, purpose, value, grace_ms, now))
     }
 
     fn registry_version_seen(&self) -> Option<i64> {
@@ -227,17 +251,12 @@ impl Store for SqliteStore {
         &self,
         name: &str,
         change: Change<'_>,
-        now: i64,
     ) -> StoreResult<Updated> {
-        self.registry_write(|tx| registry::update(tx, name, change, now))
+        self.registry_write(|tx| registry::update(tx, name, change))
     }
 
     fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>> {
         self.registry_write(|tx| registry::remove(tx, name, now))
-    }
-
-    fn kept_secrets(&self) -> StoreResult<Vec<KeptSecret>> {
-        self.read(|c| registry::kept(c, None))
     }
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {

@@ -1,12 +1,13 @@
 //! The registry's writes on SQLite beyond a node's sync: one subscription's row written whole
-//! (the sync's and the API's), its kept secrets, and the API's create, update and remove, each
-//! in one `BEGIN IMMEDIATE` transaction, so that it reads what it changes under the write lock.
+//! (the sync's and the API's), the API's create, update and remove, each in one `BEGIN
+//! IMMEDIATE` transaction, so that it reads what it changes under the write lock, and the
+//! heartbeat's upkeep. Secrets are `store::secrets`'.
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::subscriptions::{bump, finish_removed, load};
 use crate::store::StoreResult;
-use crate::store::registry::{Change, Created, KeptSecret, Updated};
+use crate::store::registry::{Change, Created, LEFT_UNFINISHED_SQL, Updated};
 use crate::store::routes;
 use crate::subscriptions::{HttpSettings, Subscription};
 
@@ -58,21 +59,6 @@ pub(super) fn insert_row(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> 
     )?)
 }
 
-/// Keep the secrets `sub` carries (a config's or the API's; see `subscriptions::kept_secrets`)
-/// as every node's: they replace the kept ones.
-pub(super) fn keep_secrets(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> StoreResult<()> {
-    for (purpose, value) in crate::subscriptions::kept_secrets(sub) {
-        tx.prepare_cached(
-            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (name, purpose) DO UPDATE SET value = excluded.value
-              WHERE value <> excluded.value",
-        )?
-        .execute(params![sub.name, purpose, value, now])?;
-    }
-    Ok(())
-}
-
 pub(super) fn create(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> StoreResult<Created> {
     let existing: Option<(i64, bool)> = tx
         .query_row(
@@ -97,7 +83,6 @@ pub(super) fn create(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> Stor
         None => insert_row(tx, sub, now)?,
     };
     write_row(tx, id, sub, "api")?;
-    keep_secrets(tx, sub, now)?;
     bump(tx)?;
     Ok(Created::Created(id))
 }
@@ -106,7 +91,6 @@ pub(super) fn update(
     tx: &Transaction<'_>,
     name: &str,
     change: Change<'_>,
-    now: i64,
 ) -> StoreResult<Updated> {
     // Read in the writing transaction: a change made meanwhile by another node or thread is
     // either all seen here or all after this one.
@@ -114,17 +98,12 @@ pub(super) fn update(
     let Some(live) = routes.named(name) else {
         return Ok(Updated::NotFound);
     };
-    let secrets = kept(tx, Some(name))?;
-    let current = crate::store::registry::served(std::slice::from_ref(live), &secrets)
-        .pop()
-        .map(|(_, sub)| sub)
-        .expect("one live subscription");
+    let current = live.subscription(None, None);
     let new = match change(&current) {
         Ok(new) => new,
         Err(refused) => return Ok(Updated::Refused(refused)),
     };
     write_row(tx, live.id, &new, "api")?;
-    keep_secrets(tx, &new, now)?;
     bump(tx)?;
     Ok(Updated::Updated(Box::new(new)))
 }
@@ -150,22 +129,18 @@ pub(super) fn remove(tx: &Transaction<'_>, name: &str, now: i64) -> StoreResult<
     Ok(Some(finished))
 }
 
-/// The kept secrets, of one subscription or of all.
-pub(super) fn kept(
-    conn: &rusqlite::Connection,
-    name: Option<&str>,
-) -> StoreResult<Vec<KeptSecret>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT name, purpose, value FROM subscription_secrets
-              WHERE ?1 IS NULL OR name = ?1 ORDER BY name, purpose",
-        )?
-        .query_map([name], |r| {
-            Ok(KeptSecret {
-                name: r.get(0)?,
-                purpose: r.get(1)?,
-                value: r.get(2)?,
-            })
-        })?
-        .collect::<Result<_, _>>()?)
+/// Finish what removed subscriptions still hold (see `registry::LEFT_UNFINISHED_SQL`): on
+/// SQLite a removal finishes its states in its own transaction, so this finds something only
+/// in a database written otherwise (an older version, a copy, a hand edit). Returns how many
+/// states were finished.
+pub(super) fn finish_left_unfinished(tx: &Transaction<'_>, now: i64) -> StoreResult<usize> {
+    let ids: Vec<i64> = tx
+        .prepare_cached(LEFT_UNFINISHED_SQL)?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut finished = 0;
+    for id in ids {
+        finished += super::subscriptions::finish_removed(tx, id, now)?;
+    }
+    Ok(finished)
 }

@@ -156,7 +156,6 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
             None => super::registry::insert_row(tx, s, now)?,
         };
         super::registry::write_row(tx, id, s, "config")?;
-        super::registry::keep_secrets(tx, s, now)?;
         ids.push(id);
     }
     remove_unheld(tx, &ids, now)?;
@@ -313,40 +312,39 @@ pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<Subscr
             ttl = registry::NODE_TTL_MS
         ))?
         .query_map([], |r| {
-            Ok((
-                SubscriptionInfo {
-                    name: r.get(0)?,
-                    kind: r.get(1)?,
-                    route: route_of(r, 2)?,
-                    paused: r.get(5)?,
-                    removed: r.get(6)?,
-                    created_at: r.get(7)?,
-                    probe_at: r.get(14)?,
-                    origin: r.get(15)?,
-                    mode: crate::domain::DeliveryMode::parse(&r.get::<_, String>(16)?)
-                        .unwrap_or(crate::domain::DeliveryMode::AtLeastOnce),
-                    max_attempts: u32::try_from(r.get::<_, i64>(17)?).unwrap_or(0),
-                    declared_by: serde_json::from_str(&r.get::<_, String>(18)?).unwrap_or_default(),
-                    counts: StatusCounts {
-                        pending: r.get(9)?,
-                        claimed: r.get(10)?,
-                        completed: r.get(11)?,
-                        failed: r.get(12)?,
-                        oldest_due_at: r.get(13)?,
-                        fan_out_waiting: 0,
-                    },
+            Ok(SubscriptionInfo {
+                name: r.get(0)?,
+                kind: r.get(1)?,
+                route: route_of(r, 2)?,
+                paused: r.get(5)?,
+                removed: r.get(6)?,
+                created_at: r.get(7)?,
+                probe_at: r.get(14)?,
+                origin: r.get(15)?,
+                mode: crate::domain::DeliveryMode::parse(&r.get::<_, String>(16)?)
+                    .unwrap_or(crate::domain::DeliveryMode::AtLeastOnce),
+                max_attempts: u32::try_from(r.get::<_, i64>(17)?).unwrap_or(0),
+                declared_by: serde_json::from_str(&r.get::<_, String>(18)?).unwrap_or_default(),
+                counts: StatusCounts {
+                    pending: r.get(9)?,
+                    claimed: r.get(10)?,
+                    completed: r.get(11)?,
+                    failed: r.get(12)?,
+                    oldest_due_at: r.get(13)?,
+                    fan_out_waiting: 0,
                 },
-                r.get::<_, i64>(8)?,
-            ))
+            })
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    // Events not fanned out yet wait for every live subscription the fan-out claims for (the
-    // in-process ones, `http`): counted (and aged) as pending for each, without reading the
+    // Events not fanned out yet wait for every live subscription a fan-out gives a state
+    // (every kind but `downstream`): counted (and aged) as pending for each, without reading the
     // log to route them.
     Ok(infos
         .drain(..)
-        .map(|(mut info, lane)| {
-            if (lane == 0 || info.kind == "http") && !info.removed {
+        .map(|mut info| {
+            let waits = crate::subscriptions::Kind::parse(&info.kind)
+                .is_some_and(crate::subscriptions::Kind::waits_on_fan_out);
+            if waits && !info.removed {
                 info.counts.pending += waiting.count;
                 info.counts.oldest_due_at = match (info.counts.oldest_due_at, waiting.oldest) {
                     (Some(a), Some(b)) => Some(a.min(b)),

@@ -51,13 +51,12 @@ fn postgres_every_event_keeps_its_state_under_the_subscription_that_handled_it()
                 (5, 1, 'w', 5, 6, 'lease_expired', 'lease expired');",
     );
     let store = webhook_inbox::store::open(&Database::Postgres(db.url.clone())).unwrap();
-    // Every migration after the first two, however many there are by now.
-    let applied = store.migrate().unwrap();
-    assert_eq!(applied.first(), Some(&3));
-    assert!(
-        applied.len() >= 5 && applied.windows(2).all(|w| w[1] == w[0] + 1),
-        "{applied:?}"
-    );
+    // Every migration after the first two (a later one adds to the list by itself).
+    let later: Vec<u32> = webhook_inbox::store::postgres::MIGRATIONS[2..]
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(store.migrate().unwrap(), later);
     let expected = [
         (
             "shop",

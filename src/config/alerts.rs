@@ -1,0 +1,373 @@
+//! `[[alerts]]`: a channel and the conditions that send to it (SPEC section 15).
+
+use serde::Deserialize;
+
+use super::{ConfigError, invalid};
+use crate::signature::{Scheme, Secret};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    /// A chat incoming webhook (Slack-compatible JSON: `text` and `blocks`).
+    Slack,
+    /// A JSON POST signed as Standard Webhooks with the channel's own `secret`.
+    Webhook,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConditionKind {
+    /// At least `threshold` states of a subscription failed within the last `duration_seconds`.
+    SubscriptionFailed,
+    /// An `http` subscription's breaker has been open (probing) for `duration_seconds`.
+    BreakerOpen,
+    /// A subscription's oldest due event has waited more than `threshold` seconds, for
+    /// `duration_seconds` (`listen` sessions left out).
+    SubscriptionLag,
+    /// At least `threshold` deliveries of a source were refused within `duration_seconds`.
+    SourceRejected,
+    /// The store has answered "unavailable" (503) for `duration_seconds`.
+    StoreUnavailable,
+}
+
+impl ConditionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConditionKind::SubscriptionFailed => "subscription_failed",
+            ConditionKind::BreakerOpen => "breaker_open",
+            ConditionKind::SubscriptionLag => "subscription_lag",
+            ConditionKind::SourceRejected => "source_rejected",
+            ConditionKind::StoreUnavailable => "store_unavailable",
+        }
+    }
+
+    /// Whether `threshold` means something for it.
+    fn takes_threshold(self) -> bool {
+        !matches!(
+            self,
+            ConditionKind::BreakerOpen | ConditionKind::StoreUnavailable
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionSettings {
+    pub kind: ConditionKind,
+    /// A count (failed states, refused deliveries) or, for `subscription_lag`, seconds.
+    #[serde(default)]
+    pub threshold: u64,
+    /// The window of a count, or how long the condition must hold.
+    pub duration_seconds: u64,
+    /// Only this subscription (conditions on subscriptions) or source (`source_rejected`).
+    #[serde(default)]
+    pub only: Option<String>,
+}
+
+/// The conditions of an `[[alerts]]` that names none: an `http` endpoint down five minutes,
+/// any failed state in fifteen, a subscription ten minutes behind, twenty refused deliveries of
+/// a source in five minutes (a rotated secret), the store unavailable for a minute.
+pub fn default_conditions() -> Vec<ConditionSettings> {
+    let c = |kind, threshold, duration_seconds| ConditionSettings {
+        kind,
+        threshold,
+        duration_seconds,
+        only: None,
+    };
+    vec![
+        c(ConditionKind::SubscriptionFailed, 1, 900),
+        c(ConditionKind::BreakerOpen, 0, 300),
+        c(ConditionKind::SubscriptionLag, 600, 0),
+        c(ConditionKind::SourceRejected, 20, 300),
+        c(ConditionKind::StoreUnavailable, 0, 60),
+    ]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertSettings {
+    /// Names the channel in alert keys and logs; default: its kind (`slack`, `webhook`).
+    #[serde(default)]
+    pub name: String,
+    pub kind: ChannelKind,
+    pub url: String,
+    /// The `webhook` channel's signing secret (`whsec_` and base64, as Standard Webhooks).
+    #[serde(default)]
+    pub secret: Option<Secret>,
+    /// Bound on one call to the channel.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Empty: [`default_conditions`].
+    #[serde(default)]
+    pub conditions: Vec<ConditionSettings>,
+}
+
+impl AlertSettings {
+    /// `name`, or the kind when it is unset.
+    pub fn channel(&self) -> &str {
+        match (self.name.as_str(), self.kind) {
+            ("", ChannelKind::Slack) => "slack",
+            ("", ChannelKind::Webhook) => "webhook",
+            (name, _) => name,
+        }
+    }
+
+    /// `conditions`, or the default set when it names none.
+    pub fn conditions(&self) -> Vec<ConditionSettings> {
+        match self.conditions.is_empty() {
+            true => default_conditions(),
+            false => self.conditions.clone(),
+        }
+    }
+}
+
+fn default_timeout_ms() -> u64 {
+    5_000
+}
+
+/// `url` is an http:// or https:// URL, or the error names `key`.
+fn http_url(key: &str, url: &str) -> Result<(), ConfigError> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| invalid(key, format!("`{url}` is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(key, "must be an http:// or https:// URL"));
+    }
+    Ok(())
+}
+
+/// Longest duration or window accepted: a week.
+const MAX_DURATION_SECONDS: u64 = 7 * 86_400;
+
+/// Check `[[alerts]]`, `alert_every_ms` and `public_url`.
+pub fn validate(settings: &super::Settings) -> Result<(), ConfigError> {
+    if let Some(url) = &settings.public_url {
+        http_url("public_url", url)?;
+    }
+    let alerts = &settings.alerts;
+    if !(50..=3_600_000).contains(&settings.alert_every_ms) {
+        return Err(invalid(
+            "alert_every_ms",
+            "must be between 50 and 3600000 (an hour)",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, a) in alerts.iter().enumerate() {
+        let key = |field: &str| format!("alerts[{i}].{field}");
+        let well_formed = a.channel().len() <= 64
+            && a.channel()
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !well_formed {
+            return Err(invalid(
+                key("name"),
+                "use letters, digits, `-` and `_` (at most 64)",
+            ));
+        }
+        if !seen.insert(a.channel()) {
+            return Err(invalid(
+                key("name"),
+                format!(
+                    "channel `{}` is defined twice (give each `[[alerts]]` its own name)",
+                    a.channel()
+                ),
+            ));
+        }
+        http_url(&key("url"), &a.url)?;
+        match (a.kind, &a.secret) {
+            (ChannelKind::Webhook, None) => {
+                return Err(invalid(
+                    key("secret"),
+                    "a `webhook` channel signs its notices: set a Standard Webhooks secret \
+                     (whsec_ and base64)",
+                ));
+            }
+            (ChannelKind::Webhook, Some(secret)) => Scheme::StandardWebhooks
+                .check_secret(secret.expose())
+                .map_err(|m| invalid(key("secret"), m))?,
+            (ChannelKind::Slack, Some(_)) => {
+                return Err(invalid(
+                    key("secret"),
+                    "a `slack` channel is not signed (its URL is the secret): remove it",
+                ));
+            }
+            (ChannelKind::Slack, None) => {}
+        }
+        if a.timeout_ms == 0 || a.timeout_ms > 60_000 {
+            return Err(invalid(key("timeout_ms"), "must be between 1 and 60000"));
+        }
+        let mut kinds = std::collections::HashSet::new();
+        for (j, c) in a.conditions.iter().enumerate() {
+            let key = |field: &str| format!("alerts[{i}].conditions[{j}].{field}");
+            if c.duration_seconds > MAX_DURATION_SECONDS {
+                return Err(invalid(
+                    key("duration_seconds"),
+                    format!("must be at most {MAX_DURATION_SECONDS} (a week)"),
+                ));
+            }
+            let counts = matches!(
+                c.kind,
+                ConditionKind::SubscriptionFailed | ConditionKind::SourceRejected
+            );
+            if counts && (c.threshold == 0 || c.duration_seconds == 0) {
+                return Err(invalid(
+                    key("threshold"),
+                    format!(
+                        "`{}` counts within a window: set threshold (at least 1) and \
+                         duration_seconds (the window, at least 1)",
+                        c.kind.name()
+                    ),
+                ));
+            }
+            if !c.kind.takes_threshold() && c.threshold != 0 {
+                return Err(invalid(
+                    key("threshold"),
+                    format!(
+                        "`{}` has no threshold, only duration_seconds",
+                        c.kind.name()
+                    ),
+                ));
+            }
+            if c.kind == ConditionKind::StoreUnavailable && c.only.is_some() {
+                return Err(invalid(
+                    key("only"),
+                    "`store_unavailable` is about no subscription or source",
+                ));
+            }
+            if !kinds.insert((c.kind, c.only.clone())) {
+                return Err(invalid(
+                    key("kind"),
+                    format!(
+                        "`{}` is set twice for the same subject in this channel",
+                        c.kind.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Settings;
+    use super::*;
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn parse(text: &str) -> Result<Settings, ConfigError> {
+        Settings::from_toml(text, "t", Vec::new())
+    }
+
+    /// The error's key and message, for a config that must be refused.
+    fn refused(text: &str) -> (String, String) {
+        match parse(text) {
+            Err(ConfigError::Invalid { key, message }) => (key, message),
+            other => panic!("expected an invalid key, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_channel_alone_gets_the_default_conditions_and_its_kind_as_name() {
+        let s =
+            parse("[[alerts]]\nkind = \"slack\"\nurl = \"https://hooks.example.com/x\"\n").unwrap();
+        assert_eq!(s.alerts[0].channel(), "slack");
+        let kinds: Vec<&str> = s.alerts[0]
+            .conditions()
+            .iter()
+            .map(|c| c.kind.name())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "subscription_failed",
+                "breaker_open",
+                "subscription_lag",
+                "source_rejected",
+                "store_unavailable"
+            ]
+        );
+        assert_eq!(s.alert_every_ms, 15_000);
+        assert_eq!(s.alerts[0].timeout_ms, 5_000);
+    }
+
+    #[test]
+    fn conditions_are_read_with_their_threshold_duration_and_subject() {
+        let s = parse(&format!(
+            "alert_every_ms = 200\n[[alerts]]\nname = \"ops\"\nkind = \"webhook\"\n\
+             url = \"http://127.0.0.1:9/\"\nsecret = \"{SECRET}\"\n\
+             [[alerts.conditions]]\nkind = \"source_rejected\"\nthreshold = 5\n\
+             duration_seconds = 60\nonly = \"shop\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            s.alerts[0].conditions(),
+            [ConditionSettings {
+                kind: ConditionKind::SourceRejected,
+                threshold: 5,
+                duration_seconds: 60,
+                only: Some("shop".into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn bad_alert_settings_are_refused_naming_the_key() {
+        let slack = "[[alerts]]\nkind = \"slack\"\nurl = \"https://hooks.example.com/x\"\n";
+        for (text, key, words) in [
+            (
+                "[[alerts]]\nkind = \"webhook\"\nurl = \"https://x.example.com/\"\n".to_string(),
+                "alerts[0].secret",
+                "signs",
+            ),
+            (
+                "[[alerts]]\nkind = \"webhook\"\nurl = \"https://x.example.com/\"\nsecret = \"plain\"\n"
+                    .to_string(),
+                "alerts[0].secret",
+                "whsec_",
+            ),
+            (
+                "[[alerts]]\nkind = \"slack\"\nurl = \"not a url\"\n".to_string(),
+                "alerts[0].url",
+                "not a URL",
+            ),
+            (format!("{slack}{slack}"), "alerts[1].name", "twice"),
+            (
+                format!("{slack}[[alerts.conditions]]\nkind = \"source_rejected\"\nduration_seconds = 60\n"),
+                "alerts[0].conditions[0].threshold",
+                "at least 1",
+            ),
+            (
+                format!("{slack}[[alerts.conditions]]\nkind = \"breaker_open\"\nthreshold = 3\nduration_seconds = 60\n"),
+                "alerts[0].conditions[0].threshold",
+                "no threshold",
+            ),
+            (
+                format!("{slack}[[alerts.conditions]]\nkind = \"breaker_open\"\nduration_seconds = 9999999\n"),
+                "alerts[0].conditions[0].duration_seconds",
+                "a week",
+            ),
+            (format!("alert_every_ms = 1\n{slack}"), "alert_every_ms", "between"),
+            (format!("public_url = \"ftp://x\"\n{slack}"), "public_url", "http"),
+        ] {
+            let (got, message) = refused(&text);
+            assert_eq!(got, key, "{text}");
+            assert!(message.contains(words), "{key}: {message}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_condition_or_key_is_refused_by_name() {
+        let err = parse(
+            "[[alerts]]\nkind = \"slack\"\nurl = \"https://h.example.com/\"\n\
+             [[alerts.conditions]]\nkind = \"disk_full\"\nduration_seconds = 1\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("alerts[0].conditions[0].kind"), "{err}");
+        let err =
+            parse("[[alerts]]\nkind = \"slack\"\nurl = \"https://h.example.com/\"\nchanel = 1\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("chanel"), "{err}");
+    }
+}

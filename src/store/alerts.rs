@@ -1,0 +1,104 @@
+//! What the alert engine (`crate::alerts`) keeps in the store: each alert's state, shared by
+//! every node, and the outbox of notices. The rules (what holds, for how long, what a notice
+//! says) live above; each store supplies the statements.
+//!
+//! Exactly one node writes each notice: an episode starts with one conditional `UPDATE ...
+//! WHERE active = 0` (and clears with `... WHERE active = 1`), and the node whose statement
+//! changed the row writes the notice in the same transaction; `UNIQUE (alert, episode, phase)`
+//! backs it. Exactly one node at a time sends it: a claim with a lease, its later transitions
+//! fenced by the claimer's token.
+
+use super::StoreResult;
+
+/// What one node saw of one alert's condition in one evaluation.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// `channel/condition/subject`.
+    pub alert: String,
+    pub channel: String,
+    /// Whether the condition holds now.
+    pub holding: bool,
+    /// How long it must have held before a "started" notice (ms; 0: at once).
+    pub for_ms: i64,
+    /// What it is about, in words ("subscription `billing`: breaker open").
+    pub title: String,
+    /// The figure now ("open for 42 s"): the started notice's, or the cleared one's.
+    pub figure: String,
+    /// Where the dashboard shows it.
+    pub link: String,
+}
+
+/// A notice written to the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub id: i64,
+    pub alert: String,
+    pub episode: i64,
+    /// `started` or `cleared`.
+    pub phase: String,
+    pub channel: String,
+    pub title: String,
+    pub figure: String,
+    /// When the condition started to hold (unix ms).
+    pub since: i64,
+    pub link: String,
+    pub created_at: i64,
+    /// Attempts to send it, this one included (on a claimed notice).
+    pub attempts: i64,
+}
+
+/// An alert whose episode is open ("started" written, "cleared" not yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveAlert {
+    pub alert: String,
+    pub episode: i64,
+    pub since: i64,
+    pub figure: String,
+}
+
+pub trait AlertStore: Send + Sync {
+    /// Apply one evaluation's observations, in one transaction: record when a condition
+    /// started to hold, start an episode of one that has held for its `for_ms` (writing its
+    /// "started" notice), clear the episode of one that no longer holds (writing "cleared").
+    /// Returns the notices this call wrote: none when another node wrote them first.
+    fn observe(&self, observations: &[Observation], now: i64) -> StoreResult<Vec<Notice>>;
+    /// Claim up to `limit` unsent notices of `channel` that are due and not claimed by a live
+    /// claim, for `lease_ms`, as `claimer`; counts the attempt. Notices past `max_attempts`
+    /// stay unsent and are not claimed again.
+    fn claim_notices(
+        &self,
+        channel: &str,
+        claimer: &str,
+        limit: usize,
+        lease_ms: i64,
+        max_attempts: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Notice>>;
+    /// The channel took it. `false`: the claim was no longer `claimer`'s (nothing changed).
+    fn notice_sent(&self, id: i64, claimer: &str, now: i64) -> StoreResult<bool>;
+    /// The channel failed: try again at `retry_at`.
+    fn notice_failed(
+        &self,
+        id: i64,
+        claimer: &str,
+        error: &str,
+        retry_at: i64,
+    ) -> StoreResult<bool>;
+    /// The alerts whose episode is open, by key.
+    fn active_alerts(&self) -> StoreResult<Vec<ActiveAlert>>;
+    /// Per live subscription, its failed states whose last attempt finished at or after
+    /// `since` (unix ms): `(subscription, count)`, only those with some.
+    fn failed_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>>;
+    /// Per source, deliveries refused at the edge (and kept, see `crate::rejections`) at or
+    /// after `since`: `(source, count)`.
+    fn rejected_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>>;
+}
+
+/// [`AlertStore::failed_since`] on both stores (`$1` binds by position on SQLite too): the
+/// failed states are read through their partial index, each one's time is its last attempt's.
+pub const FAILED_SINCE: &str = "SELECT u.name, count(*) FROM event_state s
+    JOIN subscriptions u ON u.id = s.sub
+   WHERE s.status = 'failed' AND u.removed_at IS NULL
+     AND (SELECT max(a.finished_at) FROM event_attempts a
+           WHERE a.event_seq = s.seq AND a.sub = s.sub) >= $1
+   GROUP BY u.name ORDER BY u.name";

@@ -1,0 +1,212 @@
+//! The alert state and the notice outbox on SQLite (see `store::alerts`). One writer at a
+//! time (`BEGIN IMMEDIATE`) already orders two processes on one file; the conditional updates
+//! keep the rule the same as on PostgreSQL, where they are what decides.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::SqliteStore;
+use crate::store::StoreResult;
+use crate::store::alerts::{ActiveAlert, AlertStore, Notice, Observation};
+
+const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
+                      created_at, attempts";
+
+fn notice(r: &rusqlite::Row<'_>) -> rusqlite::Result<Notice> {
+    Ok(Notice {
+        id: r.get(0)?,
+        alert: r.get(1)?,
+        episode: r.get(2)?,
+        phase: r.get(3)?,
+        channel: r.get(4)?,
+        title: r.get(5)?,
+        figure: r.get(6)?,
+        since: r.get(7)?,
+        link: r.get(8)?,
+        created_at: r.get(9)?,
+        attempts: r.get(10)?,
+    })
+}
+
+fn write_notice(
+    tx: &Transaction<'_>,
+    o: &Observation,
+    episode: i64,
+    phase: &str,
+    since: i64,
+    now: i64,
+) -> StoreResult<Option<Notice>> {
+    let sql = format!(
+        "INSERT INTO alert_notices (alert, episode, phase, channel, title, figure, since, link,
+                                    created_at, next_attempt_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+         ON CONFLICT (alert, episode, phase) DO NOTHING
+         RETURNING {NOTICE}"
+    );
+    Ok(tx
+        .prepare_cached(&sql)?
+        .query_row(
+            params![
+                o.alert, episode, phase, o.channel, o.title, o.figure, since, o.link, now
+            ],
+            notice,
+        )
+        .optional()?)
+}
+
+fn observe_one(tx: &Transaction<'_>, o: &Observation, now: i64) -> StoreResult<Option<Notice>> {
+    if o.holding {
+        tx.prepare_cached(
+            "INSERT INTO alert_state (alert, holding_since) VALUES (?1, ?2)
+             ON CONFLICT (alert) DO UPDATE
+                SET holding_since = coalesce(alert_state.holding_since, excluded.holding_since)",
+        )?
+        .execute(params![o.alert, now])?;
+        let started: Option<(i64, i64)> = tx
+            .prepare_cached(
+                "UPDATE alert_state
+                    SET active = 1, episode = episode + 1, started_at = holding_since, figure = ?3
+                  WHERE alert = ?1 AND active = 0 AND holding_since <= ?2
+                 RETURNING episode, started_at",
+            )?
+            .query_row(params![o.alert, now - o.for_ms, o.figure], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        return match started {
+            Some((episode, since)) => write_notice(tx, o, episode, "started", since, now),
+            None => Ok(None),
+        };
+    }
+    let cleared: Option<(i64, i64)> = tx
+        .prepare_cached(
+            "UPDATE alert_state SET active = 0, holding_since = NULL
+              WHERE alert = ?1 AND active = 1
+             RETURNING episode, started_at",
+        )?
+        .query_row([&o.alert], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match cleared {
+        Some((episode, since)) => write_notice(tx, o, episode, "cleared", since, now),
+        None => {
+            tx.prepare_cached(
+                "UPDATE alert_state SET holding_since = NULL
+                  WHERE alert = ?1 AND active = 0 AND holding_since IS NOT NULL",
+            )?
+            .execute([&o.alert])?;
+            Ok(None)
+        }
+    }
+}
+
+impl AlertStore for SqliteStore {
+    fn observe(&self, observations: &[Observation], now: i64) -> StoreResult<Vec<Notice>> {
+        self.write(|tx| {
+            let mut written = Vec::new();
+            for o in observations {
+                written.extend(observe_one(tx, o, now)?);
+            }
+            Ok(written)
+        })
+    }
+
+    fn claim_notices(
+        &self,
+        channel: &str,
+        claimer: &str,
+        limit: usize,
+        lease_ms: i64,
+        max_attempts: i64,
+        now: i64,
+    ) -> StoreResult<Vec<Notice>> {
+        let sql = format!(
+            "UPDATE alert_notices
+                SET claimed_by = ?2, claimed_until = ?3 + ?4, attempts = attempts + 1
+              WHERE id IN (SELECT id FROM alert_notices
+                            WHERE channel = ?1 AND sent_at IS NULL AND next_attempt_at <= ?3
+                              AND (claimed_until IS NULL OR claimed_until <= ?3)
+                              AND attempts < ?5
+                            ORDER BY id LIMIT ?6)
+             RETURNING {NOTICE}"
+        );
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let rows = stmt.query_map(
+                params![channel, claimer, now, lease_ms, max_attempts, limit as i64],
+                notice,
+            )?;
+            let mut claimed = rows.collect::<Result<Vec<_>, _>>()?;
+            claimed.sort_by_key(|n| n.id);
+            Ok(claimed)
+        })
+    }
+
+    fn notice_sent(&self, id: i64, claimer: &str, now: i64) -> StoreResult<bool> {
+        self.write(|tx| {
+            Ok(tx
+                .prepare_cached(
+                    "UPDATE alert_notices
+                        SET sent_at = ?3, claimed_by = NULL, claimed_until = NULL
+                      WHERE id = ?1 AND claimed_by = ?2 AND sent_at IS NULL",
+                )?
+                .execute(params![id, claimer, now])?
+                == 1)
+        })
+    }
+
+    fn notice_failed(
+        &self,
+        id: i64,
+        claimer: &str,
+        error: &str,
+        retry_at: i64,
+    ) -> StoreResult<bool> {
+        self.write(|tx| {
+            Ok(tx
+                .prepare_cached(
+                    "UPDATE alert_notices
+                        SET last_error = ?3, next_attempt_at = ?4, claimed_by = NULL,
+                            claimed_until = NULL
+                      WHERE id = ?1 AND claimed_by = ?2 AND sent_at IS NULL",
+                )?
+                .execute(params![id, claimer, error, retry_at])?
+                == 1)
+        })
+    }
+
+    fn active_alerts(&self) -> StoreResult<Vec<ActiveAlert>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT alert, episode, started_at, ifnull(figure, '') FROM alert_state
+                  WHERE active = 1 ORDER BY alert",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(ActiveAlert {
+                    alert: r.get(0)?,
+                    episode: r.get(1)?,
+                    since: r.get(2)?,
+                    figure: r.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn failed_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(crate::store::alerts::FAILED_SINCE)?;
+            let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn rejected_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT source, count(*) FROM rejections WHERE received_at >= ?1
+                  GROUP BY source ORDER BY source",
+            )?;
+            let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+}
