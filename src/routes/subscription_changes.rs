@@ -159,10 +159,21 @@ fn keep_given(
     }
 }
 
-/// Add a subscription (origin `api`: no config's sync or a node's stop removes it). It takes
-/// the events stored from now on (older ones by a backfill).
+/// The query of `POST /subscriptions`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateParams {
+    /// A `listen` session's own subscription (origin `session`): kind `pull` only.
+    session: Option<bool>,
+}
+
+/// Add a subscription (origin `api`: no config's sync or a node's stop removes it; with
+/// `session=true`, origin `session`: a `listen` session's, left out of the global lag and
+/// stats, removed when the session ends or idles). It takes the events stored from now on
+/// (older ones by a backfill).
 #[utoipa::path(post, path = "/subscriptions",
     operation_id = "createSubscription", tag = "ops", security(("bearer" = [])),
+    params(("session" = Option<bool>, Query, description = "A `listen` session's own `pull` subscription (origin `session`)")),
     request_body = SubscriptionFields,
     responses(
         (status = 201, description = "The subscription, with its generated secret this once", body = CreatedSubscription),
@@ -174,6 +185,7 @@ fn keep_given(
 pub async fn create(
     _: Admin,
     req: HttpRequest,
+    query: web::Query<CreateParams>,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -183,6 +195,18 @@ pub async fn create(
     let settings = &state.settings;
     let sub =
         validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
+    let session = query.session.unwrap_or(false);
+    if session && sub.kind != Kind::Pull {
+        return Err(refused(FieldError {
+            field: "kind".into(),
+            message: "a session (`session=true`) is a `pull` subscription".into(),
+        }));
+    }
+    let origin = if session {
+        crate::store::routes::ORIGIN_SESSION
+    } else {
+        "api"
+    };
     check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
     if sub.http.as_ref().is_some_and(|t| t.signing_secrets.len() > 1) {
         return Err(refused(FieldError {
@@ -193,7 +217,7 @@ pub async fn create(
     let name = sub.name.clone();
     let kept = {
         let sub = sub.clone();
-        blocking(&state, move |s| s.create_subscription(&sub, now_ms())).await?
+        blocking(&state, move |s| s.create_subscription(&sub, origin, now_ms())).await?
     };
     if kept == Created::Taken {
         return Err(ApiError::Conflict(format!(

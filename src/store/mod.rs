@@ -83,7 +83,12 @@ pub trait Store: Send + Sync + 'static {
     /// last node that named one stopped or crashed), finishing their work; how many. Each
     /// node's heartbeat runs it. It also finishes what removed subscriptions still hold (a
     /// node that died between a removal and its finishing left it: `registry::LEFT_UNFINISHED_SQL`).
-    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize>;
+    /// It also removes the `listen` sessions not seen (claiming) since `sessions_idle_before`,
+    /// as `remove_subscription` does.
+    fn prune_subscriptions(&self, now: i64, sessions_idle_before: i64) -> StoreResult<usize>;
+    /// A `listen` session (origin `session`) claimed: not idle (see `prune_subscriptions`).
+    /// Anything else is left alone.
+    fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()>;
     // Secrets (`store::secrets`): values are kept as given (sealed, or digests: `crate::secrets`).
     /// Every secret of subscription `name` valid at `now` (current ones first, then older ones
     /// in a rotation's grace, newest first).
@@ -128,12 +133,18 @@ pub trait Store: Send + Sync + 'static {
     /// The registry's version of the store's cached view (`None` before it read one): no
     /// read of the database.
     fn registry_version_seen(&self) -> Option<i64>;
-    /// Add a subscription through the API (origin `api`, which no config's sync or prune
-    /// removes; see `store::registry`), with the secrets it carries: it takes the events stored
-    /// after now. A name removed earlier comes back as a new subscription, its history kept.
-    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<registry::Created>;
+    /// Add a subscription through the API (`origin` `api`, which no config's sync or prune
+    /// removes, or `session`, a `listen` session's, which the prune removes when idle; see
+    /// `store::registry`): it takes the events stored after now. A name removed earlier comes
+    /// back as a new subscription, its history kept.
+    fn create_subscription(
+        &self,
+        sub: &Subscription,
+        origin: &str,
+        now: i64,
+    ) -> StoreResult<registry::Created>;
     /// Change a live subscription through the API by `change`, which sees it as the registry
-    /// holds it in the writing transaction; it becomes origin `api` (its secrets change by
+    /// holds it in the writing transaction; it becomes origin `api`, a session staying one (its secrets change by
     /// rotation: `crate::secrets`).
     fn update_subscription(
         &self,
