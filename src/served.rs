@@ -108,11 +108,7 @@ impl Served {
             let tokens = Live::new(Arc::clone(&self.vault), &sub.name);
             if let Some(puller) = Puller::new(*id, sub.clone(), &self.metrics, key, tokens) {
                 let session = live.iter().any(|l| l.id == *id && l.is_session());
-                pullers.push(Arc::new(if session {
-                    puller.as_session()
-                } else {
-                    puller
-                }));
+                pullers.push(Arc::new(if session { puller.as_session() } else { puller }));
             }
         }
         *self.pullers.write() = pullers;

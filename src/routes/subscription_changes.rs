@@ -142,7 +142,9 @@ fn keep_given(
                 .as_ref()
                 .and_then(|t| t.signing_secrets.first())
                 .map(|s| s.expose().to_string());
-            let secret = given.clone().unwrap_or_else(crate::secrets::new_signing_secret);
+            let secret = given
+                .clone()
+                .unwrap_or_else(crate::secrets::new_signing_secret);
             vault.give(&sub.name, Purpose::Signing, &secret, now)?;
             Ok((given.is_none().then_some(secret), None))
         }
@@ -193,8 +195,7 @@ pub async fn create(
         serde_path_to_error::deserialize(Value::Object(object(&req, payload).await?))
             .map_err(|e| refused(body_error(e)))?;
     let settings = &state.settings;
-    let sub =
-        validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
+    let sub = validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
     let session = query.session.unwrap_or(false);
     if session && sub.kind != Kind::Pull {
         return Err(refused(FieldError {
@@ -208,7 +209,11 @@ pub async fn create(
         "api"
     };
     check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
-    if sub.http.as_ref().is_some_and(|t| t.signing_secrets.len() > 1) {
+    if sub
+        .http
+        .as_ref()
+        .is_some_and(|t| t.signing_secrets.len() > 1)
+    {
         return Err(refused(FieldError {
             field: "signing_secret".into(),
             message: "give one: POST /subscriptions/{name}/rotate-secret adds the next".into(),
@@ -217,7 +222,10 @@ pub async fn create(
     let name = sub.name.clone();
     let kept = {
         let sub = sub.clone();
-        blocking(&state, move |s| s.create_subscription(&sub, origin, now_ms())).await?
+        blocking(&state, move |s| {
+            s.create_subscription(&sub, origin, now_ms())
+        })
+        .await?
     };
     if kept == Created::Taken {
         return Err(ApiError::Conflict(format!(

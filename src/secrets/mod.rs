@@ -16,7 +16,6 @@ mod start;
 
 use std::sync::Arc;
 
-
 use crate::store::secrets::{Purpose, Rotation, StoredSecret, token_digest};
 use crate::store::{Store, StoreError};
 use crate::subscriptions::Kind;
@@ -94,9 +93,12 @@ impl Vault {
     pub fn claims_key(&self, name: &str, derived: Option<[u8; 32]>) -> anyhow::Result<[u8; 32]> {
         let key = derived.unwrap_or_else(crate::config::new_secret_bytes::<32>);
         let offered = self.kept_form(name, Purpose::Claims, &hex::encode(key));
-        let kept = self
-            .store
-            .keep_secret(name, Purpose::Claims, &offered, crate::domain::time::now_ms())?;
+        let kept = self.store.keep_secret(
+            name,
+            Purpose::Claims,
+            &offered,
+            crate::domain::time::now_ms(),
+        )?;
         hex::decode(self.open(name, &kept)?)
             .ok()
             .and_then(|k| k.try_into().ok())
@@ -105,7 +107,13 @@ impl Vault {
 
     /// Keep `plain` as the current secret of `name` for `purpose`, made through the API (not a
     /// config's): a new subscription's, given in its body or generated.
-    pub fn give(&self, name: &str, purpose: Purpose, plain: &str, now: i64) -> Result<(), VaultError> {
+    pub fn give(
+        &self,
+        name: &str,
+        purpose: Purpose,
+        plain: &str,
+        now: i64,
+    ) -> Result<(), VaultError> {
         let offered = self.kept_form(name, purpose, plain);
         let kept = self.store.keep_secret(name, purpose, &offered, now)?;
         if kept.value != offered {

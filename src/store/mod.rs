@@ -379,7 +379,9 @@ impl std::fmt::Debug for Hold {
 /// any is pending, else completed (the `events` view's rule). Failures, claims and pending
 /// states are read where their partial indexes hold them; `completed` is the rest of the
 /// events that have a live state, one ordered walk of the state table's key (what
-/// `status_counts` pays already for its `count(*)`).
+/// `status_counts` pays already for its `count(*)`). A state pending for a `listen` session
+/// (origin `session`) makes no event pending here: it is pending for that session only (the
+/// subscription is joined already; its claims and failures count as any other's).
 pub const EVENT_COUNTS: &str = "SELECT
     (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
       WHERE u.removed_at IS NULL),
@@ -390,7 +392,7 @@ pub const EVENT_COUNTS: &str = "SELECT
         AND NOT EXISTS (SELECT 1 FROM event_state f JOIN subscriptions v ON v.id = f.sub
                          WHERE f.seq = s.seq AND f.status = 'failed' AND v.removed_at IS NULL)),
     (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
-      WHERE s.status = 'pending' AND u.removed_at IS NULL
+      WHERE s.status = 'pending' AND u.removed_at IS NULL AND u.origin <> 'session'
         AND NOT EXISTS (SELECT 1 FROM event_state f JOIN subscriptions v ON v.id = f.sub
                          WHERE f.seq = s.seq AND f.status IN ('failed', 'claimed')
                            AND v.removed_at IS NULL))";

@@ -28,6 +28,10 @@ use super::client::resolve_url;
 use crate::config::{self, Settings};
 use crate::signature::Secret;
 
+/// How long a new session's routes may take to be served (each node reads the registry's
+/// changes within a second).
+const SESSION_SERVED: Duration = Duration::from_secs(5);
+
 /// The variable `--token` falls back to.
 const TOKEN_ENV: &str = "WEBHOOK_INBOX_PULL_TOKEN";
 
@@ -46,8 +50,13 @@ pub struct ListenArgs {
     types: Vec<String>,
     /// With --source: the admin token that opens the session [default: the config's
     /// `admin_token`, else the generated admin-token file].
-    #[arg(long, env = "WEBHOOK_INBOX_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN",
-          requires = "sources")]
+    #[arg(
+        long,
+        env = "WEBHOOK_INBOX_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        requires = "sources"
+    )]
     admin_token: Option<String>,
     /// Where to POST each event, e.g. http://127.0.0.1:3000/hooks.
     #[arg(long, value_name = "URL")]
@@ -121,8 +130,9 @@ pub fn run(config: Option<&Path>, mut args: ListenArgs) -> anyhow::Result<()> {
                  as `removed`)."
             ),
             Ok(None) => eprintln!("Session `{name}` was removed already."),
-            Err(e) => eprintln!("{e:#}; the server removes it once it has idled for \
-                                 `session_idle_seconds`"),
+            Err(e) => eprintln!(
+                "{e:#}; the server removes it once it has idled for `session_idle_seconds`"
+            ),
         }
         return ran;
     };
@@ -157,6 +167,7 @@ fn forward(
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
+    let session = matches!(origin, TokenOrigin::Session);
     let server = server::Server::new(http.clone(), base, subscription, token, origin);
     let timeout = Duration::from_millis(args.timeout_ms);
     eprintln!(
@@ -169,9 +180,14 @@ fn forward(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(
-        batch::Listener::new(server, endpoint, args.batch).run(crate::startup::shutdown_signal()),
-    )
+    runtime.block_on(async {
+        if session {
+            server.served(SESSION_SERVED).await?;
+        }
+        batch::Listener::new(server, endpoint, args.batch)
+            .run(crate::startup::shutdown_signal())
+            .await
+    })
 }
 
 /// The subscription's token as the server on this machine knows it.

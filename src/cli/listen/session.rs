@@ -30,8 +30,17 @@ impl Session {
             url,
             token: admin_token,
         };
-        let api = ApiClient::new(&Api { config, before: &before }, &remote)?;
-        let name = name_for(&host_name(), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+        let api = ApiClient::new(
+            &Api {
+                config,
+                before: &before,
+            },
+            &remote,
+        )?;
+        let name = name_for(
+            &host_name(),
+            &uuid::Uuid::new_v4().simple().to_string()[..6],
+        );
         let mut body = json!({"name": name, "kind": "pull", "sources": sources});
         if !types.is_empty() {
             body["types"] = json!(types);
@@ -58,7 +67,10 @@ impl Session {
         match self.api.call(reqwest::Method::DELETE, &path, None) {
             Ok(answer) => Ok(Some(answer["finished"].as_u64().unwrap_or(0))),
             Err(crate::cli::client::CliError::Api { code, .. }) if code == "not_found" => Ok(None),
-            Err(e) => Err(anyhow::anyhow!("cannot delete session `{}`: {e}", self.name)),
+            Err(e) => Err(anyhow::anyhow!(
+                "cannot delete session `{}`: {e}",
+                self.name
+            )),
         }
     }
 }

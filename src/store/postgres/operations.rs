@@ -299,11 +299,7 @@ impl Store for PostgresStore {
         created
     }
 
-    fn update_subscription(
-        &self,
-        name: &str,
-        change: Change<'_>,
-    ) -> StoreResult<Updated> {
+    fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {
         let updated = self.tx(|db| registry::update(db, name, change));
         self.routes.forget();
         updated

@@ -97,11 +97,7 @@ pub(super) fn create(
     Ok(Created::Created(id))
 }
 
-pub(super) fn update(
-    db: &mut Db<'_>,
-    name: &str,
-    change: Change<'_>,
-) -> StoreResult<Updated> {
+pub(super) fn update(db: &mut Db<'_>, name: &str, change: Change<'_>) -> StoreResult<Updated> {
     lock_registry(db)?;
     let routes = load(db)?;
     let Some(live) = routes.named(name) else {
@@ -113,7 +109,11 @@ pub(super) fn update(
         Err(refused) => return Ok(Updated::Refused(refused)),
     };
     // A session stays one; any other subscription changed through the API becomes `api`.
-    let origin = if live.is_session() { routes::ORIGIN_SESSION } else { "api" };
+    let origin = if live.is_session() {
+        routes::ORIGIN_SESSION
+    } else {
+        "api"
+    };
     write_row(db, live.id, &new, origin)?;
     bump(db)?;
     Ok(Updated::Updated(Box::new(new)))

@@ -257,11 +257,7 @@ impl Store for SqliteStore {
         self.write(|tx| registry::session_seen(tx, sub, now))
     }
 
-    fn update_subscription(
-        &self,
-        name: &str,
-        change: Change<'_>,
-    ) -> StoreResult<Updated> {
+    fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {
         self.registry_write(|tx| registry::update(tx, name, change))
     }
 

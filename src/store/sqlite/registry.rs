@@ -98,11 +98,7 @@ pub(super) fn create(
     Ok(Created::Created(id))
 }
 
-pub(super) fn update(
-    tx: &Transaction<'_>,
-    name: &str,
-    change: Change<'_>,
-) -> StoreResult<Updated> {
+pub(super) fn update(tx: &Transaction<'_>, name: &str, change: Change<'_>) -> StoreResult<Updated> {
     // Read in the writing transaction: a change made meanwhile by another node or thread is
     // either all seen here or all after this one.
     let routes = load(tx)?;
@@ -115,7 +111,11 @@ pub(super) fn update(
         Err(refused) => return Ok(Updated::Refused(refused)),
     };
     // A session stays one; any other subscription changed through the API becomes `api`.
-    let origin = if live.is_session() { routes::ORIGIN_SESSION } else { "api" };
+    let origin = if live.is_session() {
+        routes::ORIGIN_SESSION
+    } else {
+        "api"
+    };
     write_row(tx, live.id, &new, origin)?;
     bump(tx)?;
     Ok(Updated::Updated(Box::new(new)))
@@ -154,7 +154,11 @@ pub(super) fn session_seen(tx: &Transaction<'_>, id: i64, now: i64) -> StoreResu
 
 /// Remove the sessions not seen since `idle_before`, as a `DELETE` would: their states
 /// finished, their secrets forgotten. Returns how many.
-pub(super) fn prune_sessions(tx: &Transaction<'_>, idle_before: i64, now: i64) -> StoreResult<usize> {
+pub(super) fn prune_sessions(
+    tx: &Transaction<'_>,
+    idle_before: i64,
+    now: i64,
+) -> StoreResult<usize> {
     let idle: Vec<String> = tx
         .prepare_cached(IDLE_SESSIONS_SQL)?
         .query_map([idle_before], |r| r.get(0))?
