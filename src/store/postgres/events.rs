@@ -274,9 +274,9 @@ pub(super) const STATUS_COUNTS: &str = "SELECT
            AND NOT EXISTS (SELECT 1 FROM subscriptions u
                             WHERE u.id = s.sub AND u.origin = 'session')) d),
     w.count, w.min,
-    (SELECT count(*) FROM subscriptions u JOIN event_state s
-        ON s.sub = u.id AND s.status = 'pending'
-      WHERE u.origin = 'session')
+    (SELECT coalesce(sum((SELECT count(*) FROM event_state s
+                           WHERE s.status = 'pending' AND s.sub = u.id)), 0)::bigint
+       FROM subscriptions u WHERE u.origin = 'session')
   FROM (SELECT count(*), min(l.received_at) FROM event_log l
          WHERE l.lane = 0 AND l.seq > (SELECT after_seq FROM queue_cursor)) w";
 
