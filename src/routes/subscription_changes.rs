@@ -127,38 +127,6 @@ async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Resul
     Ok(())
 }
 
-/// Keep the secret a new subscription was given in its body, or make one (answered once):
-/// through the vault, so that it is sealed or kept as a digest as every secret is.
-fn keep_given(
-    vault: &crate::secrets::Vault,
-    sub: &crate::subscriptions::Subscription,
-) -> Result<(Option<String>, Option<String>), crate::secrets::VaultError> {
-    use crate::store::secrets::Purpose;
-    let now = now_ms();
-    match sub.kind {
-        Kind::Http => {
-            let given = sub
-                .http
-                .as_ref()
-                .and_then(|t| t.signing_secrets.first())
-                .map(|s| s.expose().to_string());
-            let secret = given.clone().unwrap_or_else(crate::secrets::new_signing_secret);
-            vault.give(&sub.name, Purpose::Signing, &secret, now)?;
-            Ok((given.is_none().then_some(secret), None))
-        }
-        Kind::Pull => {
-            let given = sub.token.as_ref().map(|t| t.expose().to_string());
-            let token = given.clone().unwrap_or_else(crate::secrets::new_token);
-            vault.give(&sub.name, Purpose::Token, &token, now)?;
-            vault
-                .claims_key(&sub.name, None)
-                .map_err(|e| crate::secrets::VaultError::Conflict(format!("{e:#}")))?;
-            Ok((None, given.is_none().then_some(token)))
-        }
-        _ => Ok((None, None)),
-    }
-}
-
 /// Add a subscription (origin `api`: no config's sync or a node's stop removes it). It takes
 /// the events stored from now on (older ones by a backfill).
 #[utoipa::path(post, path = "/subscriptions",
@@ -181,37 +149,42 @@ pub async fn create(
         serde_path_to_error::deserialize(Value::Object(object(&req, payload).await?))
             .map_err(|e| refused(body_error(e)))?;
     let settings = &state.settings;
-    let sub =
-        validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
+    let sub = validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
     check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
-    if sub.http.as_ref().is_some_and(|t| t.signing_secrets.len() > 1) {
+    let kind = sub.kind;
+    if sub
+        .http
+        .as_ref()
+        .is_some_and(|t| t.signing_secrets.len() > 1)
+    {
         return Err(refused(FieldError {
             field: "signing_secret".into(),
             message: "give one: POST /subscriptions/{name}/rotate-secret adds the next".into(),
         }));
     }
     let name = sub.name.clone();
-    let kept = {
-        let sub = sub.clone();
-        blocking(&state, move |s| s.create_subscription(&sub, now_ms())).await?
+    // Its secret is written with it, in one transaction: no node serves it without one.
+    let given = match sub.kind {
+        Kind::Http => sub
+            .http
+            .as_ref()
+            .and_then(|t| t.signing_secrets.first())
+            .map(|s| s.expose().to_string()),
+        _ => sub.token.as_ref().map(|t| t.expose().to_string()),
     };
-    if kept == Created::Taken {
+    let (secrets, made) = state.vault.first_secrets(&name, sub.kind, given.as_deref());
+    let created = blocking(&state, move |s| {
+        s.create_subscription(&sub, &secrets, now_ms())
+    })
+    .await?;
+    if created == Created::Taken {
         return Err(ApiError::Conflict(format!(
             "a subscription named `{name}` exists: change it with PATCH, or delete it first"
         )));
     }
-    let vault = std::sync::Arc::clone(&state.vault);
-    let secrets = tokio::task::spawn_blocking(move || keep_given(&vault, &sub))
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("keeping the secret: {e}")))?;
-    let (signing_secret, token) = match secrets {
-        Ok(made) => made,
-        Err(e) => {
-            // Not served without its secret: taken back, so that the create can be retried.
-            let name = name.clone();
-            blocking(&state, move |s| s.remove_subscription(&name, now_ms())).await?;
-            return Err(e.into());
-        }
+    let (signing_secret, token) = match kind {
+        Kind::Http => (made, None),
+        _ => (None, made),
     };
     tracing::info!(subscription = %name, "subscription created through the API");
     state.queued.notify_waiters();

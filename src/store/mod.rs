@@ -129,9 +129,17 @@ pub trait Store: Send + Sync + 'static {
     /// read of the database.
     fn registry_version_seen(&self) -> Option<i64>;
     /// Add a subscription through the API (origin `api`, which no config's sync or prune
-    /// removes; see `store::registry`), with the secrets it carries: it takes the events stored
+    /// removes; see `store::registry`): it takes the events stored
     /// after now. A name removed earlier comes back as a new subscription, its history kept.
-    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<registry::Created>;
+    /// `secrets` are kept with it, in its transaction, in the form the store keeps them
+    /// (`crate::secrets::Vault::kept_forms`), replacing any an earlier subscription of that
+    /// name left: it is never served without them.
+    fn create_subscription(
+        &self,
+        sub: &Subscription,
+        secrets: &[(secrets::Purpose, String)],
+        now: i64,
+    ) -> StoreResult<registry::Created>;
     /// Change a live subscription through the API by `change`, which sees it as the registry
     /// holds it in the writing transaction; it becomes origin `api` (its secrets change by
     /// rotation: `crate::secrets`).
@@ -238,6 +246,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)>;
     /// Give back claims whose handler never started (shutdown).
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
+    /// Give back claims that were no attempt at all (nothing was sent): pending, due now, with
+    /// the claim's attempt taken back from the count and the history.
+    fn give_back(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
     /// Expired leases: back to pending, or failed for at-most-once handlers and spent budgets.
     /// Apply `decide` to every claim whose lease has run out, each transition fenced by its
     /// claim token, in one transaction.

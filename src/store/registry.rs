@@ -61,7 +61,9 @@ pub type Change<'a> = &'a (
 
 /// The live subscriptions as the registry holds them, each with its id: what a node serves
 /// (see `crate::served`). Their secrets are read apart, through `crate::secrets`.
-pub fn served(live: &[crate::store::routes::Live]) -> Vec<(i64, crate::subscriptions::Subscription)> {
+pub fn served(
+    live: &[crate::store::routes::Live],
+) -> Vec<(i64, crate::subscriptions::Subscription)> {
     live.iter()
         .map(|l| (l.id, l.subscription(None, None)))
         .collect()

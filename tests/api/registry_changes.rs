@@ -40,7 +40,7 @@ fn create(store: &Arc<dyn Store>, body: Value) {
             ));
     }
     assert!(matches!(
-        store.create_subscription(&sub, now_ms()).unwrap(),
+        store.create_subscription(&sub, &[], now_ms()).unwrap(),
         Created::Created(_)
     ));
 }
@@ -57,9 +57,7 @@ fn patch(store: &Arc<dyn Store>, patch: Map<String, Value>, slow: u64) {
             DeliveryMode::AtMostOnce,
         )
     };
-    let updated = store
-        .update_subscription("hooks", &change)
-        .unwrap();
+    let updated = store.update_subscription("hooks", &change).unwrap();
     assert!(matches!(updated, Updated::Updated(_)), "{updated:?}");
 }
 

@@ -167,6 +167,10 @@ impl Store for PostgresStore {
         self.tx(|db| leases::release(db, claims, now))
     }
 
+    fn give_back(&self, claims: &[ClaimRef], _now: i64) -> StoreResult<usize> {
+        self.tx(|db| leases::give_back(db, claims))
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.tx(|db| leases::sweep(db, now, decide))
     }
@@ -275,17 +279,18 @@ impl Store for PostgresStore {
             .collect())
     }
 
-    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<Created> {
-        let created = self.tx(|db| registry::create(db, sub, now));
+    fn create_subscription(
+        &self,
+        sub: &Subscription,
+        secrets: &[(Purpose, String)],
+        now: i64,
+    ) -> StoreResult<Created> {
+        let created = self.tx(|db| registry::create(db, sub, secrets, now));
         self.routes.forget();
         created
     }
 
-    fn update_subscription(
-        &self,
-        name: &str,
-        change: Change<'_>,
-    ) -> StoreResult<Updated> {
+    fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {
         let updated = self.tx(|db| registry::update(db, name, change));
         self.routes.forget();
         updated

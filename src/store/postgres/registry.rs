@@ -10,6 +10,7 @@ use super::subscriptions::{bump, load, lock_registry};
 use crate::store::StoreResult;
 use crate::store::registry::{Change, Created, LEFT_UNFINISHED_SQL, Updated};
 use crate::store::routes;
+use crate::store::secrets::Purpose;
 use crate::subscriptions::{HttpSettings, Subscription};
 
 /// Every column of subscription `id` but its life, as `sub` says, from `origin`.
@@ -49,7 +50,12 @@ pub(super) fn write_row(
     Ok(())
 }
 
-pub(super) fn create(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResult<Created> {
+pub(super) fn create(
+    db: &mut Db<'_>,
+    sub: &Subscription,
+    secrets: &[(Purpose, String)],
+    now: i64,
+) -> StoreResult<Created> {
     lock_registry(db)?;
     let existing = db.query_opt(
         "SELECT id, removed_at IS NULL FROM subscriptions WHERE name = $1",
@@ -82,15 +88,22 @@ pub(super) fn create(db: &mut Db<'_>, sub: &Subscription, now: i64) -> StoreResu
             .try_get(0)?,
     };
     write_row(db, id, sub, "api")?;
+    db.execute(
+        "DELETE FROM subscription_secrets WHERE name = $1",
+        &[&sub.name],
+    )?;
+    for (purpose, value) in secrets {
+        db.execute(
+            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+             VALUES ($1, $2, $3, $4)",
+            &[&sub.name, &purpose.as_str(), value, &now],
+        )?;
+    }
     bump(db)?;
     Ok(Created::Created(id))
 }
 
-pub(super) fn update(
-    db: &mut Db<'_>,
-    name: &str,
-    change: Change<'_>,
-) -> StoreResult<Updated> {
+pub(super) fn update(db: &mut Db<'_>, name: &str, change: Change<'_>) -> StoreResult<Updated> {
     lock_registry(db)?;
     let routes = load(db)?;
     let Some(live) = routes.named(name) else {

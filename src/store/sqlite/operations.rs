@@ -133,6 +133,10 @@ impl Store for SqliteStore {
         self.consumer_write(|tx| leases::release(tx, claims, now))
     }
 
+    fn give_back(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
+        self.consumer_write(|tx| leases::give_back(tx, claims, now))
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.consumer_write(|tx| leases::sweep(tx, now, decide))
     }
@@ -243,15 +247,16 @@ impl Store for SqliteStore {
             .collect())
     }
 
-    fn create_subscription(&self, sub: &Subscription, now: i64) -> StoreResult<Created> {
-        self.registry_write(|tx| registry::create(tx, sub, now))
+    fn create_subscription(
+        &self,
+        sub: &Subscription,
+        secrets: &[(Purpose, String)],
+        now: i64,
+    ) -> StoreResult<Created> {
+        self.registry_write(|tx| registry::create(tx, sub, secrets, now))
     }
 
-    fn update_subscription(
-        &self,
-        name: &str,
-        change: Change<'_>,
-    ) -> StoreResult<Updated> {
+    fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {
         self.registry_write(|tx| registry::update(tx, name, change))
     }
 

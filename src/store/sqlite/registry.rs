@@ -9,6 +9,7 @@ use super::subscriptions::{bump, finish_removed, load};
 use crate::store::StoreResult;
 use crate::store::registry::{Change, Created, LEFT_UNFINISHED_SQL, Updated};
 use crate::store::routes;
+use crate::store::secrets::Purpose;
 use crate::subscriptions::{HttpSettings, Subscription};
 
 /// Every column of subscription `id` but its life (`start_after_seq`, `created_at`,
@@ -59,7 +60,12 @@ pub(super) fn insert_row(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> 
     )?)
 }
 
-pub(super) fn create(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> StoreResult<Created> {
+pub(super) fn create(
+    tx: &Transaction<'_>,
+    sub: &Subscription,
+    secrets: &[(Purpose, String)],
+    now: i64,
+) -> StoreResult<Created> {
     let existing: Option<(i64, bool)> = tx
         .query_row(
             "SELECT id, removed_at IS NULL FROM subscriptions WHERE name = ?1",
@@ -83,15 +89,22 @@ pub(super) fn create(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> Stor
         None => insert_row(tx, sub, now)?,
     };
     write_row(tx, id, sub, "api")?;
+    tx.execute(
+        "DELETE FROM subscription_secrets WHERE name = ?1",
+        [&sub.name],
+    )?;
+    for (purpose, value) in secrets {
+        tx.execute(
+            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![sub.name, purpose.as_str(), value, now],
+        )?;
+    }
     bump(tx)?;
     Ok(Created::Created(id))
 }
 
-pub(super) fn update(
-    tx: &Transaction<'_>,
-    name: &str,
-    change: Change<'_>,
-) -> StoreResult<Updated> {
+pub(super) fn update(tx: &Transaction<'_>, name: &str, change: Change<'_>) -> StoreResult<Updated> {
     // Read in the writing transaction: a change made meanwhile by another node or thread is
     // either all seen here or all after this one.
     let routes = load(tx)?;
