@@ -65,7 +65,7 @@ pub struct SubscriptionFields {
 
 /// A subscription just made: as `GET /subscriptions/{name}` shows it, with its generated
 /// secret, shown this once.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct CreatedSubscription {
     #[serde(flatten)]
     subscription: SubscriptionView,
@@ -287,4 +287,11 @@ pub async fn delete(
         removed: true,
         finished,
     }))
+}
+
+/// Never the secret (SPEC: secrets appear in this answer only, not in logs).
+impl std::fmt::Debug for CreatedSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CreatedSubscription([redacted])")
+    }
 }
