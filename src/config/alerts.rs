@@ -125,10 +125,10 @@ fn default_timeout_ms() -> u64 {
     5_000
 }
 
-/// `url` is an http:// or https:// URL, or the error names `key`.
+/// `url` is an http:// or https:// URL, or the error names `key` (never the URL: a `slack`
+/// channel's URL is its secret).
 fn http_url(key: &str, url: &str) -> Result<(), ConfigError> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| invalid(key, format!("`{url}` is not a URL: {e}")))?;
+    let parsed = reqwest::Url::parse(url).map_err(|e| invalid(key, format!("not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(invalid(key, "must be an http:// or https:// URL"));
     }

@@ -21,6 +21,9 @@ use crate::receiver::{Call, Receiver};
 /// The evaluation interval in these tests (the default is 15 s).
 pub const EVERY_MS: u64 = 100;
 
+/// What a server process of these tests needs in its environment to evaluate that often.
+pub const FAST_ENV: &[(&str, &str)] = &[];
+
 /// Top-level keys first (before any table), the channel `ops` last.
 fn with_alerts(channel_url: &str, conditions: &str) -> impl FnOnce(&mut String) {
     let (url, conditions) = (channel_url.to_string(), conditions.to_string());
