@@ -1,12 +1,13 @@
 -- Alerts: the shared state of each alert and the outbox of notices (see the SQLite migration
--- 0017_alerts.sql for what each column means).
+-- 0015_alerts.sql for what each column means).
 CREATE TABLE alert_state (
     alert         text    NOT NULL PRIMARY KEY,
     holding_since bigint,
     active        boolean NOT NULL DEFAULT false,
     episode       bigint  NOT NULL DEFAULT 0,
     started_at    bigint,
-    figure        text
+    figure        text,
+    changed_at    bigint
 );
 
 CREATE TABLE alert_notices (

@@ -13,7 +13,11 @@ CREATE TABLE alert_state (
     episode       INTEGER NOT NULL DEFAULT 0,
     -- When the current (or last) episode's condition started to hold, and its figure then.
     started_at    INTEGER,
-    figure        TEXT
+    figure        TEXT,
+    -- When an episode last started or cleared: the time the deciding node took its snapshot
+    -- (before reading it). A start or clear applies only to a row last changed before the
+    -- snapshot it comes from, so a node's stale snapshot cannot undo what a newer one did.
+    changed_at    INTEGER
 );
 
 -- The outbox of notices: written with the state change that made them, sent by one node at a

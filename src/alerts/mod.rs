@@ -112,6 +112,9 @@ impl Alerts {
                 _ = stopped.changed() => return,
             }
             let me = Arc::clone(&self);
+            // Taken before the snapshot is read: a start or clear applies only to an alert
+            // that no node changed since (`alert_state.changed_at`), so a snapshot older than
+            // another node's cannot undo what that one did.
             let now = now_ms();
             let round = tokio::task::spawn_blocking(move || {
                 let snap = conditions::snapshot(&*me.store, &me.settings.alerts, now)?;

@@ -61,6 +61,9 @@ pub trait AlertStore: Send + Sync {
     /// started to hold, start an episode of one that has held for its `for_ms` (writing its
     /// "started" notice), clear the episode of one that no longer holds (writing "cleared").
     /// Returns the notices this call wrote: none when another node wrote them first.
+    /// `now` is when the observations' snapshot was taken (before reading it): an alert
+    /// started or cleared at or after it (`changed_at`) is left as it is, so that a stale
+    /// snapshot applied late changes nothing.
     fn observe(&self, observations: &[Observation], now: i64) -> StoreResult<Vec<Notice>>;
     /// Claim up to `limit` unsent notices of `channel` that are due and not claimed by a live
     /// claim, for `lease_ms`, as `claimer`; counts the attempt. Notices past `max_attempts`

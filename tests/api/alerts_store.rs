@@ -256,7 +256,43 @@ fn failed_states_and_refusals_are_counted_from_a_time_on(kind: StoreKind) {
     );
 }
 
+/// Two nodes' snapshots applied in the wrong order: the older one, applied after a newer one
+/// started (or cleared) the episode, changes nothing.
+fn a_stale_snapshot_undoes_nothing_a_newer_one_did(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(kind, dir.path());
+    let (a, b) = (db.open_store(), db.open_store());
+    let t = 7_000_000;
+    // Node B took its snapshot at t + 10 and saw it hold; node A's, taken at t, saw it not.
+    assert_eq!(
+        b.alerts().observe(&[seen(true, 0)], t + 10).unwrap().len(),
+        1
+    );
+    assert!(a.alerts().observe(&[seen(false, 0)], t).unwrap().is_empty());
+    assert_eq!(a.alerts().active_alerts().unwrap().len(), 1, "still open");
+    // B clears at t + 30 from a snapshot that saw it stop; A's older one (t + 20) saw it hold.
+    assert_eq!(
+        b.alerts().observe(&[seen(false, 0)], t + 30).unwrap().len(),
+        1
+    );
+    assert!(
+        a.alerts()
+            .observe(&[seen(true, 0)], t + 20)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        a.alerts().active_alerts().unwrap().is_empty(),
+        "still cleared"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM alert_notices"), 2);
+    // A newer snapshot still starts the next episode.
+    let next = a.alerts().observe(&[seen(true, 0)], t + 40).unwrap();
+    assert_eq!((next.len(), next[0].episode), (1, 2));
+}
+
 store_tests!(
+    a_stale_snapshot_undoes_nothing_a_newer_one_did,
     failed_states_and_refusals_are_counted_from_a_time_on,
     racing_nodes_write_each_notice_of_an_episode_once,
     a_condition_starts_only_once_it_has_held_for_its_duration,

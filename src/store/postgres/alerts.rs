@@ -70,10 +70,11 @@ fn observe_one(db: &mut Db<'_>, o: &Observation, now: i64) -> StoreResult<Option
         let started = db.query_opt(
             "UPDATE alert_state
                 SET active = true, episode = episode + 1, started_at = holding_since,
-                    figure = $3
+                    figure = $3, changed_at = $4
               WHERE alert = $1 AND NOT active AND holding_since <= $2
+                AND (changed_at IS NULL OR changed_at < $4)
              RETURNING episode, started_at",
-            &[&o.alert, &due, &o.figure],
+            &[&o.alert, &due, &o.figure, &now],
         )?;
         return match started {
             Some(r) => write_notice(db, o, r.try_get(0)?, "started", r.try_get(1)?, now),
@@ -81,18 +82,18 @@ fn observe_one(db: &mut Db<'_>, o: &Observation, now: i64) -> StoreResult<Option
         };
     }
     let cleared = db.query_opt(
-        "UPDATE alert_state SET active = false, holding_since = NULL
-          WHERE alert = $1 AND active
+        "UPDATE alert_state SET active = false, holding_since = NULL, changed_at = $2
+          WHERE alert = $1 AND active AND (changed_at IS NULL OR changed_at < $2)
          RETURNING episode, started_at",
-        &[&o.alert],
+        &[&o.alert, &now],
     )?;
     match cleared {
         Some(r) => write_notice(db, o, r.try_get(0)?, "cleared", r.try_get(1)?, now),
         None => {
             db.execute(
                 "UPDATE alert_state SET holding_since = NULL
-                  WHERE alert = $1 AND NOT active AND holding_since IS NOT NULL",
-                &[&o.alert],
+                  WHERE alert = $1 AND NOT active AND holding_since <= $2",
+                &[&o.alert, &now],
             )?;
             Ok(None)
         }

@@ -64,11 +64,13 @@ fn observe_one(tx: &Transaction<'_>, o: &Observation, now: i64) -> StoreResult<O
         let started: Option<(i64, i64)> = tx
             .prepare_cached(
                 "UPDATE alert_state
-                    SET active = 1, episode = episode + 1, started_at = holding_since, figure = ?3
+                    SET active = 1, episode = episode + 1, started_at = holding_since, figure = ?3,
+                        changed_at = ?4
                   WHERE alert = ?1 AND active = 0 AND holding_since <= ?2
+                    AND (changed_at IS NULL OR changed_at < ?4)
                  RETURNING episode, started_at",
             )?
-            .query_row(params![o.alert, now - o.for_ms, o.figure], |r| {
+            .query_row(params![o.alert, now - o.for_ms, o.figure, now], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .optional()?;
@@ -79,20 +81,20 @@ fn observe_one(tx: &Transaction<'_>, o: &Observation, now: i64) -> StoreResult<O
     }
     let cleared: Option<(i64, i64)> = tx
         .prepare_cached(
-            "UPDATE alert_state SET active = 0, holding_since = NULL
-              WHERE alert = ?1 AND active = 1
+            "UPDATE alert_state SET active = 0, holding_since = NULL, changed_at = ?2
+              WHERE alert = ?1 AND active = 1 AND (changed_at IS NULL OR changed_at < ?2)
              RETURNING episode, started_at",
         )?
-        .query_row([&o.alert], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![o.alert, now], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     match cleared {
         Some((episode, since)) => write_notice(tx, o, episode, "cleared", since, now),
         None => {
             tx.prepare_cached(
                 "UPDATE alert_state SET holding_since = NULL
-                  WHERE alert = ?1 AND active = 0 AND holding_since IS NOT NULL",
+                  WHERE alert = ?1 AND active = 0 AND holding_since <= ?2",
             )?
-            .execute([&o.alert])?;
+            .execute(params![o.alert, now])?;
             Ok(None)
         }
     }
