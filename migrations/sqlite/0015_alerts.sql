@@ -44,3 +44,9 @@ CREATE TABLE alert_notices (
 );
 CREATE INDEX alert_notices_unsent ON alert_notices (channel, next_attempt_at)
     WHERE sent_at IS NULL;
+
+-- The failing attempts by when they finished, for the alerts' windowed count of failed states
+-- (`store::alerts::FAILED_SINCE`): a read bounded by the window. Partial, so that only failing
+-- attempts write an entry: a successful finish (the hot path) writes none.
+CREATE INDEX event_attempts_failing ON event_attempts (finished_at)
+    WHERE result = 'retryable_error' OR result = 'permanent_error' OR result = 'lease_expired';

@@ -3,13 +3,14 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::config::{AlertSettings, ConditionKind, ConditionSettings};
-use crate::store::alerts::{ActiveAlert, Observation};
-use crate::store::{Store, StoreResult, SubscriptionInfo};
+use crate::store::alerts::{ActiveAlert, AlertSubject, Observation};
+use crate::store::{Store, StoreResult};
 
 /// What one evaluation reads from the store, once for every channel.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    pub subscriptions: Vec<SubscriptionInfo>,
+    /// The live subscriptions, without counts (`AlertStore::subjects`: bounded reads).
+    pub subscriptions: Vec<AlertSubject>,
     /// Failed states per subscription, by window (seconds).
     pub failed: BTreeMap<u64, Vec<(String, i64)>>,
     /// Refused deliveries per source, by window (seconds).
@@ -20,7 +21,7 @@ pub struct Snapshot {
 /// Read what the channels' conditions need (blocking: call it off the async threads).
 pub fn snapshot(store: &dyn Store, channels: &[AlertSettings], now: i64) -> StoreResult<Snapshot> {
     let mut snap = Snapshot {
-        subscriptions: store.subscriptions(false)?,
+        subscriptions: store.alerts().subjects()?,
         active: store.alerts().active_alerts()?,
         ..Snapshot::default()
     };
@@ -112,7 +113,7 @@ fn observe_condition(
         });
     };
     let window = c.duration_seconds;
-    let live = snap.subscriptions.iter().filter(|s| !s.removed);
+    let live = snap.subscriptions.iter();
     match c.kind {
         ConditionKind::SubscriptionFailed => {
             for s in live.filter(|s| wanted(&s.name)) {
@@ -151,7 +152,7 @@ fn observe_condition(
             // because ops said so.
             let watched = live.filter(|s| s.origin != "session" && !s.paused && wanted(&s.name));
             for s in watched {
-                let lag = s.counts.lag_seconds(now).unwrap_or(0.0);
+                let lag = s.lag_seconds(now);
                 push(
                     &s.name,
                     lag > c.threshold as f64,
@@ -187,25 +188,15 @@ fn observe_condition(
 mod tests {
     use super::*;
     use crate::config::Settings;
-    use crate::store::StatusCounts;
 
-    fn sub(name: &str, origin: &str, paused: bool, oldest_due_at: Option<i64>) -> SubscriptionInfo {
-        SubscriptionInfo {
+    fn sub(name: &str, origin: &str, paused: bool, oldest_due_at: Option<i64>) -> AlertSubject {
+        AlertSubject {
             name: name.into(),
             kind: "http".into(),
-            route: Default::default(),
-            paused,
-            removed: false,
-            counts: StatusCounts {
-                oldest_due_at,
-                ..StatusCounts::default()
-            },
-            created_at: 0,
-            probe_at: None,
             origin: origin.into(),
-            declared_by: Vec::new(),
-            mode: crate::domain::DeliveryMode::AtLeastOnce,
-            max_attempts: 15,
+            paused,
+            probe_at: None,
+            oldest_due_at,
         }
     }
 

@@ -12,7 +12,9 @@ use postgres::Row;
 use super::PostgresStore;
 use super::session::Db;
 use crate::store::StoreResult;
-use crate::store::alerts::{ActiveAlert, AlertStore, FAILED_SINCE, Notice, Observation};
+use crate::store::alerts::{
+    ActiveAlert, AlertStore, AlertSubject, FAILED_SINCE, Notice, Observation, SUBJECTS,
+};
 
 const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
                       created_at, attempts";
@@ -188,6 +190,35 @@ impl AlertStore for PostgresStore {
                 })
             })
             .collect()
+        })
+    }
+
+    fn subjects(&self) -> StoreResult<Vec<AlertSubject>> {
+        self.tx(|db| {
+            // The first event not fanned out yet: a range of the log's key from the cursor.
+            let unrouted: Option<i64> = db
+                .query_opt(
+                    "SELECT l.received_at FROM event_log l
+                      WHERE l.lane = 0 AND l.seq > (SELECT after_seq FROM queue_cursor)
+                      ORDER BY l.seq LIMIT 1",
+                    &[],
+                )?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            db.query(SUBJECTS, &[])?
+                .iter()
+                .map(|r| {
+                    Ok(AlertSubject {
+                        name: r.try_get(0)?,
+                        kind: r.try_get(1)?,
+                        origin: r.try_get(2)?,
+                        paused: r.try_get(3)?,
+                        probe_at: r.try_get(4)?,
+                        oldest_due_at: r.try_get(5)?,
+                    }
+                    .with_unrouted(unrouted))
+                })
+                .collect()
         })
     }
 

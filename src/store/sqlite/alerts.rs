@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::SqliteStore;
 use crate::store::StoreResult;
-use crate::store::alerts::{ActiveAlert, AlertStore, Notice, Observation};
+use crate::store::alerts::{ActiveAlert, AlertStore, AlertSubject, Notice, Observation, SUBJECTS};
 
 const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
                       created_at, attempts";
@@ -190,6 +190,37 @@ impl AlertStore for SqliteStore {
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn subjects(&self) -> StoreResult<Vec<AlertSubject>> {
+        self.read(|c| {
+            // The first event not fanned out yet: a range of the log's rowid from the cursor.
+            let unrouted: Option<i64> = c
+                .prepare_cached(
+                    "SELECT (SELECT received_at FROM event_log WHERE seq > q.after_seq AND lane = 0
+                              ORDER BY seq LIMIT 1)
+                       FROM queue_cursors q WHERE q.lane = 0",
+                )?
+                .query_row([], |r| r.get(0))
+                .optional()?
+                .flatten();
+            let mut stmt = c.prepare_cached(SUBJECTS)?;
+            let rows = stmt.query_map([], |r| {
+                Ok(AlertSubject {
+                    name: r.get(0)?,
+                    kind: r.get(1)?,
+                    origin: r.get(2)?,
+                    paused: r.get(3)?,
+                    probe_at: r.get(4)?,
+                    oldest_due_at: r.get(5)?,
+                })
+            })?;
+            let subjects = rows.collect::<Result<Vec<_>, _>>()?;
+            Ok(subjects
+                .into_iter()
+                .map(|s| s.with_unrouted(unrouted))
+                .collect())
         })
     }
 
