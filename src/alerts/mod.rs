@@ -1,4 +1,4 @@
-//! Alerts (SPEC section 15; `docs/alerts.md`): conditions evaluated by every node, one notice
+//! Alerts (SPEC section 15; `docs/guides/alerts.md`): conditions evaluated by every node, one notice
 //! when one starts and one when it clears, sent to a chat or a signed webhook.
 //!
 //! Two kinds of task per node, apart from ingest and delivery (their store calls are short, the

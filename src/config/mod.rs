@@ -107,7 +107,7 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// How often each node evaluates the alert conditions and looks for notices to send (ms).
     pub alert_every_ms: u64,
-    /// Channels and their conditions (SPEC section 15; `docs/alerts.md`).
+    /// Channels and their conditions (SPEC section 15; `docs/guides/alerts.md`).
     pub alerts: Vec<AlertSettings>,
 }
 
