@@ -291,7 +291,43 @@ fn a_stale_snapshot_undoes_nothing_a_newer_one_did(kind: StoreKind) {
     assert_eq!((next.len(), next[0].episode), (1, 2));
 }
 
+/// A "cleared" never goes out before its "started": while the started notice waits for its
+/// retry, the cleared one is not claimed.
+fn a_cleared_notice_waits_for_its_started_one(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(kind, dir.path());
+    let alerts = db.open_store();
+    let alerts = alerts.alerts();
+    let t = 11_000_000;
+    alerts.observe(&[seen(true, 0)], t).unwrap();
+    let started = alerts
+        .claim_notices("ops", "a", 5, 30_000, 10, t + 1)
+        .unwrap();
+    assert_eq!((started.len(), started[0].phase.as_str()), (1, "started"));
+    assert!(
+        alerts
+            .notice_failed(started[0].id, "a", "503", t + 10_000)
+            .unwrap()
+    );
+    assert_eq!(alerts.observe(&[seen(false, 0)], t + 2).unwrap().len(), 1);
+    let early = alerts
+        .claim_notices("ops", "b", 5, 30_000, 10, t + 3)
+        .unwrap();
+    assert!(early.is_empty(), "the cleared one went first: {early:?}");
+    let retried = alerts
+        .claim_notices("ops", "b", 5, 30_000, 10, t + 10_000)
+        .unwrap();
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert_eq!(retried[0].phase, "started");
+    assert!(alerts.notice_sent(retried[0].id, "b", t + 10_001).unwrap());
+    let cleared = alerts
+        .claim_notices("ops", "c", 5, 30_000, 10, t + 10_002)
+        .unwrap();
+    assert_eq!((cleared.len(), cleared[0].phase.as_str()), (1, "cleared"));
+}
+
 store_tests!(
+    a_cleared_notice_waits_for_its_started_one,
     a_stale_snapshot_undoes_nothing_a_newer_one_did,
     failed_states_and_refusals_are_counted_from_a_time_on,
     racing_nodes_write_each_notice_of_an_episode_once,

@@ -125,10 +125,15 @@ impl AlertStore for PostgresStore {
         let sql = format!(
             "UPDATE alert_notices
                 SET claimed_by = $2, claimed_until = $3 + $4, attempts = attempts + 1
-              WHERE id IN (SELECT id FROM alert_notices
+              WHERE id IN (SELECT id FROM alert_notices n
                             WHERE channel = $1 AND sent_at IS NULL AND next_attempt_at <= $3
                               AND (claimed_until IS NULL OR claimed_until <= $3)
                               AND attempts < $5
+                              -- In order within an alert: not while an earlier notice of it
+                              -- (its started one) waits to be sent or retried.
+                              AND NOT EXISTS (SELECT 1 FROM alert_notices e
+                                               WHERE e.alert = n.alert AND e.id < n.id
+                                                 AND e.sent_at IS NULL AND e.attempts < $5)
                             ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED)
                 AND sent_at IS NULL AND (claimed_until IS NULL OR claimed_until <= $3)
              RETURNING {NOTICE}"
