@@ -153,7 +153,10 @@ impl Alerts {
                 (true, since) => Some(since.unwrap_or(now)),
                 (false, _) => None,
             };
-            self.store_down(down_since, now, &mut told_down).await;
+            tokio::select! {
+                _ = self.store_down(down_since, now, &mut told_down) => {}
+                _ = stopped.changed() => return,
+            }
         }
     }
 
@@ -236,8 +239,16 @@ impl Alerts {
                     continue;
                 }
             };
+            // A stop is not held up by a slow channel: the notices not sent yet keep their
+            // claim until its lease runs out, then any node sends them.
             for notice in notices {
-                self.send_one(&channel, &claimer, notice).await;
+                if *stopped.borrow() {
+                    return;
+                }
+                tokio::select! {
+                    _ = self.send_one(&channel, &claimer, notice) => {}
+                    _ = stopped.changed() => return,
+                }
             }
         }
     }
