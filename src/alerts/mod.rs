@@ -68,6 +68,9 @@ impl Alerts {
         if settings.alerts.is_empty() {
             return Ok(None);
         }
+        for warning in crate::config::alert_warnings(&settings) {
+            tracing::warn!("{warning}");
+        }
         let channels = settings
             .alerts
             .iter()

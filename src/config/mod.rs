@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 pub use alerts::{
     AlertSettings, ChannelKind, ConditionKind, ConditionSettings, default_conditions,
+    warnings as alert_warnings,
 };
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
