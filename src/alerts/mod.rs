@@ -37,6 +37,23 @@ pub const MAX_BACKOFF_MS: i64 = 600_000;
 /// Notices one sender claims at a time.
 const CLAIM: usize = 5;
 
+/// Set to a number of milliseconds (at least 10), replaces `alert_every_ms` (whose floor is a
+/// second): for the tests only, which evaluate every 100 ms, never for users. Not a setting, so
+/// not in the config (in-process tests set `BuildOptions::alert_every` instead).
+pub const UNSAFE_ALERT_EVERY_MS: &str = "WEBHOOK_INBOX_UNSAFE_ALERT_EVERY_MS";
+
+/// The evaluation interval: `every` (tests), else the variable above, else the setting.
+fn interval(settings: &Settings, every: Option<Duration>) -> Duration {
+    let from_env = std::env::var(UNSAFE_ALERT_EVERY_MS)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms >= 10)
+        .map(Duration::from_millis);
+    every
+        .or(from_env)
+        .unwrap_or(Duration::from_millis(settings.alert_every_ms))
+}
+
 /// The alerts of one node, ready to run.
 pub struct Alerts {
     store: Arc<dyn Store>,
@@ -64,6 +81,7 @@ impl Alerts {
         settings: Arc<Settings>,
         metrics: &Metrics,
         node: String,
+        every: Option<Duration>,
     ) -> anyhow::Result<Option<Alerts>> {
         if settings.alerts.is_empty() {
             return Ok(None);
@@ -79,7 +97,7 @@ impl Alerts {
         Ok(Some(Alerts {
             store,
             channels,
-            every: Duration::from_millis(settings.alert_every_ms),
+            every: interval(&settings, every),
             settings,
             node,
             counters: Counters {

@@ -45,7 +45,7 @@ fn a_channel_alone_gets_the_default_conditions_and_its_kind_as_name() {
 #[test]
 fn conditions_are_read_with_their_threshold_duration_and_subject() {
     let s = parse(&format!(
-        "alert_every_ms = 200\n[[alerts]]\nname = \"ops\"\nkind = \"webhook\"\n\
+        "alert_every_ms = 2000\n[[alerts]]\nname = \"ops\"\nkind = \"webhook\"\n\
          url = \"http://127.0.0.1:9/\"\nsecret = \"{SECRET}\"\n\
          [[alerts.conditions]]\nkind = \"source_rejected\"\nthreshold = 5\n\
          duration_seconds = 60\nonly = \"shop\"\n\

@@ -21,15 +21,16 @@ use crate::receiver::{Call, Receiver};
 /// The evaluation interval in these tests (the default is 15 s).
 pub const EVERY_MS: u64 = 100;
 
-/// What a server process of these tests needs in its environment to evaluate that often.
-pub const FAST_ENV: &[(&str, &str)] = &[];
+/// What a server process of these tests needs in its environment to evaluate that often
+/// (`alert_every_ms` is at least a second).
+pub const FAST_ENV: &[(&str, &str)] = &[("WEBHOOK_INBOX_UNSAFE_ALERT_EVERY_MS", "100")];
 
 /// Top-level keys first (before any table), the channel `ops` last.
 fn with_alerts(channel_url: &str, conditions: &str) -> impl FnOnce(&mut String) {
     let (url, conditions) = (channel_url.to_string(), conditions.to_string());
     move |c: &mut String| {
         *c = format!(
-            "alert_every_ms = {EVERY_MS}\npublic_url = \"https://inbox.example.com/\"\n{c}\n\
+            "public_url = \"https://inbox.example.com/\"\n{c}\n\
              [[alerts]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{url}\"\n\
              secret = \"{SW_SECRET}\"\ntimeout_ms = 1000\n{conditions}\n"
         );
@@ -39,6 +40,7 @@ fn with_alerts(channel_url: &str, conditions: &str) -> impl FnOnce(&mut String) 
 fn options() -> BuildOptions {
     BuildOptions {
         idle_poll: Some(Duration::from_millis(50)),
+        alert_every: Some(Duration::from_millis(EVERY_MS)),
         ..BuildOptions::default()
     }
 }

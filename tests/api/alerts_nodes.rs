@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::alerts::{EVERY_MS, notices};
+use crate::alerts::{EVERY_MS, FAST_ENV, notices};
 use crate::helpers::SW_SECRET;
 use crate::nodes::node_config;
 use crate::pg_restart::PrivateCluster;
@@ -22,7 +22,7 @@ fn two_nodes_on_one_database_send_one_notice_of_a_flood() {
     let dir = tempfile::tempdir().unwrap();
     let channel = Receiver::start(Duration::ZERO, 200);
     let extra = format!(
-        "alert_every_ms = {EVERY_MS}\n[consumers]\nworkers = 0\n\
+        "[consumers]\nworkers = 0\n\
          [[alerts]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{SW_SECRET}\"\n\
          [[alerts.conditions]]\nkind = \"source_rejected\"\nthreshold = 5\nduration_seconds = 60\n",
         channel.url
@@ -31,7 +31,13 @@ fn two_nodes_on_one_database_send_one_notice_of_a_flood() {
         .map(|i| {
             let port = free_port();
             let config = node_config(dir.path(), &format!("node{i}"), port, &db.url, &extra);
-            ServerProcess::start(dir.path(), &config, port, &format!("node{i}.log"))
+            ServerProcess::start_with_env(
+                dir.path(),
+                &config,
+                port,
+                &format!("node{i}.log"),
+                FAST_ENV,
+            )
         })
         .collect();
     let client = reqwest::blocking::Client::new();
@@ -79,14 +85,14 @@ fn a_database_down_longer_than_the_duration_gives_one_started_then_one_cleared()
     let cluster = PrivateCluster::start(dir.path());
     let channel = Receiver::start(Duration::ZERO, 200);
     let extra = format!(
-        "alert_every_ms = {EVERY_MS}\n[consumers]\nworkers = 0\n\
+        "[consumers]\nworkers = 0\n\
          [[alerts]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{SW_SECRET}\"\n\
          [[alerts.conditions]]\nkind = \"store_unavailable\"\nduration_seconds = 1\n",
         channel.url
     );
     let port = free_port();
     let config = node_config(dir.path(), "node", port, &cluster.url, &extra);
-    let node = ServerProcess::start(dir.path(), &config, port, "node.log");
+    let node = ServerProcess::start_with_env(dir.path(), &config, port, "node.log", FAST_ENV);
     std::thread::sleep(Duration::from_millis(10 * EVERY_MS));
     assert!(
         channel.calls().is_empty(),

@@ -14,8 +14,7 @@ fn a_failing_slack_channel_never_shows_its_url() {
     let dir = tempfile::tempdir().unwrap();
     let closed = free_port();
     let port = free_port();
-    let every = format!("alert_every_ms = {}", crate::alerts::EVERY_MS);
-    let (config, _) = write_config(dir.path(), port, &every, "workers = 0");
+    let (config, _) = write_config(dir.path(), port, "", "workers = 0");
     // `[[alerts]]` is an array of tables: after every top-level key.
     let channel = format!(
         "\n[[alerts]]\nname = \"chat\"\nkind = \"slack\"\n\

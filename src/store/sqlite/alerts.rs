@@ -100,8 +100,39 @@ fn observe_one(tx: &Transaction<'_>, o: &Observation, now: i64) -> StoreResult<O
     }
 }
 
+/// Whether applying `observations` would change a row (read without the write lock): a
+/// condition that starts to hold or has held long enough, or an open or holding one that no
+/// longer holds.
+fn would_change(
+    c: &rusqlite::Connection,
+    observations: &[Observation],
+    now: i64,
+) -> StoreResult<bool> {
+    let mut stmt =
+        c.prepare_cached("SELECT active, holding_since FROM alert_state WHERE alert = ?1")?;
+    for o in observations {
+        let row: Option<(bool, Option<i64>)> = stmt
+            .query_row([&o.alert], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let change = match (o.holding, row) {
+            (true, None | Some((_, None))) => true,
+            (true, Some((active, Some(since)))) => !active && since <= now - o.for_ms,
+            (false, None) => false,
+            (false, Some((active, since))) => active || since.is_some(),
+        };
+        if change {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 impl AlertStore for SqliteStore {
     fn observe(&self, observations: &[Observation], now: i64) -> StoreResult<Vec<Notice>> {
+        // Most rounds change nothing: known on a read, without the write lock ingest needs.
+        if !self.read(|c| would_change(c, observations, now))? {
+            return Ok(Vec::new());
+        }
         self.write(|tx| {
             let mut written = Vec::new();
             for o in observations {
@@ -135,6 +166,19 @@ impl AlertStore for SqliteStore {
                             ORDER BY id LIMIT ?6)
              RETURNING {NOTICE}"
         );
+        // Due notices are looked for on a read: the write lock only when there is one.
+        let due: bool = self.read(|c| {
+            Ok(c.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM alert_notices
+                                 WHERE channel = ?1 AND sent_at IS NULL AND next_attempt_at <= ?2
+                                   AND (claimed_until IS NULL OR claimed_until <= ?2)
+                                   AND attempts < ?3)",
+            )?
+            .query_row(params![channel, now, max_attempts], |r| r.get(0))?)
+        })?;
+        if !due {
+            return Ok(Vec::new());
+        }
         self.write(|tx| {
             let mut stmt = tx.prepare_cached(&sql)?;
             let rows = stmt.query_map(
