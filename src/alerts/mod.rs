@@ -72,6 +72,8 @@ struct Counters {
     retried: Counter,
     failed: Counter,
     dropped: Counter,
+    /// `webhook_inbox_alert_evaluations_total`: rounds finished (tests wait on it).
+    evaluations: Counter,
 }
 
 impl Alerts {
@@ -105,6 +107,7 @@ impl Alerts {
                 retried: metrics.alert_counter("retried"),
                 failed: metrics.alert_counter("failed"),
                 dropped: metrics.alert_counter("dropped"),
+                evaluations: metrics.alert_evaluations(),
             },
         }))
     }
@@ -178,6 +181,7 @@ impl Alerts {
                 _ = self.store_down(down_since, now, &mut told_down) => {}
                 _ = stopped.changed() => return,
             }
+            self.counters.evaluations.inc();
         }
     }
 

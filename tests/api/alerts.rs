@@ -94,6 +94,25 @@ async fn alerts_total(app: &TestApp, result: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// `webhook_inbox_alert_evaluations_total` of a metrics text (0 when absent).
+pub fn evaluations_in(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("webhook_inbox_alert_evaluations_total "))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Wait (bounded) until the node has finished `rounds` more evaluations: what "nothing more
+/// happens" is checked after, rather than a fixed sleep.
+async fn after_rounds(app: &TestApp, rounds: u64) {
+    let start = evaluations_in(&app.metrics_text().await);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while evaluations_in(&app.metrics_text().await) < start + rounds {
+        assert!(Instant::now() < deadline, "fewer than {rounds} evaluations");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn port_of(url: &str) -> u16 {
     let rest = url.trim_start_matches("http://127.0.0.1:");
     rest[..rest.find('/').unwrap()].parse().unwrap()
@@ -165,7 +184,7 @@ async fn an_endpoint_down_longer_than_the_duration_gives_one_started_and_after_r
     // A restart while the breaker stays open repeats nothing.
     let dir = app.stop().await;
     let app = spawn_in(dir, &config, options()).await;
-    tokio::time::sleep(Duration::from_millis(10 * EVERY_MS)).await;
+    after_rounds(&app, 5).await;
     assert_eq!(channel.calls().len(), 1, "a restart repeated the notice");
 
     // The endpoint answers again: the next probe closes the breaker.
@@ -177,7 +196,7 @@ async fn an_endpoint_down_longer_than_the_duration_gives_one_started_and_after_r
         channel.calls().len() >= 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(5 * EVERY_MS)).await;
+    after_rounds(&app, 3).await;
     let all = notices(&channel);
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[1]["type"], "alert.cleared");
@@ -199,7 +218,7 @@ async fn a_flood_of_refused_deliveries_gives_one_notice() {
         !channel.calls().is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(10 * EVERY_MS)).await;
+    after_rounds(&app, 5).await;
     let all = notices(&channel);
     assert_eq!(all.len(), 1, "{all:?}");
     assert_eq!(all[0]["condition"], "source_rejected");
@@ -236,7 +255,7 @@ async fn a_channel_down_then_up_gets_the_notice_once_counted_as_retried() {
         !channel.calls().is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(10 * EVERY_MS)).await;
+    after_rounds(&app, 5).await;
     assert_eq!(notices(&channel).len(), 1);
     assert_eq!(alerts_total(&app, "sent").await, 1);
     assert_eq!(alerts_total(&app, "retried").await, 1);
