@@ -303,3 +303,43 @@ async fn alerts_test_sends_each_channel_a_notice_and_says_which_failed() {
     assert!(out.contains("chat: failed:"), "{out}");
     assert_eq!(notices(&channel).len(), 2);
 }
+
+/// A notice written but not sent when the node stops (its channel down) is not lost: once the
+/// channel is up and the node back, it is sent, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_unsent_at_a_stop_is_sent_once_after_the_restart() {
+    let port = crate::process::free_port();
+    let url = format!("http://127.0.0.1:{port}/in");
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    with_alerts(&url, REJECTED)(&mut config);
+    let app = spawn_in(dir, &config, options()).await;
+    flood(&app, 10).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alerts_total(&app, "failed").await < 1 {
+        assert!(Instant::now() < deadline, "no failed attempt counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM alert_notices WHERE sent_at IS NULL"),
+        1
+    );
+    let dir = app.stop().await;
+
+    let channel = Receiver::start_on(port, Duration::ZERO, 200);
+    let app = spawn_in(dir, &config, options()).await;
+    wait_for(Duration::from_secs(20), "the notice", || {
+        !channel.calls().is_empty()
+    })
+    .await;
+    after_rounds(&app, 5).await;
+    let sent = notices(&channel);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["condition"], "source_rejected");
+    assert_eq!(
+        app.count("SELECT count(*) FROM alert_notices WHERE sent_at IS NOT NULL"),
+        1
+    );
+    assert_eq!(app.count("SELECT count(*) FROM alert_notices"), 1);
+    app.stop().await;
+}
