@@ -332,13 +332,14 @@ pub fn warnings(settings: &super::Settings) -> Vec<String> {
                     c.kind.name()
                 ));
             }
-            if c.kind == ConditionKind::SourceRejected && a.conditions.is_empty() {
-                if let Err(m) = rejections_kept(settings, &c) {
-                    out.push(format!(
-                        "alerts `{}`: the default {m}: it never starts",
-                        a.channel()
-                    ));
-                }
+            if c.kind == ConditionKind::SourceRejected
+                && a.conditions.is_empty()
+                && let Err(m) = rejections_kept(settings, &c)
+            {
+                out.push(format!(
+                    "alerts `{}`: the default {m}: it never starts",
+                    a.channel()
+                ));
             }
         }
     }
