@@ -134,7 +134,7 @@ impl AlertSubject {
 }
 
 /// [`AlertStore::subjects`] on both stores: per live subscription, one seek of `events_due
-/// (sub, next_attempt_at)` for its oldest due event. Plans (`tests/api/plans.rs`): SQLite
+/// (sub, next_attempt_at)` for its oldest due event. Plans (`tests/api/alerts_plans.rs`): SQLite
 /// `SCAN u` then `SEARCH s USING COVERING INDEX events_due (sub=?)` per subscription, no temp
 /// b-tree;
 /// PostgreSQL an `Index Only Scan` (or `Index Scan`) `using events_due` with `Limit 1` per
@@ -149,7 +149,7 @@ pub const SUBJECTS: &str = "SELECT u.name, u.kind, u.origin, u.paused, u.probe_a
 /// failing attempts of the window, through the partial index `event_attempts_failing
 /// (finished_at)` (written only by failing attempts: a successful finish writes no entry), each
 /// counted if it is its state's last attempt (one seek of the attempts' key) and the state
-/// failed (one seek of the state's key). Plans (`tests/api/plans.rs`): SQLite `SEARCH a USING
+/// failed (one seek of the state's key). Plans (`tests/api/alerts_plans.rs`): SQLite `SEARCH a USING
 /// INDEX event_attempts_failing (finished_at>?)`, `SEARCH b USING PRIMARY KEY (event_seq=? AND
 /// sub=?)`, `SEARCH s USING INDEX sqlite_autoindex_event_state_1 (seq=? AND sub=?)`;
 /// PostgreSQL `Index Scan using event_attempts_failing` with `Index Cond: (finished_at >= ..)`,

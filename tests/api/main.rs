@@ -5,6 +5,7 @@ mod helpers;
 
 mod alerts;
 mod alerts_nodes;
+mod alerts_plans;
 mod alerts_secrets;
 mod alerts_store;
 mod apidoc;
