@@ -1,5 +1,5 @@
-//! Alerts (SPEC section 15; `docs/guides/alerts.md`): conditions evaluated by every node, one notice
-//! when one starts and one when it clears, sent to a chat or a signed webhook.
+//! Alerts (SPEC section 15; `docs/guides/alerts.md`): conditions evaluated by every node, one
+//! notice when one starts and one when it clears, sent to a chat or a signed webhook.
 //!
 //! Two kinds of task per node, apart from ingest and delivery (their store calls are short, the
 //! calls to channels are bounded by `timeout_ms`, and nothing waits on them):

@@ -149,9 +149,9 @@ pub const SUBJECTS: &str = "SELECT u.name, u.kind, u.origin, u.paused, u.probe_a
 /// failing attempts of the window, through the partial index `event_attempts_failing
 /// (finished_at)` (written only by failing attempts: a successful finish writes no entry), each
 /// counted if it is its state's last attempt (one seek of the attempts' key) and the state
-/// failed (one seek of the state's key). Plans (`tests/api/alerts_plans.rs`): SQLite `SEARCH a USING
-/// INDEX event_attempts_failing (finished_at>?)`, `SEARCH b USING PRIMARY KEY (event_seq=? AND
-/// sub=?)`, `SEARCH s USING INDEX sqlite_autoindex_event_state_1 (seq=? AND sub=?)`;
+/// failed (one seek of the state's key). Plans (`tests/api/alerts_plans.rs`): SQLite `SEARCH a
+/// USING INDEX event_attempts_failing (finished_at>?)`, `SEARCH b USING PRIMARY KEY (event_seq=?
+/// AND sub=?)`, `SEARCH s USING INDEX sqlite_autoindex_event_state_1 (seq=? AND sub=?)`;
 /// PostgreSQL `Index Scan using event_attempts_failing` with `Index Cond: (finished_at >= ..)`,
 /// then a seek per attempt (`event_attempts_pkey` backward for the last, the state by `seq`).
 pub const FAILED_SINCE: &str = "SELECT u.name, count(*) FROM event_attempts a
