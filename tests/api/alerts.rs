@@ -343,3 +343,27 @@ async fn a_notice_unsent_at_a_stop_is_sent_once_after_the_restart() {
     assert_eq!(app.count("SELECT count(*) FROM alert_notices"), 1);
     app.stop().await;
 }
+
+/// A stop does not wait for a channel that takes its time: the call in flight is dropped (its
+/// notice is sent again once its claim's lease runs out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_does_not_wait_for_a_slow_channel() {
+    let channel = Receiver::start(Duration::from_secs(30), 200);
+    let slow = |c: &mut String| {
+        with_alerts(&channel.url, REJECTED)(c);
+        *c = c.replace("timeout_ms = 1000", "timeout_ms = 20000");
+    };
+    let app = spawn_app_with(slow, options()).await;
+    flood(&app, 10).await;
+    wait_for(Duration::from_secs(10), "a call in flight", || {
+        channel.in_flight() >= 1
+    })
+    .await;
+    let stopping = Instant::now();
+    app.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the stop waited {:?} for the channel",
+        stopping.elapsed()
+    );
+}
