@@ -334,3 +334,29 @@ store_tests!(
     a_condition_starts_only_once_it_has_held_for_its_duration,
     one_sender_claims_a_notice_and_a_failed_one_waits_for_its_retry,
 );
+
+/// On SQLite a round that changes nothing, and a sender with nothing due, never take the
+/// write lock ingest needs: they answer at once while another connection holds it.
+#[test]
+fn sqlite_an_idle_round_takes_no_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(StoreKind::Sqlite, dir.path());
+    let store = db.open_store();
+    let alerts = store.alerts();
+    let holder = rusqlite::Connection::open(dir.path().join("inbox.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    assert!(alerts.observe(&[seen(false, 0)], 1_000).unwrap().is_empty());
+    assert!(
+        alerts
+            .claim_notices("ops", "a", 5, 30_000, 10, 1_000)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(500),
+        "waited {:?} for the write lock",
+        started.elapsed()
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+}
