@@ -44,6 +44,7 @@ pub struct Metrics {
     forwards: Family<Labels, Counter>,
     pulls: Family<Labels, Counter>,
     alerts: Family<Labels, Counter>,
+    alert_evaluations: Counter,
     purged: Counter,
     rejections_dropped: Counter,
     tombstones: Gauge,
@@ -102,6 +103,7 @@ impl Metrics {
             forwards: Family::default(),
             pulls: Family::default(),
             alerts: Family::default(),
+            alert_evaluations: Counter::default(),
             purged: Counter::default(),
             rejections_dropped: Counter::default(),
             tombstones: Gauge::default(),
@@ -182,6 +184,11 @@ impl Metrics {
             m.alerts.clone(),
         );
         registry.register(
+            "webhook_inbox_alert_evaluations",
+            "Rounds of alert evaluation this node finished (whatever they found)",
+            m.alert_evaluations.clone(),
+        );
+        registry.register(
             "webhook_inbox_subscription_probing",
             "1 while an http subscription's circuit breaker is open (its endpoint failed; one probe per interval)",
             m.subscription_probing.clone(),
@@ -255,6 +262,11 @@ impl Metrics {
                 ("action", action.into()),
             ])
             .clone()
+    }
+
+    /// `webhook_inbox_alert_evaluations_total`, for the evaluator to keep.
+    pub fn alert_evaluations(&self) -> Counter {
+        self.alert_evaluations.clone()
     }
 
     /// The counter of one result of `webhook_inbox_alerts`, for the alert tasks to keep.

@@ -96,23 +96,33 @@ impl Served {
         }
         let subs = crate::store::registry::served(&live);
         let mut pullers = Vec::new();
+        let mut complete = true;
         for (id, sub) in subs.iter().filter(|(_, sub)| sub.kind == Kind::Pull) {
-            let key = match self.vault.claims_key(&sub.name, None) {
-                Ok(key) => key,
-                Err(e) => {
-                    tracing::warn!(subscription = %sub.name, error = format!("{e:#}"),
-                        "cannot read the claims key of a pull subscription: its routes answer 401");
-                    continue;
+            match self.vault.claims_key(&sub.name, None) {
+                Ok(key) => {
+                    let tokens = Live::new(Arc::clone(&self.vault), &sub.name);
+                    if let Some(puller) = Puller::new(*id, sub.clone(), &self.metrics, key, tokens)
+                    {
+                        let session = live.iter().any(|l| l.id == *id && l.is_session());
+                        pullers.push(Arc::new(if session { puller.as_session() } else { puller }));
+                    }
                 }
-            };
-            let tokens = Live::new(Arc::clone(&self.vault), &sub.name);
-            if let Some(puller) = Puller::new(*id, sub.clone(), &self.metrics, key, tokens) {
-                let session = live.iter().any(|l| l.id == *id && l.is_session());
-                pullers.push(Arc::new(if session { puller.as_session() } else { puller }));
+                Err(e) => {
+                    // Its routes stay as they were, and the next check reads the registry
+                    // again (this version is not marked seen).
+                    tracing::warn!(subscription = %sub.name, error = format!("{e:#}"),
+                        "cannot read the claims key of a pull subscription: read again shortly");
+                    complete = false;
+                    if let Some(kept) = self.puller(&sub.name) {
+                        pullers.push(kept);
+                    }
+                }
             }
         }
         *self.pullers.write() = pullers;
-        *self.seen.lock() = Some((version, subs.clone()));
+        if complete {
+            *self.seen.lock() = Some((version, subs.clone()));
+        }
         Ok(Some((version, subs)))
     }
 
@@ -120,6 +130,9 @@ impl Served {
     /// At the end every forwarder is stopped and waited for.
     pub async fn run(self: Arc<Self>, queued: Arc<Notify>, mut stopped: watch::Receiver<bool>) {
         let mut running: HashMap<String, Running> = HashMap::new();
+        // Forwarders stopped by a change, finishing their calls in flight: waited for at the
+        // end, so that no call is cut off by the runtime's stop after it may have arrived.
+        let mut stopping: Vec<Running> = Vec::new();
         let mut first = self.seen.lock().clone();
         loop {
             let read = match first.take() {
@@ -139,8 +152,9 @@ impl Served {
                     }
                 }
             };
+            stopping.retain(|r| !r.task.is_finished());
             if let Some((version, subs)) = read {
-                self.forward(&subs, &mut running, &queued);
+                self.forward(&subs, &mut running, &mut stopping, &queued);
                 self.applied.send_replace(version);
             }
             tokio::select! {
@@ -149,7 +163,7 @@ impl Served {
                 _ = self.read_now.notified() => {}
             }
         }
-        let stopping: Vec<Running> = running.into_values().collect();
+        stopping.extend(running.into_values());
         for r in &stopping {
             let _ = r.stop.send(true);
         }
@@ -165,6 +179,7 @@ impl Served {
         &self,
         subs: &[(i64, Subscription)],
         running: &mut HashMap<String, Running>,
+        stopping: &mut Vec<Running>,
         queued: &Arc<Notify>,
     ) {
         let wanted: HashMap<&str, (i64, &Subscription)> = subs
@@ -172,18 +187,24 @@ impl Served {
             .filter(|(_, sub)| self.forwarding && sub.kind == Kind::Http)
             .map(|(id, sub)| (sub.name.as_str(), (*id, sub)))
             .collect();
-        running.retain(|name, r| {
-            let same = wanted
-                .get(name.as_str())
-                .is_some_and(|(id, sub)| *id == r.id && **sub == r.sub);
-            if !same {
-                // Its calls in flight finish and commit by themselves (the task is not awaited:
-                // a slow endpoint must not hold the others' changes up).
+        let changed: Vec<String> = running
+            .iter()
+            .filter(|(name, r)| {
+                !wanted
+                    .get(name.as_str())
+                    .is_some_and(|(id, sub)| *id == r.id && **sub == r.sub)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in changed {
+            if let Some(r) = running.remove(&name) {
+                // Its calls in flight finish and commit by themselves (not awaited here: a slow
+                // endpoint must not hold the others' changes up; `run` waits at the end).
                 let _ = r.stop.send(true);
                 tracing::info!(subscription = %name, "forwarder stopped: the registry changed");
+                stopping.push(r);
             }
-            same
-        });
+        }
         for (name, (id, sub)) in wanted {
             if running.contains_key(name) {
                 continue;

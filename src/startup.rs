@@ -41,6 +41,9 @@ pub struct BuildOptions {
     /// A listener bound already (`serve` binds before it writes any file); default: bind
     /// `listen`.
     pub listener: Option<TcpListener>,
+    /// Replaces `alert_every_ms` (tests evaluate alerts every 100 ms; the setting's floor is a
+    /// second).
+    pub alert_every: Option<Duration>,
 }
 
 pub struct Application {
@@ -280,6 +283,7 @@ impl Application {
             Arc::clone(&settings),
             &metrics,
             node.name.clone(),
+            options.alert_every,
         )?;
         let (stop_polls, stopping) = tokio::sync::watch::channel(false);
         let state = web::Data::new(AppState {

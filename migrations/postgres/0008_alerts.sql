@@ -1,12 +1,13 @@
 -- Alerts: the shared state of each alert and the outbox of notices (see the SQLite migration
--- 0017_alerts.sql for what each column means).
+-- 0015_alerts.sql for what each column means).
 CREATE TABLE alert_state (
     alert         text    NOT NULL PRIMARY KEY,
     holding_since bigint,
     active        boolean NOT NULL DEFAULT false,
     episode       bigint  NOT NULL DEFAULT 0,
     started_at    bigint,
-    figure        text
+    figure        text,
+    changed_at    bigint
 );
 
 CREATE TABLE alert_notices (
@@ -30,3 +31,9 @@ CREATE TABLE alert_notices (
 );
 CREATE INDEX alert_notices_unsent ON alert_notices (channel, next_attempt_at)
     WHERE sent_at IS NULL;
+
+-- The failing attempts by when they finished, for the alerts' windowed count of failed states
+-- (`store::alerts::FAILED_SINCE`): a read bounded by the window. Partial, so that only failing
+-- attempts write an entry: a successful finish (the hot path) writes none.
+CREATE INDEX event_attempts_failing ON event_attempts (finished_at)
+    WHERE result = 'retryable_error' OR result = 'permanent_error' OR result = 'lease_expired';

@@ -13,7 +13,11 @@ CREATE TABLE alert_state (
     episode       INTEGER NOT NULL DEFAULT 0,
     -- When the current (or last) episode's condition started to hold, and its figure then.
     started_at    INTEGER,
-    figure        TEXT
+    figure        TEXT,
+    -- When an episode last started or cleared: the time the deciding node took its snapshot
+    -- (before reading it). A start or clear applies only to a row last changed before the
+    -- snapshot it comes from, so a node's stale snapshot cannot undo what a newer one did.
+    changed_at    INTEGER
 );
 
 -- The outbox of notices: written with the state change that made them, sent by one node at a
@@ -40,3 +44,9 @@ CREATE TABLE alert_notices (
 );
 CREATE INDEX alert_notices_unsent ON alert_notices (channel, next_attempt_at)
     WHERE sent_at IS NULL;
+
+-- The failing attempts by when they finished, for the alerts' windowed count of failed states
+-- (`store::alerts::FAILED_SINCE`): a read bounded by the window. Partial, so that only failing
+-- attempts write an entry: a successful finish (the hot path) writes none.
+CREATE INDEX event_attempts_failing ON event_attempts (finished_at)
+    WHERE result = 'retryable_error' OR result = 'permanent_error' OR result = 'lease_expired';

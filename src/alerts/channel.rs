@@ -119,6 +119,9 @@ impl Channel {
             .body(body)
             .send()
             .await
+            // The URL is the secret of a `slack` channel: keep it out of the error (logs,
+            // `alert_notices.last_error`, the CLI's answer).
+            .map_err(|e| e.without_url())
             .context("calling the channel")?;
         let status = response.status();
         if !status.is_success() {

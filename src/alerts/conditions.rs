@@ -3,13 +3,14 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::config::{AlertSettings, ConditionKind, ConditionSettings};
-use crate::store::alerts::{ActiveAlert, Observation};
-use crate::store::{Store, StoreResult, SubscriptionInfo};
+use crate::store::alerts::{ActiveAlert, AlertSubject, Observation};
+use crate::store::{Store, StoreResult};
 
 /// What one evaluation reads from the store, once for every channel.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    pub subscriptions: Vec<SubscriptionInfo>,
+    /// The live subscriptions, without counts (`AlertStore::subjects`: bounded reads).
+    pub subscriptions: Vec<AlertSubject>,
     /// Failed states per subscription, by window (seconds).
     pub failed: BTreeMap<u64, Vec<(String, i64)>>,
     /// Refused deliveries per source, by window (seconds).
@@ -20,7 +21,7 @@ pub struct Snapshot {
 /// Read what the channels' conditions need (blocking: call it off the async threads).
 pub fn snapshot(store: &dyn Store, channels: &[AlertSettings], now: i64) -> StoreResult<Snapshot> {
     let mut snap = Snapshot {
-        subscriptions: store.subscriptions(false)?,
+        subscriptions: store.alerts().subjects()?,
         active: store.alerts().active_alerts()?,
         ..Snapshot::default()
     };
@@ -47,6 +48,13 @@ pub fn link(public_url: Option<&str>, fragment: &str) -> String {
     format!("{base}/ui/#{fragment}")
 }
 
+/// `channel`, `condition` and `subject` of an alert key.
+fn key_parts(alert: &str) -> (&str, &str, &str) {
+    let mut it = alert.splitn(3, '/');
+    let channel = it.next().unwrap_or("");
+    (channel, it.next().unwrap_or(""), it.next().unwrap_or(""))
+}
+
 fn count_of(counts: Option<&Vec<(String, i64)>>, name: &str) -> i64 {
     counts
         .and_then(|c| c.iter().find(|(n, _)| n == name))
@@ -54,8 +62,10 @@ fn count_of(counts: Option<&Vec<(String, i64)>>, name: &str) -> i64 {
 }
 
 /// Every observation of one channel: one per condition and subject it watches, and a
-/// "not holding" for each of its open alerts that nothing observed (a subscription removed, a
-/// source no longer refused), so that every episode clears.
+/// "not holding" for each of its open alerts of a condition it evaluates whose subject is gone
+/// (a subscription removed), so that every episode clears. An open alert of a condition this
+/// node does not evaluate (another node's `[[alerts]]` differ) is left to the nodes that do:
+/// clearing it here would flap with them.
 pub fn observe(
     channel: &AlertSettings,
     snap: &Snapshot,
@@ -64,14 +74,19 @@ pub fn observe(
 ) -> Vec<Observation> {
     let name = channel.channel();
     let mut out = Vec::new();
-    for c in channel.conditions() {
-        observe_condition(name, &c, snap, public_url, now, &mut out);
+    let conditions = channel.conditions();
+    for c in &conditions {
+        observe_condition(name, c, snap, public_url, now, &mut out);
     }
     let seen: HashSet<String> = out.iter().map(|o| o.alert.clone()).collect();
     let prefix = format!("{name}/");
     for a in &snap.active {
         let store_down = a.alert.contains("/store_unavailable/");
-        if a.alert.starts_with(&prefix) && !seen.contains(&a.alert) && !store_down {
+        let (_, condition, subject) = key_parts(&a.alert);
+        let evaluated = conditions
+            .iter()
+            .any(|c| c.kind.name() == condition && c.only.as_deref().is_none_or(|o| o == subject));
+        if a.alert.starts_with(&prefix) && !seen.contains(&a.alert) && !store_down && evaluated {
             out.push(Observation {
                 alert: a.alert.clone(),
                 channel: name.to_string(),
@@ -112,7 +127,7 @@ fn observe_condition(
         });
     };
     let window = c.duration_seconds;
-    let live = snap.subscriptions.iter().filter(|s| !s.removed);
+    let live = snap.subscriptions.iter();
     match c.kind {
         ConditionKind::SubscriptionFailed => {
             for s in live.filter(|s| wanted(&s.name)) {
@@ -151,7 +166,7 @@ fn observe_condition(
             // because ops said so.
             let watched = live.filter(|s| s.origin != "session" && !s.paused && wanted(&s.name));
             for s in watched {
-                let lag = s.counts.lag_seconds(now).unwrap_or(0.0);
+                let lag = s.lag_seconds(now);
                 push(
                     &s.name,
                     lag > c.threshold as f64,
@@ -166,11 +181,27 @@ fn observe_condition(
             }
         }
         ConditionKind::SourceRejected => {
-            let counts = snap.rejected.get(&window).into_iter().flatten();
-            for (source, n) in counts.filter(|(source, _)| wanted(source)) {
+            let counts = snap.rejected.get(&window);
+            // A source refused nothing in the window has no row: its open alert is observed
+            // at 0.
+            let open = snap.active.iter().filter_map(|a| {
+                let (ch, condition, subject) = key_parts(&a.alert);
+                (ch == channel && condition == kind).then_some(subject)
+            });
+            let mut subjects: Vec<&str> = counts
+                .into_iter()
+                .flatten()
+                .map(|(source, _)| source.as_str())
+                .chain(open)
+                .filter(|source| wanted(source))
+                .collect();
+            subjects.sort_unstable();
+            subjects.dedup();
+            for source in subjects {
+                let n = count_of(counts, source);
                 push(
                     source,
-                    *n >= c.threshold as i64,
+                    n >= c.threshold as i64,
                     0,
                     format!("source `{source}`: deliveries refused"),
                     format!("{n} deliveries refused in the last {window} s"),
@@ -187,25 +218,15 @@ fn observe_condition(
 mod tests {
     use super::*;
     use crate::config::Settings;
-    use crate::store::StatusCounts;
 
-    fn sub(name: &str, origin: &str, paused: bool, oldest_due_at: Option<i64>) -> SubscriptionInfo {
-        SubscriptionInfo {
+    fn sub(name: &str, origin: &str, paused: bool, oldest_due_at: Option<i64>) -> AlertSubject {
+        AlertSubject {
             name: name.into(),
             kind: "http".into(),
-            route: Default::default(),
-            paused,
-            removed: false,
-            counts: StatusCounts {
-                oldest_due_at,
-                ..StatusCounts::default()
-            },
-            created_at: 0,
-            probe_at: None,
             origin: origin.into(),
-            declared_by: Vec::new(),
-            mode: crate::domain::DeliveryMode::AtLeastOnce,
-            max_attempts: 15,
+            paused,
+            probe_at: None,
+            oldest_due_at,
         }
     }
 
@@ -271,7 +292,35 @@ mod tests {
         assert_eq!(seen.len(), 1, "only this channel's: {seen:?}");
         assert_eq!(seen[0].alert, "ops/source_rejected/gone");
         assert!(!seen[0].holding);
-        assert_eq!(seen[0].link, "https://inbox.example.com/ui/#overview");
+        // A source with no refusal in the window is observed at 0.
+        assert!(seen[0].figure.starts_with("0 deliveries"), "{seen:?}");
+        assert_eq!(seen[0].link, "https://inbox.example.com/ui/#rejected");
+    }
+
+    #[test]
+    fn an_open_alert_of_a_condition_this_node_does_not_evaluate_is_left_alone() {
+        let open = |alert: &str| ActiveAlert {
+            alert: alert.into(),
+            episode: 1,
+            since: 0,
+            figure: String::new(),
+        };
+        let snap = Snapshot {
+            active: vec![
+                open("ops/subscription_lag/billing"),
+                open("ops/breaker_open/gone"),
+                open("ops/breaker_open/other"),
+            ],
+            ..Snapshot::default()
+        };
+        let c = channel(
+            "[[alerts.conditions]]\nkind = \"breaker_open\"\nduration_seconds = 60\nonly = \"gone\"\n",
+        );
+        let seen: Vec<(String, bool)> = observe(&c, &snap, None, 0)
+            .into_iter()
+            .map(|o| (o.alert, o.holding))
+            .collect();
+        assert_eq!(seen, [("ops/breaker_open/gone".to_string(), false)]);
     }
 
     #[test]

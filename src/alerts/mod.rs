@@ -1,5 +1,5 @@
-//! Alerts (SPEC section 15; `docs/alerts.md`): conditions evaluated by every node, one notice
-//! when one starts and one when it clears, sent to a chat or a signed webhook.
+//! Alerts (SPEC section 15; `docs/guides/alerts.md`): conditions evaluated by every node, one
+//! notice when one starts and one when it clears, sent to a chat or a signed webhook.
 //!
 //! Two kinds of task per node, apart from ingest and delivery (their store calls are short, the
 //! calls to channels are bounded by `timeout_ms`, and nothing waits on them):
@@ -37,6 +37,23 @@ pub const MAX_BACKOFF_MS: i64 = 600_000;
 /// Notices one sender claims at a time.
 const CLAIM: usize = 5;
 
+/// Set to a number of milliseconds (at least 10), replaces `alert_every_ms` (whose floor is a
+/// second): for the tests only, which evaluate every 100 ms, never for users. Not a setting, so
+/// not in the config (in-process tests set `BuildOptions::alert_every` instead).
+pub const UNSAFE_ALERT_EVERY_MS: &str = "WEBHOOK_INBOX_UNSAFE_ALERT_EVERY_MS";
+
+/// The evaluation interval: `every` (tests), else the variable above, else the setting.
+fn interval(settings: &Settings, every: Option<Duration>) -> Duration {
+    let from_env = std::env::var(UNSAFE_ALERT_EVERY_MS)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms >= 10)
+        .map(Duration::from_millis);
+    every
+        .or(from_env)
+        .unwrap_or(Duration::from_millis(settings.alert_every_ms))
+}
+
 /// The alerts of one node, ready to run.
 pub struct Alerts {
     store: Arc<dyn Store>,
@@ -55,6 +72,8 @@ struct Counters {
     retried: Counter,
     failed: Counter,
     dropped: Counter,
+    /// `webhook_inbox_alert_evaluations_total`: rounds finished (tests wait on it).
+    evaluations: Counter,
 }
 
 impl Alerts {
@@ -64,9 +83,13 @@ impl Alerts {
         settings: Arc<Settings>,
         metrics: &Metrics,
         node: String,
+        every: Option<Duration>,
     ) -> anyhow::Result<Option<Alerts>> {
         if settings.alerts.is_empty() {
             return Ok(None);
+        }
+        for warning in crate::config::alert_warnings(&settings) {
+            tracing::warn!("{warning}");
         }
         let channels = settings
             .alerts
@@ -76,7 +99,7 @@ impl Alerts {
         Ok(Some(Alerts {
             store,
             channels,
-            every: Duration::from_millis(settings.alert_every_ms),
+            every: interval(&settings, every),
             settings,
             node,
             counters: Counters {
@@ -84,6 +107,7 @@ impl Alerts {
                 retried: metrics.alert_counter("retried"),
                 failed: metrics.alert_counter("failed"),
                 dropped: metrics.alert_counter("dropped"),
+                evaluations: metrics.alert_evaluations(),
             },
         }))
     }
@@ -112,6 +136,9 @@ impl Alerts {
                 _ = stopped.changed() => return,
             }
             let me = Arc::clone(&self);
+            // Taken before the snapshot is read: a start or clear applies only to an alert
+            // that no node changed since (`alert_state.changed_at`), so a snapshot older than
+            // another node's cannot undo what that one did.
             let now = now_ms();
             let round = tokio::task::spawn_blocking(move || {
                 let snap = conditions::snapshot(&*me.store, &me.settings.alerts, now)?;
@@ -150,7 +177,11 @@ impl Alerts {
                 (true, since) => Some(since.unwrap_or(now)),
                 (false, _) => None,
             };
-            self.store_down(down_since, now, &mut told_down).await;
+            tokio::select! {
+                _ = self.store_down(down_since, now, &mut told_down) => {}
+                _ = stopped.changed() => return,
+            }
+            self.counters.evaluations.inc();
         }
     }
 
@@ -233,8 +264,16 @@ impl Alerts {
                     continue;
                 }
             };
+            // A stop is not held up by a slow channel: the notices not sent yet keep their
+            // claim until its lease runs out, then any node sends them.
             for notice in notices {
-                self.send_one(&channel, &claimer, notice).await;
+                if *stopped.borrow() {
+                    return;
+                }
+                tokio::select! {
+                    _ = self.send_one(&channel, &claimer, notice) => {}
+                    _ = stopped.changed() => return,
+                }
             }
         }
     }

@@ -125,10 +125,10 @@ fn default_timeout_ms() -> u64 {
     5_000
 }
 
-/// `url` is an http:// or https:// URL, or the error names `key`.
+/// `url` is an http:// or https:// URL, or the error names `key` (never the URL: a `slack`
+/// channel's URL is its secret).
 fn http_url(key: &str, url: &str) -> Result<(), ConfigError> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| invalid(key, format!("`{url}` is not a URL: {e}")))?;
+    let parsed = reqwest::Url::parse(url).map_err(|e| invalid(key, format!("not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(invalid(key, "must be an http:// or https:// URL"));
     }
@@ -137,6 +137,8 @@ fn http_url(key: &str, url: &str) -> Result<(), ConfigError> {
 
 /// Longest duration or window accepted: a week.
 const MAX_DURATION_SECONDS: u64 = 7 * 86_400;
+/// Largest threshold accepted (a count, or seconds of lag): well within `i64` and exact in `f64`.
+pub const MAX_THRESHOLD: u64 = 1_000_000_000;
 
 /// Check `[[alerts]]`, `alert_every_ms` and `public_url`.
 pub fn validate(settings: &super::Settings) -> Result<(), ConfigError> {
@@ -144,10 +146,12 @@ pub fn validate(settings: &super::Settings) -> Result<(), ConfigError> {
         http_url("public_url", url)?;
     }
     let alerts = &settings.alerts;
-    if !(50..=3_600_000).contains(&settings.alert_every_ms) {
+    // At least a second: on SQLite each evaluation and claim may take the write lock ingest
+    // needs (the tests' faster rounds go through `alerts::UNSAFE_ALERT_EVERY_MS`).
+    if !(1_000..=3_600_000).contains(&settings.alert_every_ms) {
         return Err(invalid(
             "alert_every_ms",
-            "must be between 50 and 3600000 (an hour)",
+            "must be between 1000 (a second) and 3600000 (an hour)",
         ));
     }
     let mut seen = std::collections::HashSet::new();
@@ -218,6 +222,29 @@ pub fn validate(settings: &super::Settings) -> Result<(), ConfigError> {
                     ),
                 ));
             }
+            if c.kind == ConditionKind::SubscriptionLag && c.threshold == 0 {
+                return Err(invalid(
+                    key("threshold"),
+                    "`subscription_lag` needs threshold (seconds of lag, at least 1)",
+                ));
+            }
+            if c.threshold > MAX_THRESHOLD {
+                return Err(invalid(
+                    key("threshold"),
+                    format!("must be at most {MAX_THRESHOLD}"),
+                ));
+            }
+            if c.kind == ConditionKind::SourceRejected {
+                rejections_kept(settings, c).map_err(|m| invalid(key("kind"), m))?;
+                if let Some(only) = &c.only
+                    && !settings.sources.iter().any(|s| &s.name == only)
+                {
+                    return Err(invalid(
+                        key("only"),
+                        format!("no `[[sources]]` is named `{only}`"),
+                    ));
+                }
+            }
             if !c.kind.takes_threshold() && c.threshold != 0 {
                 return Err(invalid(
                     key("threshold"),
@@ -247,127 +274,78 @@ pub fn validate(settings: &super::Settings) -> Result<(), ConfigError> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::Settings;
-    use super::*;
-
-    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-    fn parse(text: &str) -> Result<Settings, ConfigError> {
-        Settings::from_toml(text, "t", Vec::new())
-    }
-
-    /// The error's key and message, for a config that must be refused.
-    fn refused(text: &str) -> (String, String) {
-        match parse(text) {
-            Err(ConfigError::Invalid { key, message }) => (key, message),
-            other => panic!("expected an invalid key, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_channel_alone_gets_the_default_conditions_and_its_kind_as_name() {
-        let s =
-            parse("[[alerts]]\nkind = \"slack\"\nurl = \"https://hooks.example.com/x\"\n").unwrap();
-        assert_eq!(s.alerts[0].channel(), "slack");
-        let kinds: Vec<&str> = s.alerts[0]
-            .conditions()
-            .iter()
-            .map(|c| c.kind.name())
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                "subscription_failed",
-                "breaker_open",
-                "subscription_lag",
-                "source_rejected",
-                "store_unavailable"
-            ]
-        );
-        assert_eq!(s.alert_every_ms, 15_000);
-        assert_eq!(s.alerts[0].timeout_ms, 5_000);
-    }
-
-    #[test]
-    fn conditions_are_read_with_their_threshold_duration_and_subject() {
-        let s = parse(&format!(
-            "alert_every_ms = 200\n[[alerts]]\nname = \"ops\"\nkind = \"webhook\"\n\
-             url = \"http://127.0.0.1:9/\"\nsecret = \"{SECRET}\"\n\
-             [[alerts.conditions]]\nkind = \"source_rejected\"\nthreshold = 5\n\
-             duration_seconds = 60\nonly = \"shop\"\n"
-        ))
-        .unwrap();
-        assert_eq!(
-            s.alerts[0].conditions(),
-            [ConditionSettings {
-                kind: ConditionKind::SourceRejected,
-                threshold: 5,
-                duration_seconds: 60,
-                only: Some("shop".into()),
-            }]
+/// `source_rejected` counts the refusals `[rejections]` keeps: refused when it keeps none,
+/// fewer than the threshold, or not as long as the window.
+fn rejections_kept(settings: &super::Settings, c: &ConditionSettings) -> Result<(), String> {
+    let kept = &settings.rejections;
+    if kept.keep_count == 0 {
+        return Err(
+            "`source_rejected` counts kept refusals, and `[rejections] keep_count = 0` \
+                    keeps none"
+                .into(),
         );
     }
-
-    #[test]
-    fn bad_alert_settings_are_refused_naming_the_key() {
-        let slack = "[[alerts]]\nkind = \"slack\"\nurl = \"https://hooks.example.com/x\"\n";
-        for (text, key, words) in [
-            (
-                "[[alerts]]\nkind = \"webhook\"\nurl = \"https://x.example.com/\"\n".to_string(),
-                "alerts[0].secret",
-                "signs",
-            ),
-            (
-                "[[alerts]]\nkind = \"webhook\"\nurl = \"https://x.example.com/\"\nsecret = \"plain\"\n"
-                    .to_string(),
-                "alerts[0].secret",
-                "whsec_",
-            ),
-            (
-                "[[alerts]]\nkind = \"slack\"\nurl = \"not a url\"\n".to_string(),
-                "alerts[0].url",
-                "not a URL",
-            ),
-            (format!("{slack}{slack}"), "alerts[1].name", "twice"),
-            (
-                format!("{slack}[[alerts.conditions]]\nkind = \"source_rejected\"\nduration_seconds = 60\n"),
-                "alerts[0].conditions[0].threshold",
-                "at least 1",
-            ),
-            (
-                format!("{slack}[[alerts.conditions]]\nkind = \"breaker_open\"\nthreshold = 3\nduration_seconds = 60\n"),
-                "alerts[0].conditions[0].threshold",
-                "no threshold",
-            ),
-            (
-                format!("{slack}[[alerts.conditions]]\nkind = \"breaker_open\"\nduration_seconds = 9999999\n"),
-                "alerts[0].conditions[0].duration_seconds",
-                "a week",
-            ),
-            (format!("alert_every_ms = 1\n{slack}"), "alert_every_ms", "between"),
-            (format!("public_url = \"ftp://x\"\n{slack}"), "public_url", "http"),
-        ] {
-            let (got, message) = refused(&text);
-            assert_eq!(got, key, "{text}");
-            assert!(message.contains(words), "{key}: {message}");
-        }
+    if c.threshold > kept.keep_count {
+        return Err(format!(
+            "threshold {} is more than the {} refusals `[rejections] keep_count` keeps",
+            c.threshold, kept.keep_count
+        ));
     }
-
-    #[test]
-    fn an_unknown_condition_or_key_is_refused_by_name() {
-        let err = parse(
-            "[[alerts]]\nkind = \"slack\"\nurl = \"https://h.example.com/\"\n\
-             [[alerts.conditions]]\nkind = \"disk_full\"\nduration_seconds = 1\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("alerts[0].conditions[0].kind"), "{err}");
-        let err =
-            parse("[[alerts]]\nkind = \"slack\"\nurl = \"https://h.example.com/\"\nchanel = 1\n")
-                .unwrap_err()
-                .to_string();
-        assert!(err.contains("chanel"), "{err}");
+    if c.duration_seconds > u64::from(kept.keep_days) * 86_400 {
+        return Err(format!(
+            "a window of {} s is longer than the {} day(s) `[rejections] keep_days` keeps",
+            c.duration_seconds, kept.keep_days
+        ));
     }
+    Ok(())
 }
+
+/// Warnings for a start: a condition's `only` naming no subscription of the config (it may be
+/// made through the API: not refused), the default `source_rejected` with no refusal kept.
+pub fn warnings(settings: &super::Settings) -> Vec<String> {
+    let mut names: Vec<String> = settings
+        .subscriptions
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    names.extend(
+        crate::subscriptions::implicit(settings)
+            .into_iter()
+            .map(|s| s.name),
+    );
+    let mut out = Vec::new();
+    for a in &settings.alerts {
+        for c in a.conditions() {
+            let on_subscriptions = !matches!(
+                c.kind,
+                ConditionKind::SourceRejected | ConditionKind::StoreUnavailable
+            );
+            if let Some(only) = c
+                .only
+                .as_deref()
+                .filter(|o| on_subscriptions && !names.iter().any(|n| n == o))
+            {
+                out.push(format!(
+                    "alerts `{}`: `{}` watches only `{only}`, which no subscription of the \
+                     config is named (fine if the API makes it)",
+                    a.channel(),
+                    c.kind.name()
+                ));
+            }
+            if c.kind == ConditionKind::SourceRejected
+                && a.conditions.is_empty()
+                && let Err(m) = rejections_kept(settings, &c)
+            {
+                out.push(format!(
+                    "alerts `{}`: the default {m}: it never starts",
+                    a.channel()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "alerts_tests.rs"]
+mod tests;

@@ -4,9 +4,10 @@ use super::ConfigError;
 
 const PREFIX: &str = "WEBHOOK_INBOX_";
 
-/// Variables with the prefix that are not settings: the CLI's server address and the store's
-/// test-only switch for the power-loss test (docs/power-loss.md).
-const NOT_SETTINGS: &[&str] = &["URL", "UNSAFE_SKIP_WAL_FSYNC"];
+/// Variables with the prefix that are not settings: the CLI's server address, the store's
+/// test-only switch for the power-loss test (docs/power-loss.md) and the alerts' test-only
+/// interval (`alerts::UNSAFE_ALERT_EVERY_MS`).
+const NOT_SETTINGS: &[&str] = &["URL", "UNSAFE_SKIP_WAL_FSYNC", "UNSAFE_ALERT_EVERY_MS"];
 
 /// Keys whose values are strings even when they look like numbers (a token `12345`).
 const STRING_KEYS: &[&str] = &[

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 pub use alerts::{
     AlertSettings, ChannelKind, ConditionKind, ConditionSettings, default_conditions,
+    warnings as alert_warnings,
 };
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
@@ -111,7 +112,7 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// How often each node evaluates the alert conditions and looks for notices to send (ms).
     pub alert_every_ms: u64,
-    /// Channels and their conditions (SPEC section 15; `docs/alerts.md`).
+    /// Channels and their conditions (SPEC section 15; `docs/guides/alerts.md`).
     pub alerts: Vec<AlertSettings>,
     /// A `listen` session that has not claimed for this long is removed by the heartbeat
     /// (its states finished as a removal's are).

@@ -140,7 +140,10 @@ impl Forwarder {
     fn stale(&self) -> bool {
         match (&self.applied, self.store.registry_version_seen()) {
             (Some((applied, _)), Some(seen)) => seen > *applied.borrow(),
-            _ => false,
+            // The store forgot its view (a change through this node just committed): the
+            // claim may have been made before it, so it is not trusted.
+            (Some(_), None) => true,
+            (None, _) => false,
         }
     }
 
@@ -219,7 +222,7 @@ impl Forwarder {
             if !claims.is_empty() && (*stopped.borrow() || self.stale()) {
                 let refs: Vec<_> = claims.iter().map(|c| c.claim.clone()).collect();
                 let store = Arc::clone(&self.store);
-                let given = tokio::task::spawn_blocking(move || store.release(&refs, now_ms()));
+                let given = tokio::task::spawn_blocking(move || store.give_back(&refs, now_ms()));
                 if let Ok(Err(e)) = given.await {
                     tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give back a stale claim: its lease runs out");
                 }

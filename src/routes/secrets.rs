@@ -16,7 +16,7 @@ use crate::store::secrets::{MAX_GRACE_MS, Purpose};
 /// The grace when a rotation names none: a day.
 const DEFAULT_GRACE_SECONDS: i64 = 86_400;
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct SigningSecrets {
     /// The secrets calls are signed with, the current one first, then any still in a
     /// rotation's grace (each signs every call: `webhook-signature: v1,<new> v1,<old>`).
@@ -141,4 +141,11 @@ pub async fn rotate(
         token,
         previous_valid_until: rfc3339(rotated.previous_until),
     }))
+}
+
+/// Never the secret (SPEC: secrets appear in this answer only, not in logs).
+impl std::fmt::Debug for SigningSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningSecrets([redacted])")
+    }
 }

@@ -65,7 +65,7 @@ pub struct SubscriptionFields {
 
 /// A subscription just made: as `GET /subscriptions/{name}` shows it, with its generated
 /// secret, shown this once.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct CreatedSubscription {
     #[serde(flatten)]
     subscription: SubscriptionView,
@@ -127,40 +127,6 @@ async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Resul
     Ok(())
 }
 
-/// Keep the secret a new subscription was given in its body, or make one (answered once):
-/// through the vault, so that it is sealed or kept as a digest as every secret is.
-fn keep_given(
-    vault: &crate::secrets::Vault,
-    sub: &crate::subscriptions::Subscription,
-) -> Result<(Option<String>, Option<String>), crate::secrets::VaultError> {
-    use crate::store::secrets::Purpose;
-    let now = now_ms();
-    match sub.kind {
-        Kind::Http => {
-            let given = sub
-                .http
-                .as_ref()
-                .and_then(|t| t.signing_secrets.first())
-                .map(|s| s.expose().to_string());
-            let secret = given
-                .clone()
-                .unwrap_or_else(crate::secrets::new_signing_secret);
-            vault.give(&sub.name, Purpose::Signing, &secret, now)?;
-            Ok((given.is_none().then_some(secret), None))
-        }
-        Kind::Pull => {
-            let given = sub.token.as_ref().map(|t| t.expose().to_string());
-            let token = given.clone().unwrap_or_else(crate::secrets::new_token);
-            vault.give(&sub.name, Purpose::Token, &token, now)?;
-            vault
-                .claims_key(&sub.name, None)
-                .map_err(|e| crate::secrets::VaultError::Conflict(format!("{e:#}")))?;
-            Ok((None, given.is_none().then_some(token)))
-        }
-        _ => Ok((None, None)),
-    }
-}
-
 /// The query of `POST /subscriptions`.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -209,6 +175,7 @@ pub async fn create(
         "api"
     };
     check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
+    let kind = sub.kind;
     if sub
         .http
         .as_ref()
@@ -220,30 +187,28 @@ pub async fn create(
         }));
     }
     let name = sub.name.clone();
-    let kept = {
-        let sub = sub.clone();
-        blocking(&state, move |s| {
-            s.create_subscription(&sub, origin, now_ms())
-        })
-        .await?
+    // Its secret is written with it, in one transaction: no node serves it without one.
+    let given = match sub.kind {
+        Kind::Http => sub
+            .http
+            .as_ref()
+            .and_then(|t| t.signing_secrets.first())
+            .map(|s| s.expose().to_string()),
+        _ => sub.token.as_ref().map(|t| t.expose().to_string()),
     };
-    if kept == Created::Taken {
+    let (secrets, made) = state.vault.first_secrets(&name, sub.kind, given.as_deref());
+    let created = blocking(&state, move |s| {
+        s.create_subscription(&sub, &secrets, origin, now_ms())
+    })
+    .await?;
+    if created == Created::Taken {
         return Err(ApiError::Conflict(format!(
             "a subscription named `{name}` exists: change it with PATCH, or delete it first"
         )));
     }
-    let vault = std::sync::Arc::clone(&state.vault);
-    let secrets = tokio::task::spawn_blocking(move || keep_given(&vault, &sub))
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("keeping the secret: {e}")))?;
-    let (signing_secret, token) = match secrets {
-        Ok(made) => made,
-        Err(e) => {
-            // Not served without its secret: taken back, so that the create can be retried.
-            let name = name.clone();
-            blocking(&state, move |s| s.remove_subscription(&name, now_ms())).await?;
-            return Err(e.into());
-        }
+    let (signing_secret, token) = match kind {
+        Kind::Http => (made, None),
+        _ => (None, made),
     };
     tracing::info!(subscription = %name, "subscription created through the API");
     state.queued.notify_waiters();
@@ -346,4 +311,11 @@ pub async fn delete(
         removed: true,
         finished,
     }))
+}
+
+/// Never the secret (SPEC: secrets appear in this answer only, not in logs).
+impl std::fmt::Debug for CreatedSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CreatedSubscription([redacted])")
+    }
 }

@@ -90,37 +90,54 @@ impl Vault {
     /// The key that MACs the claim tokens of pull subscription `name`, shared by every node:
     /// the kept one, or, when none is kept yet, `derived` (the key earlier versions derived
     /// from a token, so that their claims still ack) or a new one, kept now.
+    /// A read first (a node serving the registry asks at each change of it), a write only when
+    /// none is kept.
     pub fn claims_key(&self, name: &str, derived: Option<[u8; 32]>) -> anyhow::Result<[u8; 32]> {
-        let key = derived.unwrap_or_else(crate::config::new_secret_bytes::<32>);
-        let offered = self.kept_form(name, Purpose::Claims, &hex::encode(key));
-        let kept = self.store.keep_secret(
-            name,
-            Purpose::Claims,
-            &offered,
-            crate::domain::time::now_ms(),
-        )?;
-        hex::decode(self.open(name, &kept)?)
+        let now = crate::domain::time::now_ms();
+        let current = self
+            .secrets(name, now)?
+            .into_iter()
+            .find(|(k, _)| k.purpose == Purpose::Claims && k.expires_at.is_none())
+            .map(|(_, open)| open);
+        let open = match current {
+            Some(open) => open,
+            None => {
+                let key = derived.unwrap_or_else(crate::config::new_secret_bytes::<32>);
+                let offered = self.kept_form(name, Purpose::Claims, &hex::encode(key));
+                let kept = self
+                    .store
+                    .keep_secret(name, Purpose::Claims, &offered, now)?;
+                self.open(name, &kept)?
+            }
+        };
+        hex::decode(open)
             .ok()
             .and_then(|k| k.try_into().ok())
             .ok_or_else(|| anyhow::anyhow!("the claims key of `{name}` is not 32 bytes"))
     }
 
-    /// Keep `plain` as the current secret of `name` for `purpose`, made through the API (not a
-    /// config's): a new subscription's, given in its body or generated.
-    pub fn give(
+    /// The secrets a new subscription of `kind` starts with, made through the API: the one its
+    /// body gives or a new one (shown once: the second value), and a pull subscription's claims
+    /// key; each in the form the store keeps (sealed, or a token's digest), for
+    /// `Store::create_subscription` to write with the subscription, in its transaction.
+    pub fn first_secrets(
         &self,
         name: &str,
-        purpose: Purpose,
-        plain: &str,
-        now: i64,
-    ) -> Result<(), VaultError> {
-        let offered = self.kept_form(name, purpose, plain);
-        let kept = self.store.keep_secret(name, purpose, &offered, now)?;
-        if kept.value != offered {
-            // One left by an earlier subscription of that name: replaced at once.
-            self.store.rotate_secret(name, purpose, &offered, 0, now)?;
+        kind: Kind,
+        given: Option<&str>,
+    ) -> (Vec<(Purpose, String)>, Option<String>) {
+        let (purpose, made) = match kind {
+            Kind::Http => (Purpose::Signing, new_signing_secret as fn() -> String),
+            Kind::Pull => (Purpose::Token, new_token as fn() -> String),
+            _ => return (Vec::new(), None),
+        };
+        let plain = given.map_or_else(made, str::to_string);
+        let mut kept = vec![(purpose, self.kept_form(name, purpose, &plain))];
+        if kind == Kind::Pull {
+            let key = hex::encode(crate::config::new_secret_bytes::<32>());
+            kept.push((Purpose::Claims, self.kept_form(name, Purpose::Claims, &key)));
         }
-        Ok(())
+        (kept, given.is_none().then_some(plain))
     }
 
     /// Every secret of `name` valid at `now`, opened: current first.

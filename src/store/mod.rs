@@ -136,10 +136,13 @@ pub trait Store: Send + Sync + 'static {
     /// Add a subscription through the API (`origin` `api`, which no config's sync or prune
     /// removes, or `session`, a `listen` session's, which the prune removes when idle; see
     /// `store::registry`): it takes the events stored after now. A name removed earlier comes
-    /// back as a new subscription, its history kept.
+    /// back as a new subscription, its history kept. `secrets` are kept with it, in its
+    /// transaction, in the form the store keeps them (`crate::secrets::Vault::kept_forms`),
+    /// replacing any an earlier subscription of that name left: it is never served without them.
     fn create_subscription(
         &self,
         sub: &Subscription,
+        secrets: &[(secrets::Purpose, String)],
         origin: &str,
         now: i64,
     ) -> StoreResult<registry::Created>;
@@ -249,6 +252,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<(Vec<Finished>, Vec<Claimed>)>;
     /// Give back claims whose handler never started (shutdown).
     fn release(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
+    /// Give back claims that were no attempt at all (nothing was sent): pending, due now, with
+    /// the claim's attempt taken back from the count and the history.
+    fn give_back(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
     /// Expired leases: back to pending, or failed for at-most-once handlers and spent budgets.
     /// Apply `decide` to every claim whose lease has run out, each transition fenced by its
     /// claim token, in one transaction.

@@ -21,12 +21,16 @@ use crate::receiver::{Call, Receiver};
 /// The evaluation interval in these tests (the default is 15 s).
 pub const EVERY_MS: u64 = 100;
 
+/// What a server process of these tests needs in its environment to evaluate that often
+/// (`alert_every_ms` is at least a second).
+pub const FAST_ENV: &[(&str, &str)] = &[("WEBHOOK_INBOX_UNSAFE_ALERT_EVERY_MS", "100")];
+
 /// Top-level keys first (before any table), the channel `ops` last.
 fn with_alerts(channel_url: &str, conditions: &str) -> impl FnOnce(&mut String) {
     let (url, conditions) = (channel_url.to_string(), conditions.to_string());
     move |c: &mut String| {
         *c = format!(
-            "alert_every_ms = {EVERY_MS}\npublic_url = \"https://inbox.example.com/\"\n{c}\n\
+            "public_url = \"https://inbox.example.com/\"\n{c}\n\
              [[alerts]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{url}\"\n\
              secret = \"{SW_SECRET}\"\ntimeout_ms = 1000\n{conditions}\n"
         );
@@ -36,6 +40,7 @@ fn with_alerts(channel_url: &str, conditions: &str) -> impl FnOnce(&mut String) 
 fn options() -> BuildOptions {
     BuildOptions {
         idle_poll: Some(Duration::from_millis(50)),
+        alert_every: Some(Duration::from_millis(EVERY_MS)),
         ..BuildOptions::default()
     }
 }
@@ -87,6 +92,25 @@ async fn alerts_total(app: &TestApp, result: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// `webhook_inbox_alert_evaluations_total` of a metrics text (0 when absent).
+pub fn evaluations_in(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("webhook_inbox_alert_evaluations_total "))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Wait (bounded) until the node has finished `rounds` more evaluations: what "nothing more
+/// happens" is checked after, rather than a fixed sleep.
+async fn after_rounds(app: &TestApp, rounds: u64) {
+    let start = evaluations_in(&app.metrics_text().await);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while evaluations_in(&app.metrics_text().await) < start + rounds {
+        assert!(Instant::now() < deadline, "fewer than {rounds} evaluations");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn port_of(url: &str) -> u16 {
@@ -160,7 +184,7 @@ async fn an_endpoint_down_longer_than_the_duration_gives_one_started_and_after_r
     // A restart while the breaker stays open repeats nothing.
     let dir = app.stop().await;
     let app = spawn_in(dir, &config, options()).await;
-    tokio::time::sleep(Duration::from_millis(10 * EVERY_MS)).await;
+    after_rounds(&app, 5).await;
     assert_eq!(channel.calls().len(), 1, "a restart repeated the notice");
 
     // The endpoint answers again: the next probe closes the breaker.
@@ -172,7 +196,7 @@ async fn an_endpoint_down_longer_than_the_duration_gives_one_started_and_after_r
         channel.calls().len() >= 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(5 * EVERY_MS)).await;
+    after_rounds(&app, 3).await;
     let all = notices(&channel);
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[1]["type"], "alert.cleared");
@@ -194,7 +218,7 @@ async fn a_flood_of_refused_deliveries_gives_one_notice() {
         !channel.calls().is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(10 * EVERY_MS)).await;
+    after_rounds(&app, 5).await;
     let all = notices(&channel);
     assert_eq!(all.len(), 1, "{all:?}");
     assert_eq!(all[0]["condition"], "source_rejected");
@@ -231,7 +255,7 @@ async fn a_channel_down_then_up_gets_the_notice_once_counted_as_retried() {
         !channel.calls().is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(10 * EVERY_MS)).await;
+    after_rounds(&app, 5).await;
     assert_eq!(notices(&channel).len(), 1);
     assert_eq!(alerts_total(&app, "sent").await, 1);
     assert_eq!(alerts_total(&app, "retried").await, 1);
@@ -278,4 +302,68 @@ async fn alerts_test_sends_each_channel_a_notice_and_says_which_failed() {
     assert!(out.contains("ops: sent (HTTP 200)"), "{out}");
     assert!(out.contains("chat: failed:"), "{out}");
     assert_eq!(notices(&channel).len(), 2);
+}
+
+/// A notice written but not sent when the node stops (its channel down) is not lost: once the
+/// channel is up and the node back, it is sent, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_unsent_at_a_stop_is_sent_once_after_the_restart() {
+    let port = crate::process::free_port();
+    let url = format!("http://127.0.0.1:{port}/in");
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&dir);
+    with_alerts(&url, REJECTED)(&mut config);
+    let app = spawn_in(dir, &config, options()).await;
+    flood(&app, 10).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alerts_total(&app, "failed").await < 1 {
+        assert!(Instant::now() < deadline, "no failed attempt counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM alert_notices WHERE sent_at IS NULL"),
+        1
+    );
+    let dir = app.stop().await;
+
+    let channel = Receiver::start_on(port, Duration::ZERO, 200);
+    let app = spawn_in(dir, &config, options()).await;
+    wait_for(Duration::from_secs(20), "the notice", || {
+        !channel.calls().is_empty()
+    })
+    .await;
+    after_rounds(&app, 5).await;
+    let sent = notices(&channel);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["condition"], "source_rejected");
+    assert_eq!(
+        app.count("SELECT count(*) FROM alert_notices WHERE sent_at IS NOT NULL"),
+        1
+    );
+    assert_eq!(app.count("SELECT count(*) FROM alert_notices"), 1);
+    app.stop().await;
+}
+
+/// A stop does not wait for a channel that takes its time: the call in flight is dropped (its
+/// notice is sent again once its claim's lease runs out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_does_not_wait_for_a_slow_channel() {
+    let channel = Receiver::start(Duration::from_secs(30), 200);
+    let slow = |c: &mut String| {
+        with_alerts(&channel.url, REJECTED)(c);
+        *c = c.replace("timeout_ms = 1000", "timeout_ms = 20000");
+    };
+    let app = spawn_app_with(slow, options()).await;
+    flood(&app, 10).await;
+    wait_for(Duration::from_secs(10), "a call in flight", || {
+        channel.in_flight() >= 1
+    })
+    .await;
+    let stopping = Instant::now();
+    app.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the stop waited {:?} for the channel",
+        stopping.elapsed()
+    );
 }

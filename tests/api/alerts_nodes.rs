@@ -5,13 +5,38 @@
 
 use std::time::{Duration, Instant};
 
-use crate::alerts::{EVERY_MS, notices};
+use crate::alerts::{FAST_ENV, evaluations_in, notices};
 use crate::helpers::SW_SECRET;
 use crate::nodes::node_config;
 use crate::pg_restart::PrivateCluster;
 use crate::pgdb::{self, PgDatabase};
 use crate::process::{ServerProcess, free_port};
 use crate::receiver::Receiver;
+
+/// Wait (bounded) until `node` has finished `rounds` more evaluations, by its
+/// `webhook_inbox_alert_evaluations_total` (the store must answer: `/metrics` reads it).
+fn after_rounds(node: &ServerProcess, rounds: u64) {
+    let client = reqwest::blocking::Client::new();
+    let now = || {
+        let r = client.get(format!("{}/metrics", node.base)).send().unwrap();
+        evaluations_in(&r.text().unwrap())
+    };
+    let (start, deadline) = (now(), Instant::now() + Duration::from_secs(20));
+    while now() < start + rounds {
+        assert!(Instant::now() < deadline, "fewer than {rounds} evaluations");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// While the store is down, each round logs that it is unavailable: wait for `rounds` more.
+fn after_rounds_down(node: &ServerProcess, rounds: usize) {
+    let count = || node.logs().matches("the store is unavailable").count();
+    let (start, deadline) = (count(), Instant::now() + Duration::from_secs(60));
+    while count() < start + rounds {
+        assert!(Instant::now() < deadline, "fewer than {rounds} evaluations");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 #[test]
 fn two_nodes_on_one_database_send_one_notice_of_a_flood() {
@@ -22,7 +47,7 @@ fn two_nodes_on_one_database_send_one_notice_of_a_flood() {
     let dir = tempfile::tempdir().unwrap();
     let channel = Receiver::start(Duration::ZERO, 200);
     let extra = format!(
-        "alert_every_ms = {EVERY_MS}\n[consumers]\nworkers = 0\n\
+        "[consumers]\nworkers = 0\n\
          [[alerts]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{SW_SECRET}\"\n\
          [[alerts.conditions]]\nkind = \"source_rejected\"\nthreshold = 5\nduration_seconds = 60\n",
         channel.url
@@ -31,7 +56,13 @@ fn two_nodes_on_one_database_send_one_notice_of_a_flood() {
         .map(|i| {
             let port = free_port();
             let config = node_config(dir.path(), &format!("node{i}"), port, &db.url, &extra);
-            ServerProcess::start(dir.path(), &config, port, &format!("node{i}.log"))
+            ServerProcess::start_with_env(
+                dir.path(),
+                &config,
+                port,
+                &format!("node{i}.log"),
+                FAST_ENV,
+            )
         })
         .collect();
     let client = reqwest::blocking::Client::new();
@@ -52,7 +83,9 @@ fn two_nodes_on_one_database_send_one_notice_of_a_flood() {
         assert!(Instant::now() < deadline, "no notice");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(20 * EVERY_MS));
+    for node in &nodes {
+        after_rounds(node, 10);
+    }
     let sent = notices(&channel);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0]["subject"], "shop");
@@ -79,15 +112,15 @@ fn a_database_down_longer_than_the_duration_gives_one_started_then_one_cleared()
     let cluster = PrivateCluster::start(dir.path());
     let channel = Receiver::start(Duration::ZERO, 200);
     let extra = format!(
-        "alert_every_ms = {EVERY_MS}\n[consumers]\nworkers = 0\n\
+        "[consumers]\nworkers = 0\n\
          [[alerts]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"{SW_SECRET}\"\n\
          [[alerts.conditions]]\nkind = \"store_unavailable\"\nduration_seconds = 1\n",
         channel.url
     );
     let port = free_port();
     let config = node_config(dir.path(), "node", port, &cluster.url, &extra);
-    let node = ServerProcess::start(dir.path(), &config, port, "node.log");
-    std::thread::sleep(Duration::from_millis(10 * EVERY_MS));
+    let node = ServerProcess::start_with_env(dir.path(), &config, port, "node.log", FAST_ENV);
+    after_rounds(&node, 5);
     assert!(
         channel.calls().is_empty(),
         "a notice while the store answers"
@@ -112,7 +145,7 @@ fn a_database_down_longer_than_the_duration_gives_one_started_then_one_cleared()
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(started[0]["type"], "alert.started");
     assert_eq!(started[0]["condition"], "store_unavailable");
-    std::thread::sleep(Duration::from_millis(10 * EVERY_MS));
+    after_rounds_down(&node, 5);
     assert_eq!(channel.calls().len(), 1, "repeated while down");
 
     cluster.ctl("start");
@@ -125,7 +158,7 @@ fn a_database_down_longer_than_the_duration_gives_one_started_then_one_cleared()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(10 * EVERY_MS));
+    after_rounds(&node, 5);
     let all = notices(&channel);
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[1]["type"], "alert.cleared");

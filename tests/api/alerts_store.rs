@@ -256,9 +256,107 @@ fn failed_states_and_refusals_are_counted_from_a_time_on(kind: StoreKind) {
     );
 }
 
+/// Two nodes' snapshots applied in the wrong order: the older one, applied after a newer one
+/// started (or cleared) the episode, changes nothing.
+fn a_stale_snapshot_undoes_nothing_a_newer_one_did(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(kind, dir.path());
+    let (a, b) = (db.open_store(), db.open_store());
+    let t = 7_000_000;
+    // Node B took its snapshot at t + 10 and saw it hold; node A's, taken at t, saw it not.
+    assert_eq!(
+        b.alerts().observe(&[seen(true, 0)], t + 10).unwrap().len(),
+        1
+    );
+    assert!(a.alerts().observe(&[seen(false, 0)], t).unwrap().is_empty());
+    assert_eq!(a.alerts().active_alerts().unwrap().len(), 1, "still open");
+    // B clears at t + 30 from a snapshot that saw it stop; A's older one (t + 20) saw it hold.
+    assert_eq!(
+        b.alerts().observe(&[seen(false, 0)], t + 30).unwrap().len(),
+        1
+    );
+    assert!(
+        a.alerts()
+            .observe(&[seen(true, 0)], t + 20)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        a.alerts().active_alerts().unwrap().is_empty(),
+        "still cleared"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM alert_notices"), 2);
+    // A newer snapshot still starts the next episode.
+    let next = a.alerts().observe(&[seen(true, 0)], t + 40).unwrap();
+    assert_eq!((next.len(), next[0].episode), (1, 2));
+}
+
+/// A "cleared" never goes out before its "started": while the started notice waits for its
+/// retry, the cleared one is not claimed.
+fn a_cleared_notice_waits_for_its_started_one(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(kind, dir.path());
+    let alerts = db.open_store();
+    let alerts = alerts.alerts();
+    let t = 11_000_000;
+    alerts.observe(&[seen(true, 0)], t).unwrap();
+    let started = alerts
+        .claim_notices("ops", "a", 5, 30_000, 10, t + 1)
+        .unwrap();
+    assert_eq!((started.len(), started[0].phase.as_str()), (1, "started"));
+    assert!(
+        alerts
+            .notice_failed(started[0].id, "a", "503", t + 10_000)
+            .unwrap()
+    );
+    assert_eq!(alerts.observe(&[seen(false, 0)], t + 2).unwrap().len(), 1);
+    let early = alerts
+        .claim_notices("ops", "b", 5, 30_000, 10, t + 3)
+        .unwrap();
+    assert!(early.is_empty(), "the cleared one went first: {early:?}");
+    let retried = alerts
+        .claim_notices("ops", "b", 5, 30_000, 10, t + 10_000)
+        .unwrap();
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert_eq!(retried[0].phase, "started");
+    assert!(alerts.notice_sent(retried[0].id, "b", t + 10_001).unwrap());
+    let cleared = alerts
+        .claim_notices("ops", "c", 5, 30_000, 10, t + 10_002)
+        .unwrap();
+    assert_eq!((cleared.len(), cleared[0].phase.as_str()), (1, "cleared"));
+}
+
 store_tests!(
+    a_cleared_notice_waits_for_its_started_one,
+    a_stale_snapshot_undoes_nothing_a_newer_one_did,
     failed_states_and_refusals_are_counted_from_a_time_on,
     racing_nodes_write_each_notice_of_an_episode_once,
     a_condition_starts_only_once_it_has_held_for_its_duration,
     one_sender_claims_a_notice_and_a_failed_one_waits_for_its_retry,
 );
+
+/// On SQLite a round that changes nothing, and a sender with nothing due, never take the
+/// write lock ingest needs: they answer at once while another connection holds it.
+#[test]
+fn sqlite_an_idle_round_takes_no_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(StoreKind::Sqlite, dir.path());
+    let store = db.open_store();
+    let alerts = store.alerts();
+    let holder = rusqlite::Connection::open(dir.path().join("inbox.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    assert!(alerts.observe(&[seen(false, 0)], 1_000).unwrap().is_empty());
+    assert!(
+        alerts
+            .claim_notices("ops", "a", 5, 30_000, 10, 1_000)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(500),
+        "waited {:?} for the write lock",
+        started.elapsed()
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+}

@@ -410,7 +410,7 @@ fn api_reference_renders_markdown_and_lists_the_routes_newcomers_need_first() {
         let routes: Vec<&str> = routes.as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
         assert_eq!(routes.first(), Some(&"POST /webhooks/{source}"), "{routes:?}");
         assert_eq!(js(&c, "return document.querySelector('#operations .op h3').textContent;").await, "POST /webhooks/{source}");
-        assert!(routes.iter().all(|r| r.starts_with("GET /") || r.starts_with("POST /")), "{routes:?}");
+        assert!(routes.iter().all(|r| ["GET /", "POST /", "PATCH /", "DELETE /"].iter().any(|m| r.starts_with(m))), "{routes:?}");
         assert!(!routes.iter().any(|r| r.contains("{asset}")), "{routes:?}");
         assert!(routes.contains(&"GET /events") && routes.contains(&"POST /events/{source}/{event_id}/retry"), "{routes:?}");
         let requests = routes.iter().position(|r| *r == "POST /requests").unwrap();

@@ -166,4 +166,40 @@ store_tests!(
     a_slow_handler_that_outlives_its_lease_changes_nothing_and_the_credit_happens_once,
     an_expired_lease_on_the_last_attempt_fails_the_event,
     at_most_once_events_whose_lease_expires_are_abandoned_not_retried,
+    a_claim_given_back_unused_costs_no_attempt,
 );
+
+/// A forwarder whose claims saw a registry its node has not applied yet gives them back
+/// unused (`Store::give_back`): nothing was sent, so the event keeps its whole budget and its
+/// history shows no attempt. Given back three times on a budget of three, it is still
+/// delivered on its first real attempt. Seen failing (both stores) with the `release` the
+/// forwarder used before, which keeps the claim's count and closes it as a retryable error
+/// (attempts 1 after the first give-back).
+fn a_claim_given_back_unused_costs_no_attempt(kind: StoreKind) {
+    let h = Harness::on(kind, 3, 30);
+    h.insert(&[("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10))]);
+    for _ in 0..3 {
+        let claimed = h
+            .store
+            .claim("A", Lane::InProcess, 10, 30_000, now_ms())
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(
+            claimed[0].claim.attempt, 1,
+            "each claim is the first attempt"
+        );
+        let refs: Vec<_> = claimed.into_iter().map(|c| c.claim).collect();
+        assert_eq!(h.store.give_back(&refs, now_ms()).unwrap(), 1);
+        // A second give-back of the same claim is fenced out.
+        assert_eq!(h.store.give_back(&refs, now_ms()).unwrap(), 0);
+        let d = h.detail("shop", "evt-1");
+        assert_eq!(d.event.status, Status::Pending);
+        assert_eq!(d.event.attempts, 0, "{:?}", d.event);
+        assert!(d.history.is_empty(), "{:?}", d.history);
+    }
+    let claimed = h
+        .store
+        .claim("B", Lane::InProcess, 10, 30_000, now_ms())
+        .unwrap();
+    assert_eq!(claimed[0].claim.attempt, 1);
+}

@@ -5,6 +5,8 @@ mod helpers;
 
 mod alerts;
 mod alerts_nodes;
+mod alerts_plans;
+mod alerts_secrets;
 mod alerts_store;
 mod apidoc;
 mod apidoc_fuzz;

@@ -8,7 +8,7 @@ use crate::harness::{Harness, new_delivery};
 use crate::helpers::*;
 
 /// The lines of `EXPLAIN QUERY PLAN` for `sql` on the harness's database.
-fn query_plan(h: &Harness, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+pub(crate) fn query_plan(h: &Harness, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
     let conn = rusqlite::Connection::open(h.dir.path().join("inbox.db")).unwrap();
     conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
         .unwrap()
@@ -197,7 +197,7 @@ fn orders(batch: usize) -> Vec<webhook_inbox::store::NewDelivery> {
 /// `EXPLAIN [options] EXECUTE` of `sql` prepared with `args` after `settings` (`SET LOCAL`s)
 /// (the client runs a runtime of its own: off the test's thread). With `ANALYZE` in `options`
 /// the statement runs, in a transaction rolled back after it.
-fn pg_plan(url: &str, settings: &str, options: &str, sql: &str, args: &str) -> String {
+pub(crate) fn pg_plan(url: &str, settings: &str, options: &str, sql: &str, args: &str) -> String {
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();

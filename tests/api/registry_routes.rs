@@ -220,6 +220,16 @@ async fn patch_changes_the_given_fields_and_refuses_name_kind_and_what_the_confi
         &patch(&app, "hooks", r#"{"token": "0123456789abcdefgh"}"#).await,
         "token",
     );
+    // A secret changes by rotation (the old one keeps its grace), never by a PATCH.
+    assert_names(
+        &patch(
+            &app,
+            "hooks",
+            r#"{"signing_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}"#,
+        )
+        .await,
+        "signing_secret",
+    );
     assert_names(&patch(&app, "hooks", r#"{"colour": 1}"#).await, "colour");
     assert_names(
         &patch(&app, "hooks", r#"{"max_attempts": -1}"#).await,

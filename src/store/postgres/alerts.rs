@@ -12,7 +12,9 @@ use postgres::Row;
 use super::PostgresStore;
 use super::session::Db;
 use crate::store::StoreResult;
-use crate::store::alerts::{ActiveAlert, AlertStore, FAILED_SINCE, Notice, Observation};
+use crate::store::alerts::{
+    ActiveAlert, AlertStore, AlertSubject, FAILED_SINCE, Notice, Observation, SUBJECTS,
+};
 
 const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
                       created_at, attempts";
@@ -70,10 +72,11 @@ fn observe_one(db: &mut Db<'_>, o: &Observation, now: i64) -> StoreResult<Option
         let started = db.query_opt(
             "UPDATE alert_state
                 SET active = true, episode = episode + 1, started_at = holding_since,
-                    figure = $3
+                    figure = $3, changed_at = $4
               WHERE alert = $1 AND NOT active AND holding_since <= $2
+                AND (changed_at IS NULL OR changed_at < $4)
              RETURNING episode, started_at",
-            &[&o.alert, &due, &o.figure],
+            &[&o.alert, &due, &o.figure, &now],
         )?;
         return match started {
             Some(r) => write_notice(db, o, r.try_get(0)?, "started", r.try_get(1)?, now),
@@ -81,18 +84,18 @@ fn observe_one(db: &mut Db<'_>, o: &Observation, now: i64) -> StoreResult<Option
         };
     }
     let cleared = db.query_opt(
-        "UPDATE alert_state SET active = false, holding_since = NULL
-          WHERE alert = $1 AND active
+        "UPDATE alert_state SET active = false, holding_since = NULL, changed_at = $2
+          WHERE alert = $1 AND active AND (changed_at IS NULL OR changed_at < $2)
          RETURNING episode, started_at",
-        &[&o.alert],
+        &[&o.alert, &now],
     )?;
     match cleared {
         Some(r) => write_notice(db, o, r.try_get(0)?, "cleared", r.try_get(1)?, now),
         None => {
             db.execute(
                 "UPDATE alert_state SET holding_since = NULL
-                  WHERE alert = $1 AND NOT active AND holding_since IS NOT NULL",
-                &[&o.alert],
+                  WHERE alert = $1 AND NOT active AND holding_since <= $2",
+                &[&o.alert, &now],
             )?;
             Ok(None)
         }
@@ -122,10 +125,15 @@ impl AlertStore for PostgresStore {
         let sql = format!(
             "UPDATE alert_notices
                 SET claimed_by = $2, claimed_until = $3 + $4, attempts = attempts + 1
-              WHERE id IN (SELECT id FROM alert_notices
+              WHERE id IN (SELECT id FROM alert_notices n
                             WHERE channel = $1 AND sent_at IS NULL AND next_attempt_at <= $3
                               AND (claimed_until IS NULL OR claimed_until <= $3)
                               AND attempts < $5
+                              -- In order within an alert: not while an earlier notice of it
+                              -- (its started one) waits to be sent or retried.
+                              AND NOT EXISTS (SELECT 1 FROM alert_notices e
+                                               WHERE e.alert = n.alert AND e.id < n.id
+                                                 AND e.sent_at IS NULL AND e.attempts < $5)
                             ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED)
                 AND sent_at IS NULL AND (claimed_until IS NULL OR claimed_until <= $3)
              RETURNING {NOTICE}"
@@ -187,6 +195,35 @@ impl AlertStore for PostgresStore {
                 })
             })
             .collect()
+        })
+    }
+
+    fn subjects(&self) -> StoreResult<Vec<AlertSubject>> {
+        self.tx(|db| {
+            // The first event not fanned out yet: a range of the log's key from the cursor.
+            let unrouted: Option<i64> = db
+                .query_opt(
+                    "SELECT l.received_at FROM event_log l
+                      WHERE l.lane = 0 AND l.seq > (SELECT after_seq FROM queue_cursor)
+                      ORDER BY l.seq LIMIT 1",
+                    &[],
+                )?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            db.query(SUBJECTS, &[])?
+                .iter()
+                .map(|r| {
+                    Ok(AlertSubject {
+                        name: r.try_get(0)?,
+                        kind: r.try_get(1)?,
+                        origin: r.try_get(2)?,
+                        paused: r.try_get(3)?,
+                        probe_at: r.try_get(4)?,
+                        oldest_due_at: r.try_get(5)?,
+                    }
+                    .with_unrouted(unrouted))
+                })
+                .collect()
         })
     }
 

@@ -58,6 +58,36 @@ pub(super) fn release(db: &mut Db<'_>, claims: &[ClaimRef], now: i64) -> StoreRe
     Ok(released)
 }
 
+/// Claims given back unused, as if never made (see the SQLite store's `give_back`): pending,
+/// due now, the claim's attempt taken back from the count and from the history.
+pub(super) fn give_back(db: &mut Db<'_>, claims: &[ClaimRef]) -> StoreResult<usize> {
+    let sql = format!(
+        "WITH moved AS (
+            UPDATE event_state SET status = 'pending', next_attempt_at = {NOW_MS},
+                   attempts = attempts - 1, claim_token = NULL, claimed_until = NULL,
+                   claimed_by = NULL
+             WHERE seq = $1 AND claim_token = $2 AND claimed_until > {NOW_MS}
+            RETURNING seq, sub
+         ), gone AS (
+            DELETE FROM event_attempts a USING moved
+             WHERE a.event_seq = moved.seq AND a.sub = moved.sub AND a.attempt = $3
+               AND a.finished_at IS NULL
+         )
+         SELECT count(*) FROM moved"
+    );
+    let mut given = 0;
+    for claim in claims {
+        let moved: i64 = db
+            .query_one(&sql, &[&claim.seq, &claim.claim_token, &claim.attempt])?
+            .try_get(0)?;
+        given += usize::from(moved == 1);
+    }
+    if given > 0 {
+        db.batch(&format!("NOTIFY {QUEUED_CHANNEL}"))?;
+    }
+    Ok(given)
+}
+
 /// Expired leases (by the database's clock): each goes where `decide` says, through a
 /// transition fenced by the token. The rows are locked as they are read, skipping rows another
 /// node's sweeper (or a late worker's completion) holds: two sweepers never settle one claim

@@ -167,6 +167,10 @@ impl Store for PostgresStore {
         self.tx(|db| leases::release(db, claims, now))
     }
 
+    fn give_back(&self, claims: &[ClaimRef], _now: i64) -> StoreResult<usize> {
+        self.tx(|db| leases::give_back(db, claims))
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.tx(|db| leases::sweep(db, now, decide))
     }
@@ -291,10 +295,11 @@ impl Store for PostgresStore {
     fn create_subscription(
         &self,
         sub: &Subscription,
+        secrets: &[(Purpose, String)],
         origin: &str,
         now: i64,
     ) -> StoreResult<Created> {
-        let created = self.tx(|db| registry::create(db, sub, origin, now));
+        let created = self.tx(|db| registry::create(db, sub, secrets, origin, now));
         self.routes.forget();
         created
     }

@@ -10,6 +10,7 @@ use super::subscriptions::{bump, load, lock_registry};
 use crate::store::StoreResult;
 use crate::store::registry::{Change, Created, LEFT_UNFINISHED_SQL, Updated};
 use crate::store::routes;
+use crate::store::secrets::Purpose;
 use crate::subscriptions::{HttpSettings, Subscription};
 
 /// Every column of subscription `id` but its life, as `sub` says, from `origin`.
@@ -52,6 +53,7 @@ pub(super) fn write_row(
 pub(super) fn create(
     db: &mut Db<'_>,
     sub: &Subscription,
+    secrets: &[(Purpose, String)],
     origin: &str,
     now: i64,
 ) -> StoreResult<Created> {
@@ -93,6 +95,17 @@ pub(super) fn create(
           WHERE id = $1",
         &[&id, &now],
     )?;
+    db.execute(
+        "DELETE FROM subscription_secrets WHERE name = $1",
+        &[&sub.name],
+    )?;
+    for (purpose, value) in secrets {
+        db.execute(
+            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+             VALUES ($1, $2, $3, $4)",
+            &[&sub.name, &purpose.as_str(), value, &now],
+        )?;
+    }
     bump(db)?;
     Ok(Created::Created(id))
 }

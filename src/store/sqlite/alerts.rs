@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::SqliteStore;
 use crate::store::StoreResult;
-use crate::store::alerts::{ActiveAlert, AlertStore, Notice, Observation};
+use crate::store::alerts::{ActiveAlert, AlertStore, AlertSubject, Notice, Observation, SUBJECTS};
 
 const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
                       created_at, attempts";
@@ -64,11 +64,13 @@ fn observe_one(tx: &Transaction<'_>, o: &Observation, now: i64) -> StoreResult<O
         let started: Option<(i64, i64)> = tx
             .prepare_cached(
                 "UPDATE alert_state
-                    SET active = 1, episode = episode + 1, started_at = holding_since, figure = ?3
+                    SET active = 1, episode = episode + 1, started_at = holding_since, figure = ?3,
+                        changed_at = ?4
                   WHERE alert = ?1 AND active = 0 AND holding_since <= ?2
+                    AND (changed_at IS NULL OR changed_at < ?4)
                  RETURNING episode, started_at",
             )?
-            .query_row(params![o.alert, now - o.for_ms, o.figure], |r| {
+            .query_row(params![o.alert, now - o.for_ms, o.figure, now], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .optional()?;
@@ -79,27 +81,58 @@ fn observe_one(tx: &Transaction<'_>, o: &Observation, now: i64) -> StoreResult<O
     }
     let cleared: Option<(i64, i64)> = tx
         .prepare_cached(
-            "UPDATE alert_state SET active = 0, holding_since = NULL
-              WHERE alert = ?1 AND active = 1
+            "UPDATE alert_state SET active = 0, holding_since = NULL, changed_at = ?2
+              WHERE alert = ?1 AND active = 1 AND (changed_at IS NULL OR changed_at < ?2)
              RETURNING episode, started_at",
         )?
-        .query_row([&o.alert], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![o.alert, now], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     match cleared {
         Some((episode, since)) => write_notice(tx, o, episode, "cleared", since, now),
         None => {
             tx.prepare_cached(
                 "UPDATE alert_state SET holding_since = NULL
-                  WHERE alert = ?1 AND active = 0 AND holding_since IS NOT NULL",
+                  WHERE alert = ?1 AND active = 0 AND holding_since <= ?2",
             )?
-            .execute([&o.alert])?;
+            .execute(params![o.alert, now])?;
             Ok(None)
         }
     }
 }
 
+/// Whether applying `observations` would change a row (read without the write lock): a
+/// condition that starts to hold or has held long enough, or an open or holding one that no
+/// longer holds.
+fn would_change(
+    c: &rusqlite::Connection,
+    observations: &[Observation],
+    now: i64,
+) -> StoreResult<bool> {
+    let mut stmt =
+        c.prepare_cached("SELECT active, holding_since FROM alert_state WHERE alert = ?1")?;
+    for o in observations {
+        let row: Option<(bool, Option<i64>)> = stmt
+            .query_row([&o.alert], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let change = match (o.holding, row) {
+            (true, None | Some((_, None))) => true,
+            (true, Some((active, Some(since)))) => !active && since <= now - o.for_ms,
+            (false, None) => false,
+            (false, Some((active, since))) => active || since.is_some(),
+        };
+        if change {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 impl AlertStore for SqliteStore {
     fn observe(&self, observations: &[Observation], now: i64) -> StoreResult<Vec<Notice>> {
+        // Most rounds change nothing: known on a read, without the write lock ingest needs.
+        if !self.read(|c| would_change(c, observations, now))? {
+            return Ok(Vec::new());
+        }
         self.write(|tx| {
             let mut written = Vec::new();
             for o in observations {
@@ -121,13 +154,31 @@ impl AlertStore for SqliteStore {
         let sql = format!(
             "UPDATE alert_notices
                 SET claimed_by = ?2, claimed_until = ?3 + ?4, attempts = attempts + 1
-              WHERE id IN (SELECT id FROM alert_notices
+              WHERE id IN (SELECT id FROM alert_notices n
                             WHERE channel = ?1 AND sent_at IS NULL AND next_attempt_at <= ?3
                               AND (claimed_until IS NULL OR claimed_until <= ?3)
                               AND attempts < ?5
+                              -- In order within an alert: not while an earlier notice of it
+                              -- (its started one) waits to be sent or retried.
+                              AND NOT EXISTS (SELECT 1 FROM alert_notices e
+                                               WHERE e.alert = n.alert AND e.id < n.id
+                                                 AND e.sent_at IS NULL AND e.attempts < ?5)
                             ORDER BY id LIMIT ?6)
              RETURNING {NOTICE}"
         );
+        // Due notices are looked for on a read: the write lock only when there is one.
+        let due: bool = self.read(|c| {
+            Ok(c.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM alert_notices
+                                 WHERE channel = ?1 AND sent_at IS NULL AND next_attempt_at <= ?2
+                                   AND (claimed_until IS NULL OR claimed_until <= ?2)
+                                   AND attempts < ?3)",
+            )?
+            .query_row(params![channel, now, max_attempts], |r| r.get(0))?)
+        })?;
+        if !due {
+            return Ok(Vec::new());
+        }
         self.write(|tx| {
             let mut stmt = tx.prepare_cached(&sql)?;
             let rows = stmt.query_map(
@@ -188,6 +239,37 @@ impl AlertStore for SqliteStore {
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn subjects(&self) -> StoreResult<Vec<AlertSubject>> {
+        self.read(|c| {
+            // The first event not fanned out yet: a range of the log's rowid from the cursor.
+            let unrouted: Option<i64> = c
+                .prepare_cached(
+                    "SELECT (SELECT received_at FROM event_log WHERE seq > q.after_seq AND lane = 0
+                              ORDER BY seq LIMIT 1)
+                       FROM queue_cursors q WHERE q.lane = 0",
+                )?
+                .query_row([], |r| r.get(0))
+                .optional()?
+                .flatten();
+            let mut stmt = c.prepare_cached(SUBJECTS)?;
+            let rows = stmt.query_map([], |r| {
+                Ok(AlertSubject {
+                    name: r.get(0)?,
+                    kind: r.get(1)?,
+                    origin: r.get(2)?,
+                    paused: r.get(3)?,
+                    probe_at: r.get(4)?,
+                    oldest_due_at: r.get(5)?,
+                })
+            })?;
+            let subjects = rows.collect::<Result<Vec<_>, _>>()?;
+            Ok(subjects
+                .into_iter()
+                .map(|s| s.with_unrouted(unrouted))
+                .collect())
         })
     }
 

@@ -303,6 +303,11 @@ pub(super) const FAIL: &str = fence!(
     live
 );
 pub(super) const RELEASE: &str = fence!("status = 'pending', next_attempt_at = ?3", live);
+/// A release that was no attempt at all (see `leases::give_back`): the claim's count taken back.
+pub(super) const GIVE_BACK: &str = fence!(
+    "status = 'pending', next_attempt_at = ?3, attempts = attempts - 1",
+    live
+);
 pub(super) const EXPIRED_FAIL: &str = fence!(
     "status = 'failed', last_error = ?4, abandoned = ?5, next_attempt_at = NULL",
     expired

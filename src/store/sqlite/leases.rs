@@ -4,7 +4,9 @@
 use rusqlite::types::Null;
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::consume::{EXPIRED_FAIL, EXPIRED_RETRY, Prepared, RELEASE, close_attempt, fenced};
+use super::consume::{
+    EXPIRED_FAIL, EXPIRED_RETRY, GIVE_BACK, Prepared, RELEASE, close_attempt, fenced,
+};
 use crate::store::{AttemptResult, ClaimRef, DecideExpiry, ExpiredClaim, Expiry, StoreResult};
 
 /// Shutdown: claims whose handler never started go back to pending, due now.
@@ -25,6 +27,27 @@ pub(super) fn release(tx: &Transaction<'_>, claims: &[ClaimRef], now: i64) -> St
         }
     }
     Ok(released)
+}
+
+/// Claims given back unused, as if never made: pending, due now, the claim's attempt taken
+/// back from the count and from the history. For a forwarder whose claims saw a registry its
+/// node has not applied yet (`forward::Forwarder::fenced_by`): nothing was sent, so nothing
+/// may cost the event its budget or show as an attempt.
+pub(super) fn give_back(tx: &Transaction<'_>, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
+    let mut prepared = Prepared::new(tx);
+    let mut given = 0;
+    for claim in claims {
+        if fenced(&mut prepared, GIVE_BACK, claim, now, &Null, &Null)? {
+            prepared
+                .get(
+                    "DELETE FROM event_attempts
+                      WHERE event_seq = ?1 AND sub = ?2 AND attempt = ?3 AND finished_at IS NULL",
+                )?
+                .execute(params![claim.seq, claim.subscription, claim.attempt])?;
+            given += 1;
+        }
+    }
+    Ok(given)
 }
 
 /// Longer leases for claims still held (fenced as a worker's own transitions are).

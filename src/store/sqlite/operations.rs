@@ -133,6 +133,10 @@ impl Store for SqliteStore {
         self.consumer_write(|tx| leases::release(tx, claims, now))
     }
 
+    fn give_back(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
+        self.consumer_write(|tx| leases::give_back(tx, claims, now))
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.consumer_write(|tx| leases::sweep(tx, now, decide))
     }
@@ -247,10 +251,11 @@ impl Store for SqliteStore {
     fn create_subscription(
         &self,
         sub: &Subscription,
+        secrets: &[(Purpose, String)],
         origin: &str,
         now: i64,
     ) -> StoreResult<Created> {
-        self.registry_write(|tx| registry::create(tx, sub, origin, now))
+        self.registry_write(|tx| registry::create(tx, sub, secrets, origin, now))
     }
 
     fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()> {

@@ -9,6 +9,7 @@ use super::subscriptions::{bump, finish_removed, load};
 use crate::store::StoreResult;
 use crate::store::registry::{Change, Created, LEFT_UNFINISHED_SQL, Updated};
 use crate::store::routes;
+use crate::store::secrets::Purpose;
 use crate::subscriptions::{HttpSettings, Subscription};
 
 /// Every column of subscription `id` but its life (`start_after_seq`, `created_at`,
@@ -62,6 +63,7 @@ pub(super) fn insert_row(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> 
 pub(super) fn create(
     tx: &Transaction<'_>,
     sub: &Subscription,
+    secrets: &[(Purpose, String)],
     origin: &str,
     now: i64,
 ) -> StoreResult<Created> {
@@ -94,6 +96,17 @@ pub(super) fn create(
           WHERE id = ?1",
         params![id, now],
     )?;
+    tx.execute(
+        "DELETE FROM subscription_secrets WHERE name = ?1",
+        [&sub.name],
+    )?;
+    for (purpose, value) in secrets {
+        tx.execute(
+            "INSERT INTO subscription_secrets (name, purpose, value, created_at)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![sub.name, purpose.as_str(), value, now],
+        )?;
+    }
     bump(tx)?;
     Ok(Created::Created(id))
 }
