@@ -103,7 +103,8 @@ impl Served {
                     let tokens = Live::new(Arc::clone(&self.vault), &sub.name);
                     if let Some(puller) = Puller::new(*id, sub.clone(), &self.metrics, key, tokens)
                     {
-                        pullers.push(Arc::new(puller));
+                        let session = live.iter().any(|l| l.id == *id && l.is_session());
+                        pullers.push(Arc::new(if session { puller.as_session() } else { puller }));
                     }
                 }
                 Err(e) => {

@@ -200,6 +200,8 @@ impl Application {
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             ),
             subscriptions: subscriptions.iter().map(|s| s.name.clone()).collect(),
+            session_idle_ms: i64::try_from(settings.session_idle_seconds.saturating_mul(1000))
+                .unwrap_or(i64::MAX),
         };
         store
             .node_seen(
@@ -448,6 +450,8 @@ struct Node {
     name: String,
     /// The subscriptions its config names.
     subscriptions: Vec<String>,
+    /// A `listen` session not seen for this long is removed (`session_idle_seconds`).
+    session_idle_ms: i64,
 }
 
 /// Say every `registry::HEARTBEAT` that this node is alive, until stopped. A missed beat (the
@@ -467,14 +471,14 @@ async fn heartbeat(
         let beat = tokio::task::spawn_blocking(move || {
             let now = crate::domain::time::now_ms();
             store.node_seen(&node.name, &node.subscriptions, now)?;
-            store.prune_subscriptions(now)
+            store.prune_subscriptions(now, now.saturating_sub(node.session_idle_ms))
         })
         .await;
         match beat {
             Ok(Ok(0)) => {}
             Ok(Ok(removed)) => tracing::info!(
                 removed,
-                "subscriptions no live node's config names any more: removed"
+                "subscriptions no live node's config names any more, or idle sessions: removed"
             ),
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot record this node's heartbeat"),
             Err(e) => tracing::warn!(error = %e, "the heartbeat task failed"),

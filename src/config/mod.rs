@@ -114,6 +114,9 @@ pub struct Settings {
     pub alert_every_ms: u64,
     /// Channels and their conditions (SPEC section 15; `docs/guides/alerts.md`).
     pub alerts: Vec<AlertSettings>,
+    /// A `listen` session that has not claimed for this long is removed by the heartbeat
+    /// (its states finished as a removal's are).
+    pub session_idle_seconds: u64,
 }
 
 /// How long terminal events keep their body and history before the background purge makes
@@ -217,6 +220,7 @@ impl Default for Settings {
             public_url: None,
             alert_every_ms: 15_000,
             alerts: Vec::new(),
+            session_idle_seconds: 600,
         }
     }
 }
@@ -367,6 +371,12 @@ impl Settings {
         }
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
+        }
+        if !(1..=MAX_LEASE_SECONDS * 30).contains(&self.session_idle_seconds) {
+            return Err(invalid(
+                "session_idle_seconds",
+                format!("must be between 1 and {} (30 days)", MAX_LEASE_SECONDS * 30),
+            ));
         }
         for (key, days) in [
             ("retention.completed_days", self.retention.completed_days),

@@ -251,3 +251,13 @@ fn a_database_url_is_never_shown_with_its_credentials() {
     assert!(!err.contains("s3cret-pw") && !err.contains("app:"), "{err}");
     assert!(err.contains("db.internal:5432/inbox"), "{err}");
 }
+
+#[test]
+fn session_idle_seconds_defaults_to_ten_minutes_and_must_be_positive() {
+    let s = Settings::from_toml("", "t", env(&[])).unwrap();
+    assert_eq!(s.session_idle_seconds, 600);
+    let s = Settings::from_toml("session_idle_seconds = 1", "t", env(&[])).unwrap();
+    assert_eq!(s.session_idle_seconds, 1);
+    let err = Settings::from_toml("session_idle_seconds = 0", "t", env(&[])).unwrap_err();
+    assert!(err.to_string().contains("session_idle_seconds"), "{err}");
+}

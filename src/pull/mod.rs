@@ -15,6 +15,7 @@
 //! a client that is gone by the time it commits is given back at once.
 
 pub mod body;
+pub mod session;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -52,6 +53,8 @@ pub struct Puller {
     backoff: Backoff,
     /// `webhook_inbox_pulls_total` of this subscription, by action.
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
+    /// A `listen` session's: its claims keep it alive.
+    pub session: Option<session::Seen>,
 }
 
 /// The actions of `webhook_inbox_pulls_total`.
@@ -116,7 +119,14 @@ impl Puller {
             tokens,
             key,
             counters,
+            session: None,
         })
+    }
+
+    /// A `listen` session's routes (origin `session`): its claims keep it alive.
+    pub fn as_session(mut self) -> Puller {
+        self.session = Some(session::Seen::default());
+        self
     }
 
     /// Whether `given` is one of this subscription's tokens now (the current one, or one in a

@@ -127,10 +127,21 @@ async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Resul
     Ok(())
 }
 
-/// Add a subscription (origin `api`: no config's sync or a node's stop removes it). It takes
-/// the events stored from now on (older ones by a backfill).
+/// The query of `POST /subscriptions`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateParams {
+    /// A `listen` session's own subscription (origin `session`): kind `pull` only.
+    session: Option<bool>,
+}
+
+/// Add a subscription (origin `api`: no config's sync or a node's stop removes it; with
+/// `session=true`, origin `session`: a `listen` session's, left out of the global lag and
+/// stats, removed when the session ends or idles). It takes the events stored from now on
+/// (older ones by a backfill).
 #[utoipa::path(post, path = "/subscriptions",
     operation_id = "createSubscription", tag = "ops", security(("bearer" = [])),
+    params(("session" = Option<bool>, Query, description = "A `listen` session's own `pull` subscription (origin `session`)")),
     request_body = SubscriptionFields,
     responses(
         (status = 201, description = "The subscription, with its generated secret this once", body = CreatedSubscription),
@@ -142,6 +153,7 @@ async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Resul
 pub async fn create(
     _: Admin,
     req: HttpRequest,
+    query: web::Query<CreateParams>,
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -150,6 +162,18 @@ pub async fn create(
             .map_err(|e| refused(body_error(e)))?;
     let settings = &state.settings;
     let sub = validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
+    let session = query.session.unwrap_or(false);
+    if session && sub.kind != Kind::Pull {
+        return Err(refused(FieldError {
+            field: "kind".into(),
+            message: "a session (`session=true`) is a `pull` subscription".into(),
+        }));
+    }
+    let origin = if session {
+        crate::store::routes::ORIGIN_SESSION
+    } else {
+        "api"
+    };
     check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
     let kind = sub.kind;
     if sub
@@ -174,7 +198,7 @@ pub async fn create(
     };
     let (secrets, made) = state.vault.first_secrets(&name, sub.kind, given.as_deref());
     let created = blocking(&state, move |s| {
-        s.create_subscription(&sub, &secrets, now_ms())
+        s.create_subscription(&sub, &secrets, origin, now_ms())
     })
     .await?;
     if created == Created::Taken {

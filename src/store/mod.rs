@@ -83,7 +83,12 @@ pub trait Store: Send + Sync + 'static {
     /// last node that named one stopped or crashed), finishing their work; how many. Each
     /// node's heartbeat runs it. It also finishes what removed subscriptions still hold (a
     /// node that died between a removal and its finishing left it: `registry::LEFT_UNFINISHED_SQL`).
-    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize>;
+    /// It also removes the `listen` sessions not seen (claiming) since `sessions_idle_before`,
+    /// as `remove_subscription` does.
+    fn prune_subscriptions(&self, now: i64, sessions_idle_before: i64) -> StoreResult<usize>;
+    /// A `listen` session (origin `session`) claimed: not idle (see `prune_subscriptions`).
+    /// Anything else is left alone.
+    fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()>;
     // Secrets (`store::secrets`): values are kept as given (sealed, or digests: `crate::secrets`).
     /// Every secret of subscription `name` valid at `now` (current ones first, then older ones
     /// in a rotation's grace, newest first).
@@ -128,20 +133,21 @@ pub trait Store: Send + Sync + 'static {
     /// The registry's version of the store's cached view (`None` before it read one): no
     /// read of the database.
     fn registry_version_seen(&self) -> Option<i64>;
-    /// Add a subscription through the API (origin `api`, which no config's sync or prune
-    /// removes; see `store::registry`): it takes the events stored
-    /// after now. A name removed earlier comes back as a new subscription, its history kept.
-    /// `secrets` are kept with it, in its transaction, in the form the store keeps them
-    /// (`crate::secrets::Vault::kept_forms`), replacing any an earlier subscription of that
-    /// name left: it is never served without them.
+    /// Add a subscription through the API (`origin` `api`, which no config's sync or prune
+    /// removes, or `session`, a `listen` session's, which the prune removes when idle; see
+    /// `store::registry`): it takes the events stored after now. A name removed earlier comes
+    /// back as a new subscription, its history kept. `secrets` are kept with it, in its
+    /// transaction, in the form the store keeps them (`crate::secrets::Vault::kept_forms`),
+    /// replacing any an earlier subscription of that name left: it is never served without them.
     fn create_subscription(
         &self,
         sub: &Subscription,
         secrets: &[(secrets::Purpose, String)],
+        origin: &str,
         now: i64,
     ) -> StoreResult<registry::Created>;
     /// Change a live subscription through the API by `change`, which sees it as the registry
-    /// holds it in the writing transaction; it becomes origin `api` (its secrets change by
+    /// holds it in the writing transaction; it becomes origin `api`, a session staying one (its secrets change by
     /// rotation: `crate::secrets`).
     fn update_subscription(
         &self,
@@ -379,7 +385,9 @@ impl std::fmt::Debug for Hold {
 /// any is pending, else completed (the `events` view's rule). Failures, claims and pending
 /// states are read where their partial indexes hold them; `completed` is the rest of the
 /// events that have a live state, one ordered walk of the state table's key (what
-/// `status_counts` pays already for its `count(*)`).
+/// `status_counts` pays already for its `count(*)`). A state pending for a `listen` session
+/// (origin `session`) makes no event pending here: it is pending for that session only (the
+/// subscription is joined already; its claims and failures count as any other's).
 pub const EVENT_COUNTS: &str = "SELECT
     (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
       WHERE u.removed_at IS NULL),
@@ -390,7 +398,7 @@ pub const EVENT_COUNTS: &str = "SELECT
         AND NOT EXISTS (SELECT 1 FROM event_state f JOIN subscriptions v ON v.id = f.sub
                          WHERE f.seq = s.seq AND f.status = 'failed' AND v.removed_at IS NULL)),
     (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
-      WHERE s.status = 'pending' AND u.removed_at IS NULL
+      WHERE s.status = 'pending' AND u.removed_at IS NULL AND u.origin <> 'session'
         AND NOT EXISTS (SELECT 1 FROM event_state f JOIN subscriptions v ON v.id = f.sub
                          WHERE f.seq = s.seq AND f.status IN ('failed', 'claimed')
                            AND v.removed_at IS NULL))";

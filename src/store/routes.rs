@@ -22,9 +22,17 @@ pub struct Live {
     pub rules: Rules,
     /// The kind's settings (an `http` subscription's endpoint), as the registry holds them.
     pub settings: Option<crate::subscriptions::HttpSettings>,
+    /// Where it came from: `config`, `api` or `session` (a `listen` session's own).
+    pub origin: String,
 }
 
 impl Live {
+    /// A `listen` session's own subscription: left out of the global lag and stats, removed
+    /// when idle (see `store::registry`).
+    pub fn is_session(&self) -> bool {
+        self.origin == ORIGIN_SESSION
+    }
+
     /// The subscription as the registry holds it, with the secrets given (`signing` and
     /// `token`, as `subscription_secrets` keeps them): what a node serves it by, and what a
     /// `PATCH` is laid over. An `http` one without settings (written before they were kept)
@@ -99,7 +107,10 @@ impl Rules {
 /// The columns `load` reads for a [`Live`], after `id, name, lane, sources, types,
 /// except_types, start_after_seq, ordered_by, on_failure`.
 pub const RULE_COLUMNS: &str =
-    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings";
+    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin";
+
+/// The origin of a `listen` session's subscription.
+pub const ORIGIN_SESSION: &str = "session";
 
 /// An ordered subscription's key (object keys from the top of the body) and failure rule.
 #[derive(Debug, Clone)]

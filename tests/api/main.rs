@@ -88,5 +88,6 @@ mod secrets_nodes;
 mod secrets_store;
 mod security;
 mod senders;
+mod sessions;
 mod stores;
 mod subscriptions;

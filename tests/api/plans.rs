@@ -281,6 +281,15 @@ fn postgres_plans_read_ranges_from_the_cursor_and_rows_by_their_keys() {
             "{name}: the backlog is a range of the log:\n{counts}"
         );
     }
+    // Sessions are left out of the pending count and the lag by subscription: each one's
+    // range of the due index, never a read of the states' rows.
+    let counts = plan(&sql("status counts"), "");
+    let ranges = counts.matches("Index Cond: (sub = u").count()
+        + counts.matches("Index Cond: ((sub = u").count();
+    assert!(
+        counts.contains("events_due") && ranges >= 2,
+        "status counts: a range of the due index per subscription:\n{counts}"
+    );
 }
 
 /// On PostgreSQL, a fan-out reads at most four times its limit of the log, whatever plan the

@@ -220,7 +220,7 @@ fn the_heartbeat_finishes_what_a_removal_that_died_midway_left(kind: StoreKind) 
         "the crash's leftovers"
     );
     assert_eq!(
-        b.prune_subscriptions(now_ms()).unwrap(),
+        b.prune_subscriptions(now_ms(), 0).unwrap(),
         0,
         "nothing newly removed"
     );

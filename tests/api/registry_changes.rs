@@ -40,7 +40,9 @@ fn create(store: &Arc<dyn Store>, body: Value) {
             ));
     }
     assert!(matches!(
-        store.create_subscription(&sub, &[], now_ms()).unwrap(),
+        store
+            .create_subscription(&sub, &[], "api", now_ms())
+            .unwrap(),
         Created::Created(_)
     ));
 }

@@ -58,7 +58,7 @@ fn a_rotation_keeps_the_old_secret_for_its_grace_only(kind: StoreKind) {
     assert_eq!(values(t0 + 9_999), ["whsec_new", "whsec_old"]);
     assert_eq!(values(t0 + 10_000), ["whsec_new"]);
     assert_eq!(db.count("SELECT count(*) FROM subscription_secrets"), 2);
-    b.prune_subscriptions(t0 + 10_000).unwrap();
+    b.prune_subscriptions(t0 + 10_000, 0).unwrap();
     assert_eq!(
         db.count("SELECT count(*) FROM subscription_secrets"),
         1,

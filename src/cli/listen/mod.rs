@@ -7,10 +7,13 @@
 //! - `server`: the subscription's pull routes (claim, ack, extend), read byte for byte.
 //! - `endpoint`: the call to the local URL, and whether it can have reached it.
 //! - `batch`: one claimed batch, each call under a lease that covers it.
+//! - `session`: with `--source`, a subscription of the session's own, made at start and
+//!   deleted at the end.
 
 mod batch;
 mod endpoint;
 mod server;
+mod session;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,14 +28,36 @@ use super::client::resolve_url;
 use crate::config::{self, Settings};
 use crate::signature::Secret;
 
+/// How long a new session's routes may take to be served (each node reads the registry's
+/// changes within a second).
+const SESSION_SERVED: Duration = Duration::from_secs(5);
+
 /// The variable `--token` falls back to.
 const TOKEN_ENV: &str = "WEBHOOK_INBOX_PULL_TOKEN";
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["subscription", "sources"])))]
 pub struct ListenArgs {
     /// The `pull` subscription to take events from.
     #[arg(long, value_name = "NAME")]
-    subscription: String,
+    subscription: Option<String>,
+    /// Open a session of its own instead: a `pull` subscription that takes this source's events
+    /// stored from now on (repeat for several), deleted when `listen` stops.
+    #[arg(long = "source", value_name = "SOURCE", conflicts_with_all = ["subscription", "token"])]
+    sources: Vec<String>,
+    /// With --source: the event types the session takes (globs; default: every type).
+    #[arg(long, value_name = "GLOB", num_args = 1.., requires = "sources")]
+    types: Vec<String>,
+    /// With --source: the admin token that opens the session [default: the config's
+    /// `admin_token`, else the generated admin-token file].
+    #[arg(
+        long,
+        env = "WEBHOOK_INBOX_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        requires = "sources"
+    )]
+    admin_token: Option<String>,
     /// Where to POST each event, e.g. http://127.0.0.1:3000/hooks.
     #[arg(long, value_name = "URL")]
     forward_to: String,
@@ -63,6 +88,8 @@ enum TokenOrigin {
     Env,
     Config(PathBuf),
     File(PathBuf),
+    /// Answered when the session's subscription was made.
+    Session,
 }
 
 impl std::fmt::Display for TokenOrigin {
@@ -72,22 +99,62 @@ impl std::fmt::Display for TokenOrigin {
             TokenOrigin::Env => write!(f, "the environment variable {TOKEN_ENV}"),
             TokenOrigin::Config(p) => write!(f, "the subscription's `token` in {}", p.display()),
             TokenOrigin::File(p) => write!(f, "the generated token file {}", p.display()),
+            TokenOrigin::Session => write!(f, "the session's creation (it may have been removed)"),
         }
     }
 }
 
-pub fn run(config: Option<&Path>, args: ListenArgs) -> anyhow::Result<()> {
+pub fn run(config: Option<&Path>, mut args: ListenArgs) -> anyhow::Result<()> {
+    let target = reqwest::Url::parse(&args.forward_to)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .context("--forward-to must be an http:// or https:// URL")?;
+    let Some(subscription) = args.subscription.take() else {
+        let session = session::Session::open(
+            config,
+            args.url.clone(),
+            args.admin_token.take(),
+            &args.sources,
+            &args.types,
+        )?;
+        eprintln!(
+            "Session `{}` opened: events stored from now on, until this stops.",
+            session.name
+        );
+        let base = session.base().to_string();
+        let (name, token) = (session.name.clone(), session.token.clone());
+        let ran = forward(&args, target, &base, &name, token, TokenOrigin::Session);
+        match session.close() {
+            Ok(Some(finished)) => eprintln!(
+                "Session `{name}` deleted ({finished} of its events left unhandled, finished \
+                 as `removed`)."
+            ),
+            Ok(None) => eprintln!("Session `{name}` was removed already."),
+            Err(e) => eprintln!(
+                "{e:#}; the server removes it once it has idled for `session_idle_seconds`"
+            ),
+        }
+        return ran;
+    };
     let settings = Settings::load(config, std::env::vars())?;
     let base = resolve_url(args.url.as_deref(), config)?;
     let (token, origin) = match (&args.token, std::env::var(TOKEN_ENV)) {
         (Some(t), _) => (t.clone(), TokenOrigin::Flag),
         (None, Ok(t)) if !t.is_empty() => (t, TokenOrigin::Env),
-        (None, _) => token_from(settings.as_ref(), config, &args.subscription)?,
+        (None, _) => token_from(settings.as_ref(), config, &subscription)?,
     };
-    let target = reqwest::Url::parse(&args.forward_to)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "http" | "https"))
-        .context("--forward-to must be an http:// or https:// URL")?;
+    forward(&args, target, &base, &subscription, token, origin)
+}
+
+/// Forward the events of `subscription` to `target` until stopped (Ctrl-C) or refused.
+fn forward(
+    args: &ListenArgs,
+    target: reqwest::Url,
+    base: &str,
+    subscription: &str,
+    token: String,
+    origin: TokenOrigin,
+) -> anyhow::Result<()> {
     let secret = match &args.signing_secret {
         Some(s) => {
             crate::signature::Scheme::StandardWebhooks
@@ -100,12 +167,12 @@ pub fn run(config: Option<&Path>, args: ListenArgs) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
-    let server = server::Server::new(http.clone(), &base, &args.subscription, token, origin);
+    let session = matches!(origin, TokenOrigin::Session);
+    let server = server::Server::new(http.clone(), base, subscription, token, origin);
     let timeout = Duration::from_millis(args.timeout_ms);
     eprintln!(
-        "Forwarding events of subscription `{}` from {base} to {}\nSigned with {} (Standard \
-         Webhooks; --signing-secret to choose). Ctrl-C stops.",
-        args.subscription,
+        "Forwarding events of subscription `{subscription}` from {base} to {}\nSigned with {} \
+         (Standard Webhooks; --signing-secret to choose). Ctrl-C stops.",
         args.forward_to,
         secret.expose()
     );
@@ -113,9 +180,14 @@ pub fn run(config: Option<&Path>, args: ListenArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(
-        batch::Listener::new(server, endpoint, args.batch).run(crate::startup::shutdown_signal()),
-    )
+    runtime.block_on(async {
+        if session {
+            server.served(SESSION_SERVED).await?;
+        }
+        batch::Listener::new(server, endpoint, args.batch)
+            .run(crate::startup::shutdown_signal())
+            .await
+    })
 }
 
 /// The subscription's token as the server on this machine knows it.

@@ -94,6 +94,26 @@ impl Server {
         }
     }
 
+    /// Wait (up to `within`) until the server serves this subscription's routes: each node
+    /// serves a subscription within a second of its creation, so a session's token refused
+    /// before then is not a wrong one. An empty ack asks (refused as empty once the token
+    /// is taken); an unreachable server is left to the claims' own backoff.
+    pub async fn served(&self, within: Duration) -> Result<(), CliError> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match self
+                .call("ack", &json!({ "results": [] }), Duration::ZERO)
+                .await
+            {
+                Err(CliError::Refused(_)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(refused @ CliError::Refused(_)) => return Err(refused),
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// Acks; the tokens whose lease had already ended (the event comes again).
     pub async fn ack(&self, results: Vec<Value>) -> Result<HashSet<String>, CliError> {
         let asked = json!({ "results": results });

@@ -112,6 +112,11 @@ pub async fn claim(
             format!("must be between 0 and {}", pull::MAX_WAIT_MS),
         ));
     }
+    if puller.session.as_ref().is_some_and(|seen| seen.due()) {
+        // A session that claims is alive (see `pull::session`).
+        let id = puller.id;
+        blocking(&state, move |s| s.session_seen(id, now_ms())).await?;
+    }
     let worker = format!("{}-pull-{}", state.worker_name, puller.sub.name);
     let max = max as usize;
     let claims = pull::claim_once(&state.store, puller.id, &worker, max, lease_ms).await?;

@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "subscription_settings",
         include_str!("../../../migrations/postgres/0010_subscription_settings.sql"),
     ),
+    (
+        11,
+        "sessions",
+        include_str!("../../../migrations/postgres/0011_sessions.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

@@ -201,14 +201,23 @@ impl Store for PostgresStore {
         Ok(synced.ids)
     }
 
-    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
+    fn prune_subscriptions(&self, now: i64, sessions_idle_before: i64) -> StoreResult<usize> {
         let removed = self.tx(|db| subscriptions::prune(db, now))?;
         self.finish_removed(&removed, now)?;
+        // Idle sessions, each removed as a `DELETE` removes it (a node that dies in between
+        // leaves its states to the pass below, at the next beat).
+        let idle = self.tx(|db| registry::idle_sessions(db, sessions_idle_before))?;
+        let mut sessions = 0;
+        for name in &idle {
+            if self.remove_subscription(name, now)?.is_some() {
+                sessions += 1;
+            }
+        }
         // What a node that died between a removal's commit and its finishing left pending.
         let left = self.tx(super::registry::left_unfinished)?;
         self.finish_removed(&left, now)?;
         self.tx(|db| secrets::drop_expired(db, now))?;
-        Ok(removed.len())
+        Ok(removed.len() + sessions)
     }
 
     fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
@@ -279,13 +288,18 @@ impl Store for PostgresStore {
             .collect())
     }
 
+    fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()> {
+        self.tx(|db| registry::session_seen(db, sub, now))
+    }
+
     fn create_subscription(
         &self,
         sub: &Subscription,
         secrets: &[(Purpose, String)],
+        origin: &str,
         now: i64,
     ) -> StoreResult<Created> {
-        let created = self.tx(|db| registry::create(db, sub, secrets, now));
+        let created = self.tx(|db| registry::create(db, sub, secrets, origin, now));
         self.routes.forget();
         created
     }

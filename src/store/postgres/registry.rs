@@ -54,6 +54,7 @@ pub(super) fn create(
     db: &mut Db<'_>,
     sub: &Subscription,
     secrets: &[(Purpose, String)],
+    origin: &str,
     now: i64,
 ) -> StoreResult<Created> {
     lock_registry(db)?;
@@ -87,7 +88,13 @@ pub(super) fn create(
             )?
             .try_get(0)?,
     };
-    write_row(db, id, sub, "api")?;
+    write_row(db, id, sub, origin)?;
+    // A session is seen from its start; no other subscription is timed.
+    db.execute(
+        "UPDATE subscriptions SET seen_at = CASE WHEN origin = 'session' THEN $2::bigint END
+          WHERE id = $1",
+        &[&id, &now],
+    )?;
     db.execute(
         "DELETE FROM subscription_secrets WHERE name = $1",
         &[&sub.name],
@@ -114,7 +121,13 @@ pub(super) fn update(db: &mut Db<'_>, name: &str, change: Change<'_>) -> StoreRe
         Ok(new) => new,
         Err(refused) => return Ok(Updated::Refused(refused)),
     };
-    write_row(db, live.id, &new, "api")?;
+    // A session stays one; any other subscription changed through the API becomes `api`.
+    let origin = if live.is_session() {
+        routes::ORIGIN_SESSION
+    } else {
+        "api"
+    };
+    write_row(db, live.id, &new, origin)?;
     bump(db)?;
     Ok(Updated::Updated(Box::new(new)))
 }
@@ -134,6 +147,33 @@ pub(super) fn remove(db: &mut Db<'_>, name: &str, now: i64) -> StoreResult<Optio
     db.execute("DELETE FROM subscription_secrets WHERE name = $1", &[&name])?;
     bump(db)?;
     Ok(Some(row.try_get(0)?))
+}
+
+/// A session claimed: it is not idle (see [`idle_sessions`]). No lock of the registry: the
+/// row's own lock, and no version moved (nothing a node serves changed).
+pub(super) fn session_seen(db: &mut Db<'_>, id: i64, now: i64) -> StoreResult<()> {
+    db.execute(
+        "UPDATE subscriptions SET seen_at = $2
+          WHERE id = $1 AND origin = 'session' AND removed_at IS NULL",
+        &[&id, &now],
+    )?;
+    Ok(())
+}
+
+/// The live sessions not seen since `idle_before`: the heartbeat removes each as a `DELETE`
+/// does (see `Store::prune_subscriptions`).
+pub(super) fn idle_sessions(db: &mut Db<'_>, idle_before: i64) -> StoreResult<Vec<String>> {
+    Ok(db
+        .query(
+            "SELECT name FROM subscriptions
+              WHERE origin = 'session' AND removed_at IS NULL
+                AND coalesce(seen_at, created_at) < $1
+              ORDER BY id",
+            &[&idle_before],
+        )?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?)
 }
 
 /// The removed subscriptions that still hold pending or claimed states: a node that died

@@ -193,6 +193,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                     r.try_get(13)?,
                 ),
                 settings: crate::subscriptions::HttpSettings::parse(r.try_get(14)?),
+                origin: r.try_get(15)?,
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;

@@ -279,6 +279,13 @@ fn page_query<T>(
 /// first due time of each subscription's index range, of the first event after the cursor (its
 /// receipt), and of the few claimed events. A pending event waiting on its backoff has a due
 /// time in the future and so adds no lag.
+///
+/// `listen` sessions (origin `session`) are left out of the pending count and the lag: their
+/// pending rows are counted apart, each session's index range (`session_pending`, taken off
+/// `pending` by [`status_counts`]), and the lag reads only the other subscriptions' ranges and
+/// claims (a claim's row is read for its due time anyway). Their claims and failures stay in
+/// those counts: leaving them out would read the row of each one, for few rows that a session
+/// holds only while it runs.
 pub const STATUS_COUNTS: &str = "SELECT
     (SELECT count(*) FROM event_state),
     (SELECT count(*) FROM event_state INDEXED BY events_due WHERE status = 'pending'),
@@ -290,23 +297,29 @@ pub const STATUS_COUNTS: &str = "SELECT
     (SELECT min(due) FROM (
         SELECT (SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
                  WHERE status = 'pending' AND sub = u.id) AS due
-          FROM subscriptions u
+          FROM subscriptions u WHERE u.origin <> 'session'
         UNION ALL
         SELECT received_at FROM (SELECT received_at FROM event_log
                                   WHERE seq > q.after_seq AND lane = 0 ORDER BY seq LIMIT 1)
         UNION ALL
-        SELECT min(next_attempt_at) FROM event_state INDEXED BY events_leases
-         WHERE status = 'claimed'))
+        SELECT min(s.next_attempt_at) FROM event_state AS s INDEXED BY events_leases
+         WHERE s.status = 'claimed'
+           AND NOT EXISTS (SELECT 1 FROM subscriptions u
+                            WHERE u.id = s.sub AND u.origin = 'session'))),
+    (SELECT ifnull(sum((SELECT count(*) FROM event_state INDEXED BY events_due
+                         WHERE status = 'pending' AND sub = u.id)), 0)
+       FROM subscriptions u WHERE u.origin = 'session')
   FROM queue_cursors AS q WHERE q.lane = 0";
 
 pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
-    let (states, pending, waiting, claimed, failed, oldest): (
+    let (states, pending, waiting, claimed, failed, oldest, session_pending): (
         i64,
         i64,
         i64,
         i64,
         i64,
         Option<i64>,
+        i64,
     ) = conn.prepare_cached(STATUS_COUNTS)?.query_row([], |r| {
         Ok((
             r.get(0)?,
@@ -315,10 +328,11 @@ pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
             r.get(3)?,
             r.get(4)?,
             r.get(5)?,
+            r.get(6)?,
         ))
     })?;
     Ok(StatusCounts {
-        pending: pending + waiting,
+        pending: pending - session_pending + waiting,
         claimed,
         completed: states - pending - claimed - failed,
         failed,

@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "subscription_settings",
         include_str!("../../../migrations/sqlite/0017_subscription_settings.sql"),
     ),
+    (
+        18,
+        "sessions",
+        include_str!("../../../migrations/sqlite/0018_sessions.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

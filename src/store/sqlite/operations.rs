@@ -166,9 +166,10 @@ impl Store for SqliteStore {
         Ok(ids)
     }
 
-    fn prune_subscriptions(&self, now: i64) -> StoreResult<usize> {
+    fn prune_subscriptions(&self, now: i64, sessions_idle_before: i64) -> StoreResult<usize> {
         let removed = self.write(|tx| {
-            let removed = subscriptions::prune(tx, now)?;
+            let removed = subscriptions::prune(tx, now)?
+                + registry::prune_sessions(tx, sessions_idle_before, now)?;
             super::registry::finish_left_unfinished(tx, now)?;
             secrets::drop_expired(tx, now)?;
             Ok(removed)
@@ -251,9 +252,14 @@ impl Store for SqliteStore {
         &self,
         sub: &Subscription,
         secrets: &[(Purpose, String)],
+        origin: &str,
         now: i64,
     ) -> StoreResult<Created> {
-        self.registry_write(|tx| registry::create(tx, sub, secrets, now))
+        self.registry_write(|tx| registry::create(tx, sub, secrets, origin, now))
+    }
+
+    fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()> {
+        self.write(|tx| registry::session_seen(tx, sub, now))
     }
 
     fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {

@@ -64,6 +64,7 @@ pub(super) fn create(
     tx: &Transaction<'_>,
     sub: &Subscription,
     secrets: &[(Purpose, String)],
+    origin: &str,
     now: i64,
 ) -> StoreResult<Created> {
     let existing: Option<(i64, bool)> = tx
@@ -88,7 +89,13 @@ pub(super) fn create(
         }
         None => insert_row(tx, sub, now)?,
     };
-    write_row(tx, id, sub, "api")?;
+    write_row(tx, id, sub, origin)?;
+    // A session is seen from its start; no other subscription is timed.
+    tx.execute(
+        "UPDATE subscriptions SET seen_at = CASE WHEN origin = 'session' THEN ?2 END
+          WHERE id = ?1",
+        params![id, now],
+    )?;
     tx.execute(
         "DELETE FROM subscription_secrets WHERE name = ?1",
         [&sub.name],
@@ -116,7 +123,13 @@ pub(super) fn update(tx: &Transaction<'_>, name: &str, change: Change<'_>) -> St
         Ok(new) => new,
         Err(refused) => return Ok(Updated::Refused(refused)),
     };
-    write_row(tx, live.id, &new, "api")?;
+    // A session stays one; any other subscription changed through the API becomes `api`.
+    let origin = if live.is_session() {
+        routes::ORIGIN_SESSION
+    } else {
+        "api"
+    };
+    write_row(tx, live.id, &new, origin)?;
     bump(tx)?;
     Ok(Updated::Updated(Box::new(new)))
 }
@@ -141,6 +154,38 @@ pub(super) fn remove(tx: &Transaction<'_>, name: &str, now: i64) -> StoreResult<
     bump(tx)?;
     Ok(Some(finished))
 }
+
+/// A session claimed: it is not idle (see [`prune_sessions`]).
+pub(super) fn session_seen(tx: &Transaction<'_>, id: i64, now: i64) -> StoreResult<()> {
+    tx.prepare_cached(
+        "UPDATE subscriptions SET seen_at = ?2
+          WHERE id = ?1 AND origin = 'session' AND removed_at IS NULL",
+    )?
+    .execute(params![id, now])?;
+    Ok(())
+}
+
+/// Remove the sessions not seen since `idle_before`, as a `DELETE` would: their states
+/// finished, their secrets forgotten. Returns how many.
+pub(super) fn prune_sessions(
+    tx: &Transaction<'_>,
+    idle_before: i64,
+    now: i64,
+) -> StoreResult<usize> {
+    let idle: Vec<String> = tx
+        .prepare_cached(IDLE_SESSIONS_SQL)?
+        .query_map([idle_before], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for name in &idle {
+        remove(tx, name, now)?;
+    }
+    Ok(idle.len())
+}
+
+/// The live sessions not seen since `?1`.
+const IDLE_SESSIONS_SQL: &str = "SELECT name FROM subscriptions
+  WHERE origin = 'session' AND removed_at IS NULL AND coalesce(seen_at, created_at) < ?1
+  ORDER BY id";
 
 /// Finish what removed subscriptions still hold (see `registry::LEFT_UNFINISHED_SQL`): on
 /// SQLite a removal finishes its states in its own transaction, so this finds something only

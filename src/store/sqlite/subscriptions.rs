@@ -76,6 +76,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
                 settings: crate::subscriptions::HttpSettings::parse(
                     r.get::<_, Option<String>>(14)?.as_deref(),
                 ),
+                origin: r.get(15)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
