@@ -80,6 +80,9 @@ pub struct Settings {
     pub admin_token: Secret,
     /// Extra bearer tokens that may use the submission API only.
     pub submission_tokens: Vec<Secret>,
+    /// Bearer tokens that may open and close `listen` sessions only (`POST
+    /// /subscriptions?session=true`, `DELETE` of a session): a developer's, not the admin's.
+    pub listen_tokens: Vec<Secret>,
     /// Seals the subscriptions' secrets kept in the database (32 bytes, base64; usually given
     /// as `WEBHOOK_INBOX_SECRETS_KEY`, the same on every node). Empty: kept plain, readable by
     /// whoever reads the database. See `secrets::seal`.
@@ -204,6 +207,7 @@ impl Default for Settings {
             admin_token: Secret::default(),
             secrets_key: Secret::default(),
             submission_tokens: Vec::new(),
+            listen_tokens: Vec::new(),
             body_limit_bytes: 1024 * 1024,
             log_format: LogFormat::Text,
             consumers: ConsumerSettings::default(),
@@ -361,12 +365,18 @@ impl Settings {
                 ),
             ));
         }
-        for (i, token) in self.submission_tokens.iter().enumerate() {
-            if token.expose().chars().count() < MIN_TOKEN_LEN {
-                return Err(invalid(
-                    format!("submission_tokens[{i}]"),
-                    format!("must be at least {MIN_TOKEN_LEN} characters"),
-                ));
+        let lists = [
+            ("submission_tokens", &self.submission_tokens),
+            ("listen_tokens", &self.listen_tokens),
+        ];
+        for (key, tokens) in lists {
+            for (i, token) in tokens.iter().enumerate() {
+                if token.expose().chars().count() < MIN_TOKEN_LEN {
+                    return Err(invalid(
+                        format!("{key}[{i}]"),
+                        format!("must be at least {MIN_TOKEN_LEN} characters"),
+                    ));
+                }
             }
         }
         if self.body_limit_bytes == 0 {

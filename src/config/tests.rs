@@ -183,6 +183,7 @@ fn short_admin_and_submission_tokens_are_refused() {
             "submission_tokens = [\"a-long-enough-submit-token\", \"short\"]",
             "submission_tokens[1]",
         ),
+        ("listen_tokens = [\"too-short\"]", "listen_tokens[0]"),
     ] {
         let err = Settings::from_toml(&format!("{toml}\n{SOURCE}"), "t", env(&[]))
             .unwrap_err()

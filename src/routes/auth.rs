@@ -96,3 +96,48 @@ impl FromRequest for Submitter {
         answer(req, outcome)
     }
 }
+
+/// The admin token, or one of `listen_tokens`: a `listen` session's own routes (opening one
+/// with `POST /subscriptions?session=true`, closing it with `DELETE`). A listen token opens no
+/// other route; the route says what it may do with [`SessionMaker::may`].
+pub enum SessionMaker {
+    Admin,
+    Listen,
+}
+
+impl SessionMaker {
+    /// Whether this caller may act on a subscription that is (or would be) a session or not:
+    /// the admin on any, a listen token on sessions only. Refused like a wrong token, so that
+    /// a listen token learns nothing of the other subscriptions.
+    pub fn may(&self, session: bool) -> Result<(), ApiError> {
+        match self {
+            SessionMaker::Listen if !session => Err(ApiError::Unauthorized),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl FromRequest for SessionMaker {
+    type Error = ApiError;
+    type Future = Checked<SessionMaker>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let outcome = state(req).and_then(|state| {
+            let token = bearer(req).ok_or(ApiError::Unauthorized)?;
+            let settings = &state.settings;
+            if matches(token, &settings.admin_token) {
+                return Ok(SessionMaker::Admin);
+            }
+            let listen = settings
+                .listen_tokens
+                .iter()
+                .fold(false, |acc, s| matches(token, s) | acc);
+            if listen {
+                Ok(SessionMaker::Listen)
+            } else {
+                Err(ApiError::Unauthorized)
+            }
+        });
+        answer(req, outcome)
+    }
+}

@@ -9,14 +9,16 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::auth::Admin;
+use super::auth::{Admin, SessionMaker};
 use super::body::{parse_json, read_limited};
 use super::openapi::ErrorBody;
-use super::subscriptions::{SubscriptionView, not_found, view_of};
+use super::subscriptions::{SubscriptionView, not_found, view_of, written_view};
 use super::{ApiError, AppState, blocking};
 use crate::domain::time::now_ms;
 use crate::store::registry::{Created, Updated};
-use crate::subscriptions::{FieldError, Kind, SubscriptionSettings, body_error, patched, validate};
+use crate::subscriptions::{
+    FieldError, Kind, SubscriptionSettings, body_error, check_ca_file, patched, validate,
+};
 
 /// A subscription's body is small: a route, an endpoint, a few numbers.
 const BODY_LIMIT: usize = 64 * 1024;
@@ -91,40 +93,28 @@ async fn object(req: &HttpRequest, payload: web::Payload) -> Result<Map<String, 
     parse_json(&body)
 }
 
-/// A pull token opens its own routes and no others: not the admin token, a submission token
-/// or another subscription's (as the config's `check_tokens`; tokens are kept as digests, so
-/// each other pull subscription's current ones are compared by digest).
-async fn check_token(state: &AppState, name: &str, token: Option<&str>) -> Result<(), ApiError> {
+/// A pull token opens its own routes and no others: not the admin token or a submission token
+/// (as the config's `check_tokens`). Another subscription's token is refused by the store, in
+/// the create's own transaction ([`Created::TokenTaken`]).
+fn check_token(state: &AppState, token: Option<&str>) -> Result<(), ApiError> {
     let Some(token) = token else { return Ok(()) };
     let settings = &state.settings;
-    let digest = crate::store::secrets::token_digest(token);
-    let others = {
-        let (vault, name) = (std::sync::Arc::clone(&state.vault), name.to_string());
-        blocking(state, move |s| {
-            let mut digests = Vec::new();
-            for sub in s.registry()? {
-                if sub.kind == Kind::Pull && sub.name != name {
-                    let kept = vault.store().subscription_secrets(&sub.name, now_ms())?;
-                    digests.extend(kept.into_iter().map(|k| k.value));
-                }
-            }
-            Ok(digests)
-        })
-        .await?
-    };
     let taken = std::iter::once(settings.admin_token.expose())
         .chain(settings.submission_tokens.iter().map(|t| t.expose()))
-        .any(|t| t == token)
-        || others.contains(&digest);
+        .any(|t| t == token);
     if taken {
-        return Err(refused(FieldError {
-            field: "token".into(),
-            message: "is also the admin token, a submission token or another subscription's \
-                      token: give each its own"
-                .into(),
-        }));
+        return Err(token_taken());
     }
     Ok(())
+}
+
+fn token_taken() -> ApiError {
+    refused(FieldError {
+        field: "token".into(),
+        message: "is also the admin token, a submission token or another subscription's \
+                  token: give each its own"
+            .into(),
+    })
 }
 
 /// The query of `POST /subscriptions`.
@@ -138,7 +128,8 @@ pub struct CreateParams {
 /// Add a subscription (origin `api`: no config's sync or a node's stop removes it; with
 /// `session=true`, origin `session`: a `listen` session's, left out of the global lag and
 /// stats, removed when the session ends or idles). It takes the events stored from now on
-/// (older ones by a backfill).
+/// (older ones by a backfill). A session may be opened with one of `listen_tokens` instead of
+/// the admin token; nothing else may.
 #[utoipa::path(post, path = "/subscriptions",
     operation_id = "createSubscription", tag = "ops", security(("bearer" = [])),
     params(("session" = Option<bool>, Query, description = "A `listen` session's own `pull` subscription (origin `session`)")),
@@ -151,7 +142,7 @@ pub struct CreateParams {
         (status = 422, description = "`invalid_request`, naming the field", body = ErrorBody),
     ))]
 pub async fn create(
-    _: Admin,
+    caller: SessionMaker,
     req: HttpRequest,
     query: web::Query<CreateParams>,
     payload: web::Payload,
@@ -163,6 +154,7 @@ pub async fn create(
     let settings = &state.settings;
     let sub = validate(&fields, &settings.consumers, settings.downstream.mode).map_err(refused)?;
     let session = query.session.unwrap_or(false);
+    caller.may(session)?;
     if session && sub.kind != Kind::Pull {
         return Err(refused(FieldError {
             field: "kind".into(),
@@ -174,7 +166,7 @@ pub async fn create(
     } else {
         "api"
     };
-    check_token(&state, &sub.name, sub.token.as_ref().map(|t| t.expose())).await?;
+    check_token(&state, sub.token.as_ref().map(|t| t.expose()))?;
     let kind = sub.kind;
     if sub
         .http
@@ -197,14 +189,20 @@ pub async fn create(
         _ => sub.token.as_ref().map(|t| t.expose().to_string()),
     };
     let (secrets, made) = state.vault.first_secrets(&name, sub.kind, given.as_deref());
+    let written = sub.clone();
+    let now = now_ms();
     let created = blocking(&state, move |s| {
-        s.create_subscription(&sub, &secrets, origin, now_ms())
+        s.create_subscription(&sub, &secrets, origin, now)
     })
     .await?;
-    if created == Created::Taken {
-        return Err(ApiError::Conflict(format!(
-            "a subscription named `{name}` exists: change it with PATCH, or delete it first"
-        )));
+    match created {
+        Created::Created(_) => {}
+        Created::Taken => {
+            return Err(ApiError::Conflict(format!(
+                "a subscription named `{name}` exists: change it with PATCH, or delete it first"
+            )));
+        }
+        Created::TokenTaken => return Err(token_taken()),
     }
     let (signing_secret, token) = match kind {
         Kind::Http => (made, None),
@@ -212,8 +210,18 @@ pub async fn create(
     };
     tracing::info!(subscription = %name, "subscription created through the API");
     state.queued.notify_waiters();
+    let subscription = match view_of(&state, name).await {
+        Ok(view) => view,
+        // It is committed, and a generated secret exists nowhere else in plain form: answer
+        // from what was written rather than lose the secret behind an error.
+        Err(e) => {
+            tracing::warn!(subscription = %written.name, error = %e,
+                "subscription created, but reading it back failed: answered from what was written");
+            written_view(&written, origin, now)
+        }
+    };
     Ok(HttpResponse::Created().json(CreatedSubscription {
-        subscription: view_of(&state, name).await?,
+        subscription,
         signing_secret,
         token,
     }))
@@ -255,6 +263,12 @@ pub async fn update(
             }));
         }
     }
+    // Read here, outside the registry's lock; `patched` does not read it again.
+    if let Some(Value::String(file)) = patch.get("ca_file")
+        && !file.is_empty()
+    {
+        check_ca_file(file).map_err(refused)?;
+    }
     let settings = std::sync::Arc::clone(&state.settings);
     let updated = {
         let name = name.clone();
@@ -284,7 +298,8 @@ pub async fn update(
 
 /// Remove a subscription, whatever its origin: its work stops, its unfinished states are
 /// completed with outcome `removed`, its history stays readable. A node whose config names
-/// it brings it back when it next starts.
+/// it brings it back when it next starts. One of `listen_tokens` removes sessions only (401
+/// for any other name, as for a wrong token).
 #[utoipa::path(delete, path = "/subscriptions/{name}",
     operation_id = "deleteSubscription", tag = "ops", security(("bearer" = [])),
     params(("name" = String, Path)),
@@ -293,16 +308,22 @@ pub async fn update(
         (status = 404, description = "`not_found`", body = ErrorBody),
     ))]
 pub async fn delete(
-    _: Admin,
+    caller: SessionMaker,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let name = path.into_inner();
+    let sessions_only = matches!(caller, SessionMaker::Listen);
     let removed = {
         let name = name.clone();
-        blocking(&state, move |s| s.remove_subscription(&name, now_ms())).await?
+        blocking(&state, move |s| {
+            s.remove_subscription(&name, sessions_only, now_ms())
+        })
+        .await?
     };
     let Some(finished) = removed else {
+        // A listen token learns nothing of the subscriptions that are not sessions.
+        caller.may(false)?;
         return Err(not_found(&name));
     };
     tracing::info!(subscription = %name, finished, "subscription removed through the API");

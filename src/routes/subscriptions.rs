@@ -203,6 +203,35 @@ pub(super) async fn view_of(state: &AppState, name: String) -> Result<Subscripti
     Ok(view)
 }
 
+/// A subscription just written, as the view would show it with nothing handled yet: the answer
+/// of a create whose read back failed, so that a generated secret is not lost behind an error.
+pub(super) fn written_view(
+    sub: &crate::subscriptions::Subscription,
+    origin: &str,
+    now: i64,
+) -> SubscriptionView {
+    let info = SubscriptionInfo {
+        name: sub.name.clone(),
+        kind: sub.kind.as_str().to_string(),
+        route: sub.route.clone(),
+        paused: false,
+        removed: false,
+        counts: Default::default(),
+        created_at: now,
+        probe_at: None,
+        origin: origin.to_string(),
+        declared_by: Vec::new(),
+        mode: sub.mode,
+        max_attempts: sub.max_attempts,
+    };
+    let mut view = view(&info, now);
+    if let Some(o) = &sub.ordering {
+        view.ordered_by = Some(o.pointer.clone());
+        view.on_failure = Some(o.on_failure.as_str());
+    }
+    view
+}
+
 pub(super) fn not_found(name: &str) -> ApiError {
     ApiError::NotFound(format!("no subscription `{name}`"))
 }

@@ -154,10 +154,16 @@ pub trait Store: Send + Sync + 'static {
         name: &str,
         change: registry::Change<'_>,
     ) -> StoreResult<registry::Updated>;
-    /// Remove a live subscription, whatever its origin, finishing its unfinished states
-    /// (completed, outcome `removed`) and forgetting its secrets: how many states it finished,
-    /// `None` when no live subscription has that name.
-    fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>>;
+    /// Remove a live subscription, whatever its origin (a session only, with `sessions_only`:
+    /// what a listen token may remove, decided in the removing statement), finishing its
+    /// unfinished states (completed, outcome `removed`) and forgetting its secrets: how many
+    /// states it finished, `None` when no live subscription (session) has that name.
+    fn remove_subscription(
+        &self,
+        name: &str,
+        sessions_only: bool,
+        now: i64,
+    ) -> StoreResult<Option<usize>>;
     /// Every subscription, removed ones last, with counts by status. `completed` counts are
     /// read from the whole history (a scan on SQLite): `false` leaves them 0, for `/metrics`.
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>>;

@@ -36,6 +36,9 @@ pub enum Created {
     Created(i64),
     /// A live subscription has that name already.
     Taken,
+    /// Another live subscription's current or graced pull token is the one given: checked in
+    /// the create's own transaction, so two creates at once cannot both take one token.
+    TokenTaken,
 }
 
 /// What [`crate::store::Store::update_subscription`] did.

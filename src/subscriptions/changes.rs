@@ -103,8 +103,12 @@ pub fn body_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldErro
 }
 
 /// `current` with the fields of `patch` laid over it (a field given as `null` goes back to
-/// its default), checked as the config is. `name` and `kind` are not changed by a patch: a
-/// subscription of another kind is another subscription.
+/// its default), checked as the config is, but for the `ca_file`'s contents: this runs in the
+/// registry's writing transaction, on whichever node took the request, so the caller checks a
+/// changed `ca_file` ([`check_ca_file`](super::settings::check_ca_file)) before it, and an
+/// unchanged one is not read again (a node without the file could otherwise change nothing of
+/// the subscription). `name` and `kind` are not changed by a patch: a subscription of another
+/// kind is another subscription.
 pub fn patched(
     current: &Subscription,
     patch: &serde_json::Map<String, serde_json::Value>,
@@ -128,9 +132,17 @@ pub fn patched(
             object.insert(key.clone(), value.clone());
         }
     }
-    let merged: SubscriptionSettings =
+    let mut merged: SubscriptionSettings =
         serde_path_to_error::deserialize(fields).map_err(body_error)?;
-    validate(&merged, consumers, downstream_mode)
+    let ca_file = match merged.kind {
+        Kind::Http => merged.ca_file.take(),
+        _ => None,
+    };
+    let mut sub = validate(&merged, consumers, downstream_mode)?;
+    if let Some(target) = sub.http.as_mut() {
+        target.ca_file = ca_file.filter(|f| !f.is_empty());
+    }
+    Ok(sub)
 }
 
 /// The secrets a subscription signs or is claimed with, as `subscription_secrets` keeps them:

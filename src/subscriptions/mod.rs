@@ -12,7 +12,8 @@ mod settings;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
 pub use settings::{
-    FieldError, OneOrMany, SubscriptionSettings, check_tokens, from_settings, valid_name, validate,
+    FieldError, OneOrMany, SubscriptionSettings, check_ca_file, check_tokens, from_settings,
+    valid_name, validate,
 };
 
 use crate::config::{ConsumerSettings, Settings};

@@ -96,6 +96,7 @@ pub fn valid_name(name: &str) -> bool {
 pub fn check_tokens(subs: &[Subscription], settings: &Settings) -> Result<(), ConfigError> {
     let mut seen: Vec<&str> = std::iter::once(&settings.admin_token)
         .chain(&settings.submission_tokens)
+        .chain(&settings.listen_tokens)
         .map(Secret::expose)
         .collect();
     for sub in subs {
@@ -103,8 +104,8 @@ pub fn check_tokens(subs: &[Subscription], settings: &Settings) -> Result<(), Co
             if seen.contains(&token.expose()) {
                 return Err(ConfigError::Invalid {
                     key: format!("subscriptions.{}.token", sub.name),
-                    message: "is also the admin token, a submission token or another \
-                              subscription's token: give each its own"
+                    message: "is also the admin token, a submission or listen token or \
+                              another subscription's token: give each its own"
                         .into(),
                 });
             }
@@ -317,6 +318,27 @@ fn ordering(s: &SubscriptionSettings) -> Result<Option<super::Ordering>, FieldEr
 
 /// The endpoint of an `http` subscription, checked: a URL to call, secrets that are Standard
 /// Webhooks secrets, a timeout that ends before the lease does, a CA file that reads.
+/// A `ca_file` is a PEM file of certificates, on the disk of the node that reads it.
+pub fn check_ca_file(file: &str) -> Result<(), FieldError> {
+    // Read from a body of the API too: a device or a huge file (`/dev/zero`) would hold the
+    // request (and its memory) for ever.
+    let meta = std::fs::metadata(file)
+        .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
+    if !meta.is_file() || meta.len() > MAX_CA_FILE_BYTES {
+        return Err(invalid(
+            "ca_file",
+            format!("`{file}` is not a PEM file of at most {MAX_CA_FILE_BYTES} bytes"),
+        ));
+    }
+    let pem = std::fs::read(file)
+        .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
+    reqwest::Certificate::from_pem_bundle(&pem)
+        .ok()
+        .filter(|certs| !certs.is_empty())
+        .ok_or_else(|| invalid("ca_file", format!("`{file}` holds no PEM certificate")))?;
+    Ok(())
+}
+
 fn http_target(
     s: &SubscriptionSettings,
     consumers: &ConsumerSettings,
@@ -370,22 +392,7 @@ fn http_target(
     }
     let ca_file = s.ca_file.clone().filter(|f| !f.is_empty());
     if let Some(file) = &ca_file {
-        // Read from a body of the API too: a device or a huge file (`/dev/zero`) would hold
-        // the request (and its memory) for ever.
-        let meta = std::fs::metadata(file)
-            .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
-        if !meta.is_file() || meta.len() > MAX_CA_FILE_BYTES {
-            return Err(invalid(
-                "ca_file",
-                format!("`{file}` is not a PEM file of at most {MAX_CA_FILE_BYTES} bytes"),
-            ));
-        }
-        let pem = std::fs::read(file)
-            .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
-        reqwest::Certificate::from_pem_bundle(&pem)
-            .ok()
-            .filter(|certs| !certs.is_empty())
-            .ok_or_else(|| invalid("ca_file", format!("`{file}` holds no PEM certificate")))?;
+        check_ca_file(file)?;
     }
     Ok(HttpTarget {
         url: url.to_string(),

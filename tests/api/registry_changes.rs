@@ -158,7 +158,7 @@ fn a_config_naming_an_api_made_subscription_leaves_it_as_the_api_wrote_it(kind: 
     assert_eq!(hooks.declared_by, vec!["n".to_string()]);
     // Once the API removes it, the config's declaration applies at the next sync.
     assert_eq!(
-        store.remove_subscription("hooks", now_ms()).unwrap(),
+        store.remove_subscription("hooks", false, now_ms()).unwrap(),
         Some(0)
     );
     store

@@ -58,6 +58,16 @@ pub struct ListenArgs {
         requires = "sources"
     )]
     admin_token: Option<String>,
+    /// With --source: one of the server's `listen_tokens`, which opens and closes sessions
+    /// and nothing else (instead of the admin token).
+    #[arg(
+        long,
+        env = "WEBHOOK_INBOX_LISTEN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        requires = "sources"
+    )]
+    listen_token: Option<String>,
     /// Where to POST each event, e.g. http://127.0.0.1:3000/hooks.
     #[arg(long, value_name = "URL")]
     forward_to: String,
@@ -113,7 +123,7 @@ pub fn run(config: Option<&Path>, mut args: ListenArgs) -> anyhow::Result<()> {
         let session = session::Session::open(
             config,
             args.url.clone(),
-            args.admin_token.take(),
+            args.listen_token.take().or(args.admin_token.take()),
             &args.sources,
             &args.types,
         )?;

@@ -209,7 +209,7 @@ impl Store for PostgresStore {
         let idle = self.tx(|db| registry::idle_sessions(db, sessions_idle_before))?;
         let mut sessions = 0;
         for name in &idle {
-            if self.remove_subscription(name, now)?.is_some() {
+            if self.remove_subscription(name, true, now)?.is_some() {
                 sessions += 1;
             }
         }
@@ -310,8 +310,13 @@ impl Store for PostgresStore {
         updated
     }
 
-    fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>> {
-        let removed = self.tx(|db| registry::remove(db, name, now));
+    fn remove_subscription(
+        &self,
+        name: &str,
+        sessions_only: bool,
+        now: i64,
+    ) -> StoreResult<Option<usize>> {
+        let removed = self.tx(|db| registry::remove(db, name, sessions_only, now));
         self.routes.forget();
         // Finished after the removal commits, as a sync's removals are (see `finish_removed`).
         match removed? {

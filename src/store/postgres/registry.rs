@@ -62,9 +62,29 @@ pub(super) fn create(
         "SELECT id, removed_at IS NULL FROM subscriptions WHERE name = $1",
         &[&sub.name],
     )?;
+    if let Some(row) = &existing
+        && row.try_get::<_, bool>(1)?
+    {
+        return Ok(Created::Taken);
+    }
+    // Under the registry's lock: two creates at once cannot both take one token.
+    for (purpose, digest) in secrets {
+        if *purpose == Purpose::Token
+            && db
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM subscription_secrets k
+                                      JOIN subscriptions s ON s.name = k.name
+                                                          AND s.removed_at IS NULL
+                                     WHERE k.purpose = 'token' AND k.value = $1 AND k.name <> $2)",
+                    &[digest, &sub.name],
+                )?
+                .try_get::<_, bool>(0)?
+        {
+            return Ok(Created::TokenTaken);
+        }
+    }
     let newest = "coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)";
     let id: i64 = match existing {
-        Some(row) if row.try_get::<_, bool>(1)? => return Ok(Created::Taken),
         // A name removed earlier: a new subscription from now on, its old history kept.
         Some(row) => {
             let id: i64 = row.try_get(0)?;
@@ -134,12 +154,18 @@ pub(super) fn update(db: &mut Db<'_>, name: &str, change: Change<'_>) -> StoreRe
 
 /// Mark `name` removed and forget its secrets: its id, for its states to be finished after
 /// the commit (see `subscriptions::finish_removed`).
-pub(super) fn remove(db: &mut Db<'_>, name: &str, now: i64) -> StoreResult<Option<i64>> {
+pub(super) fn remove(
+    db: &mut Db<'_>,
+    name: &str,
+    sessions_only: bool,
+    now: i64,
+) -> StoreResult<Option<i64>> {
     lock_registry(db)?;
     let Some(row) = db.query_opt(
         "UPDATE subscriptions SET removed_at = $2
-          WHERE name = $1 AND removed_at IS NULL RETURNING id",
-        &[&name, &now],
+          WHERE name = $1 AND removed_at IS NULL AND (NOT $3 OR origin = 'session')
+          RETURNING id",
+        &[&name, &now, &sessions_only],
     )?
     else {
         return Ok(None);

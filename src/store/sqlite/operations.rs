@@ -266,8 +266,13 @@ impl Store for SqliteStore {
         self.registry_write(|tx| registry::update(tx, name, change))
     }
 
-    fn remove_subscription(&self, name: &str, now: i64) -> StoreResult<Option<usize>> {
-        self.registry_write(|tx| registry::remove(tx, name, now))
+    fn remove_subscription(
+        &self,
+        name: &str,
+        sessions_only: bool,
+        now: i64,
+    ) -> StoreResult<Option<usize>> {
+        self.registry_write(|tx| registry::remove(tx, name, sessions_only, now))
     }
 
     fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {

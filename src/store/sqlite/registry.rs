@@ -60,6 +60,31 @@ pub(super) fn insert_row(tx: &Transaction<'_>, sub: &Subscription, now: i64) -> 
     )?)
 }
 
+/// Whether a pull token among `secrets` (a digest) is another live subscription's, asked before
+/// the create writes anything (the write transaction commits whatever `Ok` it returns).
+fn token_taken(
+    tx: &Transaction<'_>,
+    name: &str,
+    secrets: &[(Purpose, String)],
+) -> StoreResult<bool> {
+    for (purpose, value) in secrets {
+        if *purpose != Purpose::Token {
+            continue;
+        }
+        let taken: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM subscription_secrets k
+                              JOIN subscriptions s ON s.name = k.name AND s.removed_at IS NULL
+                             WHERE k.purpose = 'token' AND k.value = ?1 AND k.name <> ?2)",
+            params![value, name],
+            |r| r.get(0),
+        )?;
+        if taken {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 pub(super) fn create(
     tx: &Transaction<'_>,
     sub: &Subscription,
@@ -74,10 +99,15 @@ pub(super) fn create(
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?;
+    if matches!(existing, Some((_, true))) {
+        return Ok(Created::Taken);
+    }
+    if token_taken(tx, &sub.name, secrets)? {
+        return Ok(Created::TokenTaken);
+    }
     let id = match existing {
-        Some((_, true)) => return Ok(Created::Taken),
         // A name removed earlier: a new subscription from now on, its old history kept.
-        Some((id, false)) => {
+        Some((id, _)) => {
             tx.execute(
                 "UPDATE subscriptions SET removed_at = NULL, paused = 0, probe_at = NULL,
                         probe_interval_ms = NULL, created_at = ?2,
@@ -134,11 +164,17 @@ pub(super) fn update(tx: &Transaction<'_>, name: &str, change: Change<'_>) -> St
     Ok(Updated::Updated(Box::new(new)))
 }
 
-pub(super) fn remove(tx: &Transaction<'_>, name: &str, now: i64) -> StoreResult<Option<usize>> {
+pub(super) fn remove(
+    tx: &Transaction<'_>,
+    name: &str,
+    sessions_only: bool,
+    now: i64,
+) -> StoreResult<Option<usize>> {
     let Some(id) = tx
         .query_row(
-            "SELECT id FROM subscriptions WHERE name = ?1 AND removed_at IS NULL",
-            [name],
+            "SELECT id FROM subscriptions
+              WHERE name = ?1 AND removed_at IS NULL AND (NOT ?2 OR origin = 'session')",
+            params![name, sessions_only],
             |r| r.get::<_, i64>(0),
         )
         .optional()?
@@ -177,7 +213,7 @@ pub(super) fn prune_sessions(
         .query_map([idle_before], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     for name in &idle {
-        remove(tx, name, now)?;
+        remove(tx, name, true, now)?;
     }
     Ok(idle.len())
 }
