@@ -8,10 +8,10 @@ use utoipa::ToSchema;
 use super::auth::Admin;
 use super::events::time_param;
 use super::openapi::ErrorBody;
-use super::{ApiError, AppState, blocking};
 use super::subscription_view::{
     SubscriptionList, SubscriptionView, not_found, registered, view, view_of, with_registry,
 };
+use super::{ApiError, AppState, blocking};
 use crate::domain::time::now_ms;
 
 #[derive(Debug, Serialize, ToSchema)]

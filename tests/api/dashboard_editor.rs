@@ -62,7 +62,11 @@ async fn calls(receiver: &Receiver, n: usize) -> Vec<Call> {
         if calls.len() >= n {
             return calls;
         }
-        assert!(Instant::now() < deadline, "{} calls, {n} expected", calls.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} calls, {n} expected",
+            calls.len()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -99,7 +103,8 @@ async fn form_error(c: &Client) -> String {
     text_of(c, "sf-error").await
 }
 
-const INVALID: &str = "return [...document.querySelectorAll('#sub-editor [aria-invalid=true]')].map(e => e.id);";
+const INVALID: &str =
+    "return [...document.querySelectorAll('#sub-editor [aria-invalid=true]')].map(e => e.id);";
 
 #[test]
 fn dashboard_creates_edits_and_deletes_an_http_subscription() {
@@ -226,7 +231,7 @@ fn dashboard_creates_edits_and_deletes_an_http_subscription() {
         click(&c, delete).await;
         wait_until(&c, "return document.getElementById('confirm').open && document.getElementById('confirm-title').textContent === 'Delete hooks?';", "the delete confirmation").await;
         let warning = text_of(&c, "confirm-text").await;
-        assert!(warning.contains("Its 1 unfinished event (1 pending, 0 claimed) end completed with outcome \"removed\""), "{warning}");
+        assert!(warning.contains("Its 1 unfinished event (1 pending, 0 claimed) ends completed with outcome \"removed\": hooks never gets it."), "{warning}");
         screenshot(&c, "subscription-delete-1280").await;
         click(&c, "#confirm[open] button[value='cancel']").await;
         wait_until(&c, "return !document.getElementById('confirm').open;", "the dialog closed").await;
@@ -315,6 +320,13 @@ fn dashboard_badges_sessions_and_rotates_a_pull_token() {
         click(&c, "#confirm[open] #confirm-ok").await;
         wait_until(&c, "return document.getElementById('subscriptions-status').textContent.startsWith('Deleted listen-7f3a: 0 unfinished events');", "the session deleted").await;
         assert_eq!(subscription(base, "listen-7f3a").await.0, 404);
+        // Signing out takes the token shown off the page.
+        assert!(!js(&c, "return document.getElementById('sub-secret').hidden;").await.as_bool().unwrap());
+        click(&c, "#logout").await;
+        sign_in(&c, ADMIN_TOKEN).await;
+        c.goto(&format!("{base}/ui/#subscriptions")).await.unwrap();
+        wait_until(&c, "return !!document.querySelector('#subscriptions-body tr[data-name=\"workers\"]');", "the view again").await;
+        assert_eq!(js(&c, "return [document.getElementById('sub-secret').hidden, document.getElementById('sub-secret-value').textContent];").await, json!([true, ""]));
         }).await;
     });
 }

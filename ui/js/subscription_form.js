@@ -149,7 +149,8 @@ function showSecret(title, secret, warning) {
   $('sub-secret-done').focus();
 }
 
-function hideSecret() {
+/** Takes a shown secret off the page: on leaving the view, and on signing out. */
+export function hideSecret() {
   $('sub-secret-value').textContent = '';
   $('sub-secret-copy').replaceChildren();
   say($('sub-secret-status'), '');
@@ -159,10 +160,10 @@ function hideSecret() {
 const SHOWN_ONCE = 'It is shown this once: copy it now. This page keeps it nowhere, and ' +
   'hides it when you leave or press the button below.';
 
-function secretNote(kind) {
-  return kind === 'pull'
+function secretNote(sub) {
+  return sub.kind === 'pull'
     ? `${SHOWN_ONCE} Only its digest is stored: it cannot be read again, only rotated.`
-    : `${SHOWN_ONCE} (An admin can read it again through GET /subscriptions/{name}/secret.)`;
+    : `${SHOWN_ONCE} (An admin can read it again through GET /subscriptions/${sub.name}/secret.)`;
 }
 
 async function create() {
@@ -176,7 +177,7 @@ async function create() {
   const secret = made.signing_secret ?? made.token;
   if (secret) {
     const what = made.token ? 'token' : 'signing secret';
-    showSecret(`The ${what} of ${made.name}`, secret, secretNote(made.kind));
+    showSecret(`The ${what} of ${made.name}`, secret, secretNote(made));
   }
   await changed(`Created ${made.name}.`);
 }
@@ -229,7 +230,7 @@ async function rotate(e) {
     const until = new Date(rotated.previous_valid_until).toLocaleString();
     close();
     showSecret(`The new ${what} of ${sub.name}`, rotated.signing_secret ?? rotated.token,
-      `${secretNote(sub.kind)} The old one works until ${until}.`);
+      `${secretNote(sub)} The old one works until ${until}.`);
     await changed(`Rotated the ${what} of ${sub.name}.`);
   } catch (err) {
     // 409: a secret a node's config gives, or a kind without one; 422: the grace's bounds.

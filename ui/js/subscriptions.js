@@ -116,9 +116,11 @@ function editButton(sub) {
 function deleteText(sub) {
   const { pending, claimed } = sub.counts;
   const unfinished = pending + claimed;
+  const one = unfinished === 1;
   let text = `${sub.name} stops on every node within a second. ` + (unfinished
-    ? `Its ${unfinished} unfinished event${unfinished === 1 ? '' : 's'} (${pending} pending, ` +
-      `${claimed} claimed) end completed with outcome "removed": ${sub.name} never gets them. `
+    ? `Its ${unfinished} unfinished event${one ? '' : 's'} (${pending} pending, ${claimed} ` +
+      `claimed) end${one ? 's' : ''} completed with outcome "removed": ${sub.name} never gets ` +
+      `${one ? 'it' : 'them'}. `
     : 'It has no unfinished events. ') +
     'Its history stays readable; no other subscription is touched.';
   if (sub.origin === 'config') {
