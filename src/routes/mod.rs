@@ -19,6 +19,7 @@ mod secrets;
 mod sender;
 mod stats;
 mod subscription_changes;
+mod subscription_view;
 mod subscriptions;
 mod ui;
 mod views;

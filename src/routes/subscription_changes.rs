@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::auth::{Admin, SessionMaker};
 use super::body::{parse_json, read_limited};
 use super::openapi::ErrorBody;
-use super::subscriptions::{SubscriptionView, not_found, view_of, written_view};
+use super::subscription_view::{SubscriptionView, not_found, view_of, written_view};
 use super::{ApiError, AppState, blocking};
 use crate::domain::time::now_ms;
 use crate::store::registry::{Created, Updated};
@@ -40,7 +40,8 @@ pub struct SubscriptionFields {
     sources: Option<Vec<String>>,
     /// Globs on the event type (`*`, `?`); default: every type.
     types: Option<Vec<String>>,
-    /// `http` only: the endpoint (never shown back: it may hold credentials).
+    /// `http` only: the endpoint (shown back as `url_origin` only: its user info, path or
+    /// query may be a credential).
     url: Option<String>,
     /// `http` only: a `whsec_` secret; generated (and answered once) when omitted.
     signing_secret: Option<String>,

@@ -43,6 +43,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../ui/js/subscriptions.js"),
     ),
     (
+        "js/subscription_form.js",
+        JS,
+        include_bytes!("../../ui/js/subscription_form.js"),
+    ),
+    (
         "js/lookups.js",
         JS,
         include_bytes!("../../ui/js/lookups.js"),

@@ -26,6 +26,7 @@ mod copy;
 mod crash;
 mod dashboard;
 mod dashboard_api;
+mod dashboard_editor;
 mod dashboard_ops;
 mod dashboard_security;
 mod dashboard_subscriptions;

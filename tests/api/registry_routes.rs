@@ -94,6 +94,56 @@ async fn create_answers_201_once_with_the_generated_secret_and_409_for_a_taken_n
     assert_eq!(ordered.body["on_failure"], "skip");
 }
 
+/// The view carries what an editor needs (the rules and the kind's settings, by the config's
+/// names), and the URL only as its origin: its user info, path and query may be credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_shows_the_settings_and_the_url_only_as_its_origin() {
+    let app = spawn_app().await;
+    let url = "https://user:pw-sekrit@hooks.example:8443/services/T0/tok-sekrit?key=q-sekrit";
+    let made = create(
+        &app,
+        json!({"name": "hooks", "kind": "http", "url": url, "timeout_ms": 2000,
+               "concurrency": 3, "rate_per_second": 5, "backoff_base_ms": 20,
+               "backoff_max_ms": 900}),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    assert_eq!(
+        create(&app, json!({"name": "jobs", "kind": "pull"}))
+            .await
+            .status,
+        201
+    );
+    for body in [made.body.clone(), app.get("/subscriptions").await.body] {
+        assert!(!body.to_string().contains("sekrit"), "{body}");
+    }
+    let shown = app.get("/subscriptions/hooks").await.body;
+    assert!(!shown.to_string().contains("sekrit"), "{shown}");
+    assert_eq!(shown["url_origin"], "https://hooks.example:8443");
+    for (field, value) in [
+        ("timeout_ms", 2000),
+        ("concurrency", 3),
+        ("rate_per_second", 5),
+        ("backoff_base_ms", 20),
+        ("backoff_max_ms", 900),
+    ] {
+        assert_eq!(shown[field], value, "{field}: {shown}");
+    }
+    assert!(shown.get("ca_file").is_none(), "{shown}");
+    // A pull subscription has no endpoint settings; its rules are shown all the same.
+    let jobs = app.get("/subscriptions/jobs").await.body;
+    assert!(
+        jobs.get("url_origin").is_none() && jobs.get("timeout_ms").is_none(),
+        "{jobs}"
+    );
+    assert!(jobs["backoff_max_ms"].is_u64(), "{jobs}");
+    // A new URL shows as its own origin.
+    let changed = patch(&app, "hooks", r#"{"url": "http://10.0.0.7/in?t=sekrit"}"#).await;
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    assert_eq!(changed.body["url_origin"], "http://10.0.0.7");
+    assert!(!changed.body.to_string().contains("sekrit"));
+}
+
 /// What the config refuses, the API refuses, naming the same field; bad bodies are 4xx in the
 /// error shape, never 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

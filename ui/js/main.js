@@ -11,6 +11,7 @@ import * as events from './events.js';
 import * as detail from './detail.js';
 import * as lookups from './lookups.js';
 import * as subscriptions from './subscriptions.js';
+import { hideSecret } from './subscription_form.js';
 
 const VIEWS = ['login', 'overview', 'events', 'event', 'subscriptions', 'rejected', 'loyalty',
   'requests'];
@@ -35,6 +36,7 @@ function showView(name) {
 
 function signOut(message) {
   token.clear();
+  hideSecret();
   $('token').value = '';
   showView('login');
   say($('login-error'), message ?? '', Boolean(message));

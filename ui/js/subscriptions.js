@@ -1,11 +1,15 @@
-// The subscriptions view (#subscriptions): each of the user's consumers with its kind, route,
-// state, counts and lag (each count a link to the event list filtered by the subscription and
-// that status), Pause / Resume and Recover (its failures since a time) behind a confirmation. Under an ordered one that
-// holds, the keys held by a failed event, each linked to that event (Retry or Skip it there).
-// Names, routes and keys come from the server; they only ever become text.
+// The subscriptions view (#subscriptions): each of the user's consumers with its origin, kind,
+// route, state, counts and lag (each count a link to the event list filtered by the
+// subscription and that status), Pause / Resume and Recover (its failures since a time) behind
+// a confirmation, Edit (subscription_form.js) and Delete behind a confirmation. A `listen`
+// session's own subscription is badged and can be shown alone; it has no Edit (it lives as
+// long as its session). Under an ordered one that holds, the keys held by a failed event, each
+// linked to that event (Retry or Skip it there). Names, routes, keys and the API's messages
+// come from the server; they only ever become text.
 
 import { api, segment } from './api.js';
 import { h, $, clear, say, age, confirmDialog, localInput, utcOf } from './dom.js';
+import * as editor from './subscription_form.js';
 
 function routeText(route) {
   const list = (items, all) => (items ? items.join(', ') : all);
@@ -100,6 +104,62 @@ function recover(sub) {
   return [b];
 }
 
+/** Edit opens the editor on it; a session's has none: it ends with its `listen`. */
+function editButton(sub) {
+  if (sub.state === 'removed' || sub.origin === 'session') return [];
+  const b = h('button', { type: 'button', 'aria-label': `Edit ${sub.name}`, text: 'Edit',
+    class: 'secondary' });
+  b.addEventListener('click', () => editor.edit(sub));
+  return [b];
+}
+
+function deleteText(sub) {
+  const { pending, claimed } = sub.counts;
+  const unfinished = pending + claimed;
+  const one = unfinished === 1;
+  let text = `${sub.name} stops on every node within a second. ` + (unfinished
+    ? `Its ${unfinished} unfinished event${one ? '' : 's'} (${pending} pending, ${claimed} ` +
+      `claimed) end${one ? 's' : ''} completed with outcome "removed": ${sub.name} never gets ` +
+      `${one ? 'it' : 'them'}. `
+    : 'It has no unfinished events. ') +
+    'Its history stays readable; no other subscription is touched.';
+  if (sub.origin === 'config') {
+    text += '\nA node whose config names it adds it back when that node next starts.';
+  } else if (sub.origin === 'session') {
+    text += '\nThe listen session using it stops receiving events.';
+  }
+  return text;
+}
+
+function deleteButton(sub) {
+  if (sub.state === 'removed') return [];
+  const b = h('button', { type: 'button', 'aria-label': `Delete ${sub.name}`, text: 'Delete',
+    class: 'danger' });
+  b.addEventListener('click', async () => {
+    if (!(await confirmDialog({ title: `Delete ${sub.name}?`, text: deleteText(sub),
+      confirmLabel: 'Delete' }))) {
+      b.focus();
+      return;
+    }
+    b.disabled = true;
+    try {
+      const { finished } = await api(`/subscriptions/${segment(sub.name)}`, { method: 'DELETE' });
+      editor.close();
+      await show(`Deleted ${sub.name}: ${finished} unfinished event${finished === 1 ? '' : 's'} ` +
+        'completed with outcome "removed".');
+    } catch (e) {
+      b.disabled = false;
+      say($('subscriptions-status'), `Delete of ${sub.name} failed: ${e.message}`, true);
+    }
+  });
+  return [b];
+}
+
+function originBadge(origin) {
+  const label = origin === 'session' ? 'listen session' : origin;
+  return h('span', { class: `badge origin origin-${origin}`, text: label });
+}
+
 /** A count that opens the event list filtered by the subscription and that status. */
 function count(sub, status) {
   const n = String(sub.counts[status]);
@@ -110,8 +170,10 @@ function count(sub, status) {
 
 function row(sub) {
   return h('tr', { 'data-name': sub.name },
-    h('td', { 'data-label': 'Name' }, h('span', { class: 'mono', text: sub.name })),
-    h('td', { 'data-label': 'Kind', text: sub.kind }),
+    h('td', { 'data-label': 'Name' }, h('span', { class: 'mono', text: sub.name }), ' ',
+      originBadge(sub.origin)),
+    h('td', { 'data-label': 'Kind' }, sub.kind,
+      sub.url_origin && h('span', { class: 'mono muted endpoint', text: sub.url_origin })),
     h('td', { 'data-label': 'Route', text: routeText(sub.route) + ordering(sub) }),
     h('td', { 'data-label': 'State' }, stateBadge(sub.state)),
     h('td', { 'data-label': 'Pending' }, count(sub, 'pending')),
@@ -121,14 +183,17 @@ function row(sub) {
     h('td', { 'data-label': 'Lag', class: 'lag',
       text: sub.oldest_pending_seconds == null ? String(sub.lag)
         : `${sub.lag} (oldest ${age(sub.oldest_pending_seconds)})` }),
-    h('td', { 'data-label': 'Actions' }, ...toggle(sub), ...recover(sub)),
+    h('td', { 'data-label': 'Actions' }, ...toggle(sub), ...recover(sub), ...editButton(sub),
+      ...deleteButton(sub)),
   );
 }
 
 export async function show(message) {
   const status = $('subscriptions-status');
   try {
-    const { subscriptions } = await api('/subscriptions');
+    const { subscriptions: all } = await api('/subscriptions');
+    const origin = $('subscriptions-origin').value;
+    const subscriptions = all.filter((s) => !origin || s.origin === origin);
     const rows = [];
     for (const sub of subscriptions) {
       rows.push(row(sub));
@@ -138,7 +203,10 @@ export async function show(message) {
       }
     }
     clear($('subscriptions-body'), ...rows);
-    say(status, message ?? (subscriptions.length ? '' : 'No subscriptions.'));
+    const sessions = all.filter((s) => s.origin === 'session' && s.state !== 'removed').length;
+    const shown = subscriptions.length ? '' : `No subscriptions${origin ? ' of that origin' : ''}.`;
+    say(status, message ?? (sessions && origin !== 'session'
+      ? `${shown} ${sessions} listen session${sessions === 1 ? '' : 's'} open.`.trim() : shown));
   } catch (e) {
     say(status, `Could not load the subscriptions: ${e.message}`, true);
   }
@@ -148,4 +216,6 @@ export function setup() {
   // Recover looks back a day unless told otherwise.
   $('recover-since').value = localInput(new Date(Date.now() - 24 * 3600 * 1000).toISOString());
   $('subscriptions-refresh').addEventListener('click', () => show());
+  $('subscriptions-origin').addEventListener('change', () => show());
+  editor.setup(show);
 }
