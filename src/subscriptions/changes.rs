@@ -142,6 +142,9 @@ pub fn patched(
     if let Some(target) = sub.http.as_mut() {
         target.ca_file = ca_file.filter(|f| !f.is_empty());
     }
+    // The implicit `audit`'s "every other event" is no field of a config table: a patch of
+    // anything else keeps it, or `audit` would start taking `order.completed` beside `loyalty`.
+    sub.route.except_types = current.route.except_types.clone();
     Ok(sub)
 }
 

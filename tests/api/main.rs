@@ -75,6 +75,7 @@ mod recover;
 mod registry;
 mod registry_changes;
 mod registry_cli;
+mod registry_guards;
 mod registry_routes;
 mod registry_runtime;
 mod rejected_log;
