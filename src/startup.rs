@@ -190,6 +190,9 @@ impl Application {
         ));
         crate::secrets::prepare(&settings, &vault, &mut subscriptions)
             .context("the subscriptions' secrets")?;
+        vault
+            .check_all(crate::domain::time::now_ms())
+            .context("the subscriptions' secrets")?;
         crate::subscriptions::check_tokens(&subscriptions, &settings)?;
         // This node's record first (the names its config holds), then its config applied as
         // the desired state of those: a subscription another live node's config names stays.

@@ -68,7 +68,7 @@ pub fn run(args: CopyArgs) -> anyhow::Result<()> {
         .map_err(|e| side("--to", &to, "connecting to", e.into()))?;
     // Shown on a terminal only (indicatif draws nothing when stderr is not one).
     let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("{msg:18} {bar:40} {pos}/{len} rows {eta}")
+        ProgressStyle::with_template("{msg:20} {bar:40} {pos}/{len} rows {eta}")
             .context("progress bar template")?,
     );
     let report = copy::copy_all(
@@ -85,10 +85,16 @@ pub fn run(args: CopyArgs) -> anyhow::Result<()> {
     println!("copied {} to {}:", from.display(), to.display());
     for table in &report.tables {
         println!(
-            "  {:18} {:>10} rows written, {:>10} already there",
+            "  {:20} {:>10} rows written, {:>10} already there",
             table.name,
             table.written,
             table.skipped()
+        );
+    }
+    if !report.sealed.is_empty() {
+        println!(
+            "the secrets of {} are sealed, copied as they were: start the target's nodes with              the source's secrets_key (WEBHOOK_INBOX_SECRETS_KEY); a node without it refuses              to start",
+            report.sealed.join(", ")
         );
     }
     Ok(())

@@ -26,18 +26,15 @@ pub struct FilterParams {
     subscription: Option<String>,
 }
 
-/// A subscription named in a filter or a retry must be one of the config's (a misspelt name
-/// must not match nothing silently).
-pub(super) fn known_subscription(
-    settings: &crate::config::Settings,
-    name: &str,
-) -> Result<(), ApiError> {
-    let subs = crate::subscriptions::from_settings(settings)
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("{e}")))?;
-    if subs.iter().any(|s| s.name == name) {
+/// A subscription named in a filter, a retry or a skip must be one the registry holds (the
+/// API's and the sessions' too, not only this node's config's): a misspelt name must not match
+/// nothing silently.
+pub(super) async fn known_subscription(state: &AppState, name: &str) -> Result<(), ApiError> {
+    let live = blocking(state, |s| s.registry()).await?;
+    if live.iter().any(|s| s.name == name) {
         return Ok(());
     }
-    let names: Vec<_> = subs.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<_> = live.iter().map(|s| s.name.as_str()).collect();
     Err(ApiError::InvalidRequest(format!(
         "subscription: `{name}` is not a subscription of this service ({})",
         names.join(", ")
@@ -56,9 +53,9 @@ pub(super) fn time_param(name: &str, value: &Option<String>) -> Result<Option<i6
 }
 
 impl FilterParams {
-    fn parse(&self, settings: &crate::config::Settings) -> Result<EventFilter, ApiError> {
+    async fn parse(&self, state: &AppState) -> Result<EventFilter, ApiError> {
         if let Some(name) = &self.subscription {
-            known_subscription(settings, name)?;
+            known_subscription(state, name).await?;
         }
         // `purged` is not a status of its own: a tombstone is a completed or failed event.
         let purged = self.status.as_deref() == Some("purged");
@@ -152,7 +149,7 @@ pub async fn list(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     refuse_unknown_keys(&req, &["limit", "cursor"])?;
-    let filter = query::<FilterParams>(&req)?.parse(&state.settings)?;
+    let filter = query::<FilterParams>(&req)?.parse(&state).await?;
     let params: PageParams = query(&req)?;
     let paging = Paging::parse(params.limit.as_deref(), params.cursor.as_deref())?;
     let page = paging.page();
@@ -184,7 +181,7 @@ pub async fn export(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     refuse_unknown_keys(&req, &[])?;
-    let filter = query::<FilterParams>(&req)?.parse(&state.settings)?;
+    let filter = query::<FilterParams>(&req)?.parse(&state).await?;
     // The first page is read before answering, so a store error is still a proper error.
     let first = export_page(&state, &filter, None).await?;
     let pages = futures_util::stream::unfold(
@@ -302,7 +299,7 @@ pub async fn retry(
     let force = query.force.unwrap_or(false);
     let subscription = query.subscription.clone();
     if let Some(name) = &subscription {
-        known_subscription(&state.settings, name)?;
+        known_subscription(&state, name).await?;
     }
     let outcome = {
         let (source, event_id) = (source.clone(), event_id.clone());
@@ -363,7 +360,7 @@ pub async fn retry_bulk(
         )));
     }
     let params: FilterParams = parse_json(&body)?;
-    let filter = params.parse(&state.settings)?;
+    let filter = params.parse(&state).await?;
     let retried = blocking(&state, move |s| s.retry_failed(&filter, now_ms())).await?;
     if retried > 0 {
         state.queued.notify_waiters();

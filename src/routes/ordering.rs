@@ -38,7 +38,7 @@ pub async fn skip(
     let subscription = query.subscription.clone().ok_or_else(|| {
         ApiError::InvalidRequest("subscription: required (the state to skip)".into())
     })?;
-    known_subscription(&state.settings, &subscription)?;
+    known_subscription(&state, &subscription).await?;
     let outcome = {
         let (source, event_id, sub) = (source.clone(), event_id.clone(), subscription.clone());
         blocking(&state, move |s| s.skip(&source, &event_id, &sub, now_ms())).await?

@@ -15,6 +15,11 @@ use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundK
 /// The mark of a sealed value: `sealed1:` then base64 of the nonce and the ciphertext.
 const SEALED: &str = "sealed1:";
 
+/// Whether a kept value is sealed (it opens only with the key it was sealed with).
+pub fn is_sealed(kept: &str) -> bool {
+    kept.starts_with(SEALED)
+}
+
 /// Seals and opens with the nodes' key, if they have one.
 pub struct Sealer {
     key: Option<LessSafeKey>,

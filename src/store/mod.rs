@@ -339,11 +339,17 @@ pub trait Store: Send + Sync + 'static {
     /// rows already present are skipped (`copy::copy_all` checks first that each is the
     /// source's own).
     fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64>;
-    /// After the last `copy_in`: whatever the store derives from the rows (a sequence moved
-    /// past the copied keys).
-    fn copy_finished(&self) -> StoreResult<()> {
-        Ok(())
-    }
+    /// Delete the seeded row ([`Table::seeded`](copy::Table::seeded)) of `key` (its first
+    /// column): the source has none (a subscription made by the first migration and dropped
+    /// by a node that never used it). Any other row is left alone.
+    fn copy_forget(&self, table: &Table, key: i64) -> StoreResult<()>;
+    /// After the last `copy_in`, in one transaction: the fan-out cursor set to the source's
+    /// `cursor` ([`Store::fan_out_cursor`]), whatever the store derives from the rows (a
+    /// sequence moved past the copied keys), and the registry's version moved on, so that a
+    /// node reads the copied registry whatever it held before.
+    fn copy_finished(&self, cursor: i64) -> StoreResult<()>;
+    /// The `seq` up to which lane-0 events have their states (the fan-out's cursor).
+    fn fan_out_cursor(&self) -> StoreResult<i64>;
     /// Mark a copy into this database as started (unix ms), or clear the mark (`None`).
     fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()>;
     /// When a copy into this database started that has not finished, if one has not.

@@ -23,6 +23,7 @@ mod concurrency;
 mod connections;
 mod consumers;
 mod copy;
+mod copy_registry;
 mod crash;
 mod dashboard;
 mod dashboard_api;

@@ -703,13 +703,16 @@ async fn a_purge_waits_until_every_subscription_is_done_with_an_event() {
     app.stop().await;
 }
 
-/// `copy` keeps one state per event: it refuses a database whose events fan out, naming the
-/// subscription, and writes nothing.
+/// `copy` carries a database whose events fan out (SQLite to SQLite here; both directions
+/// through PostgreSQL in tests/api/copy_registry.rs): every row, each subscription's state
+/// of the event included, and a node on the copy shows them as the source's did. Seen failing
+/// before the copy carried the registry: refused, naming `points`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copy_refuses_a_database_with_its_own_subscriptions() {
+async fn a_copy_carries_a_database_with_its_own_subscriptions() {
     let app = app_with(FAN_OUT).await;
     app.deliver("shop", "e", &order_body("o-1", "c-1", 1)).await;
     app.drain().await;
+    let shown = app.event("shop", "e").await["subscriptions"].clone();
     let dir = app.stop().await;
     let out = tokio::task::spawn_blocking({
         let path = dir.path().to_path_buf();
@@ -722,15 +725,22 @@ async fn a_copy_refuses_a_database_with_its_own_subscriptions() {
     })
     .await
     .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("points") && err.contains("one state per event"),
-        "{err}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    let conn = rusqlite::Connection::open(dir.path().join("copy.db")).unwrap();
-    let events: i64 = conn
-        .query_row("SELECT count(*) FROM event_log", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(events, 0);
+    let (source, copied) = (dir.path().join("inbox.db"), dir.path().join("copy.db"));
+    crate::copy::assert_same_rows(&source, &copied);
+    let mut config = test_config(&dir).replace("inbox.db\"", "copy.db\"");
+    config.push_str(FAN_OUT);
+    let node = spawn_in(dir, &config, BuildOptions::default()).await;
+    let event = node.event("shop", "e").await;
+    assert_eq!(event["subscriptions"], shown, "{event}");
+    assert_eq!(
+        event["subscriptions"].as_array().unwrap().len(),
+        3,
+        "{event}"
+    );
+    node.stop().await;
 }

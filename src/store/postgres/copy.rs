@@ -103,138 +103,73 @@ pub(super) fn count(db: &mut Db<'_>, table: &Table) -> StoreResult<u64> {
     Ok(n as u64)
 }
 
-/// Insert rows as they are; a row whose key (or any unique column) is present is skipped.
-///
-/// `events` is a view here (migration 0003): an event goes into the log, and its one state
-/// (the implicit subscription that handled it, as the source keeps it) into `event_state`; an
-/// attempt goes to that state. The fan-out cursor then moves past every copied event.
+/// Insert rows as they are; a row whose key (or any unique column) is present is skipped,
+/// but a seeded one ([`Table::seeded`]) is replaced.
 pub(super) fn insert(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
-    match table.name {
-        "events" => insert_events(db, table, rows),
-        "event_attempts" => {
-            // An attempt goes to its event's one state.
-            let marks: Vec<String> = (1..=table.columns.len()).map(|i| format!("${i}")).collect();
-            let sql = format!(
-                "INSERT INTO event_attempts ({}, sub)
-                 SELECT {}, (SELECT min(sub) FROM event_state WHERE seq = $1::bigint)
-                 ON CONFLICT DO NOTHING",
-                table.columns.join(", "),
-                marks.join(", ")
-            );
-            let all: Vec<Option<&str>> = table.columns.iter().map(|c| Some(*c)).collect();
-            insert_projected(db, &sql, table, rows, &all)
-        }
-        _ => {
-            let sql = insert_sql(table.name, table.columns);
-            let all: Vec<Option<&str>> = table.columns.iter().map(|c| Some(*c)).collect();
-            insert_projected(db, &sql, table, rows, &all)
-        }
-    }
-}
-
-fn insert_sql(into: &str, columns: &[&str]) -> String {
-    let marks: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
-    format!(
-        "INSERT INTO {into} ({}) VALUES ({}) ON CONFLICT DO NOTHING",
-        columns.join(", "),
-        marks.join(", ")
-    )
-}
-
-/// Run `sql` for each row, its parameters the row's cells named by `columns` (`None`: a null).
-fn insert_projected(
-    db: &mut Db<'_>,
-    sql: &str,
-    table: &Table,
-    rows: &[Row],
-    columns: &[Option<&str>],
-) -> StoreResult<u64> {
-    let types = db.param_types(sql)?;
-    let at: Vec<Option<usize>> = columns
-        .iter()
-        .map(|c| c.and_then(|c| table.columns.iter().position(|t| *t == c)))
-        .collect();
+    let marks: Vec<String> = (1..=table.columns.len()).map(|i| format!("${i}")).collect();
+    // A secret's id is generated always (migration 0009): the copy keeps the source's.
+    let overriding = if table.name == "subscription_secrets" {
+        "OVERRIDING SYSTEM VALUE"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "INSERT INTO {} ({}) {overriding} VALUES ({}) {}",
+        table.name,
+        table.columns.join(", "),
+        marks.join(", "),
+        table.on_conflict()
+    );
+    let types = db.param_types(&sql)?;
     let mut written = 0;
     for row in rows {
-        let values = at
+        let values = row
             .iter()
             .zip(&types)
-            .map(|(i, ty)| value(i.map_or(&Cell::Null, |i| &row[i]), ty))
+            .map(|(cell, ty)| value(cell, ty))
             .collect::<StoreResult<Vec<_>>>()?;
         let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref()).collect();
-        written += db.execute(sql, &params)?;
+        written += db.execute(&sql, &params)?;
     }
     Ok(written)
 }
 
-const LOG_COLUMNS: [&str; 10] = [
-    "seq",
-    "source",
-    "event_id",
-    "event_type",
-    "payload_sha256",
-    "deliveries",
-    "payload_mismatches",
-    "received_at",
-    "last_delivered_at",
-    "lane",
-];
-
-const STATE_COLUMNS: [&str; 15] = [
-    "seq",
-    "lane",
-    "status",
-    "attempts",
-    "budget_floor",
-    "next_attempt_at",
-    "claimed_until",
-    "claimed_by",
-    "claim_token",
-    "completed_at",
-    "outcome",
-    "last_error",
-    "abandoned",
-    "finished_at",
-    "purged_at",
-];
-
-fn insert_events(db: &mut Db<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
-    let log_sql = insert_sql("event_log", &LOG_COLUMNS);
-    let log: Vec<Option<&str>> = LOG_COLUMNS.iter().map(|c| Some(*c)).collect();
-    let written = insert_projected(db, &log_sql, table, rows, &log)?;
-    // The one state of each copied event: the implicit subscription that handled it (an event
-    // stored with no state, `stored`, has none).
-    let state_sql = format!(
-        "INSERT INTO event_state ({}, sub)
-         SELECT {}, CASE WHEN $2::bigint = 1 THEN 2
-                         WHEN l.event_type = 'order.completed' THEN 1 ELSE 3 END
-           FROM event_log l WHERE l.seq = $1::bigint AND $3::text <> 'stored'
-         ON CONFLICT DO NOTHING",
-        STATE_COLUMNS.join(", "),
-        (1..=STATE_COLUMNS.len())
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let state: Vec<Option<&str>> = STATE_COLUMNS.iter().map(|c| Some(*c)).collect();
-    insert_projected(db, &state_sql, table, rows, &state)?;
-    db.execute(
-        "UPDATE queue_cursor SET after_seq = (SELECT coalesce(max(seq), 0) FROM event_log)",
-        &[],
-    )?;
-    Ok(written)
+pub(super) fn forget(db: &mut Db<'_>, table: &Table, key: i64) -> StoreResult<()> {
+    if table.seeded.contains(&key) {
+        db.execute(
+            &format!("DELETE FROM {} WHERE {} = $1", table.name, table.columns[0]),
+            &[&key],
+        )?;
+    }
+    Ok(())
 }
 
-/// After a copy: new events get a `seq`, and new rejections an `id`, after every copied one.
-pub(super) fn finished(db: &mut Db<'_>) -> StoreResult<()> {
-    db.batch(
-        "SELECT setval(pg_get_serial_sequence('event_log', 'seq'),
-                       greatest((SELECT max(seq) FROM event_log), 1),
-                       (SELECT max(seq) FROM event_log) IS NOT NULL);
-         SELECT setval(pg_get_serial_sequence('rejections', 'id'),
-                       greatest((SELECT max(id) FROM rejections), 1),
-                       (SELECT max(id) FROM rejections) IS NOT NULL)",
-    )
+pub(super) fn cursor(db: &mut Db<'_>) -> StoreResult<i64> {
+    Ok(db
+        .query_one("SELECT after_seq FROM queue_cursor", &[])?
+        .try_get(0)?)
+}
+
+/// After a copy: the source's fan-out cursor (the copied lane-0 events up to it have their
+/// states, those after it are fanned out by the target's first claim); new rows get keys after
+/// every copied one (events, rejections, subscriptions, secrets, notices); the registry's
+/// version moved on.
+pub(super) fn finished(db: &mut Db<'_>, cursor: i64) -> StoreResult<()> {
+    db.execute("UPDATE queue_cursor SET after_seq = $1", &[&cursor])?;
+    for (table, column) in [
+        ("event_log", "seq"),
+        ("rejections", "id"),
+        ("subscriptions", "id"),
+        ("subscription_secrets", "id"),
+        ("alert_notices", "id"),
+    ] {
+        db.batch(&format!(
+            "SELECT setval(pg_get_serial_sequence('{table}', '{column}'),
+                           greatest((SELECT max({column}) FROM {table}), 1),
+                           (SELECT max({column}) FROM {table}) IS NOT NULL)"
+        ))?;
+    }
+    super::subscriptions::bump(db)
 }
 
 /// Mark a copy into this database as started, or clear the mark.

@@ -473,8 +473,16 @@ impl Store for PostgresStore {
         self.tx(|db| copy::insert(db, table, rows))
     }
 
-    fn copy_finished(&self) -> StoreResult<()> {
-        self.tx(copy::finished)
+    fn copy_forget(&self, table: &Table, key: i64) -> StoreResult<()> {
+        self.tx(|db| copy::forget(db, table, key))
+    }
+
+    fn copy_finished(&self, cursor: i64) -> StoreResult<()> {
+        self.tx(|db| copy::finished(db, cursor))
+    }
+
+    fn fan_out_cursor(&self) -> StoreResult<i64> {
+        self.tx(copy::cursor)
     }
 
     fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {

@@ -416,8 +416,16 @@ impl Store for SqliteStore {
         self.write(|tx| copy::insert(tx, table, rows))
     }
 
-    fn copy_finished(&self) -> StoreResult<()> {
-        self.write(|tx| copy::rebuild_derived(tx))
+    fn copy_forget(&self, table: &Table, key: i64) -> StoreResult<()> {
+        self.write(|tx| copy::forget(tx, table, key))
+    }
+
+    fn copy_finished(&self, cursor: i64) -> StoreResult<()> {
+        self.write(|tx| copy::rebuild_derived(tx, cursor))
+    }
+
+    fn fan_out_cursor(&self) -> StoreResult<i64> {
+        self.read(copy::cursor)
     }
 
     fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {
