@@ -20,7 +20,8 @@ pub struct Backfilled {
     backfilled: usize,
 }
 
-/// Every subscription: live ones in the config's order, removed ones after.
+/// Every subscription: live ones in the config's order, removed ones after (but removed
+/// `listen` sessions, which would pile up: their states stay in each event's history).
 #[utoipa::path(get, path = "/subscriptions",
     operation_id = "listSubscriptions", tag = "ops", security(("bearer" = [])),
     responses((status = 200, description = "The subscriptions", body = SubscriptionList)))]
@@ -28,8 +29,11 @@ pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
     let now = now_ms();
     let subs = blocking(&state, |s| s.subscriptions(true)).await?;
     let registered = registered(&state).await?;
+    // A removed session is left out: every `listen` run makes one, and a list of them would
+    // grow for ever; its states stay in each event's history under its name.
     let subscriptions: Vec<_> = subs
         .iter()
+        .filter(|s| !(s.removed && s.origin == crate::store::routes::ORIGIN_SESSION))
         .map(|s| with_registry(view(s, now), &registered))
         .collect();
     Ok(HttpResponse::Ok().json(SubscriptionList { subscriptions }))

@@ -129,3 +129,47 @@ async fn a_patch_of_the_implicit_audit_keeps_its_exception() {
     );
     app.stop().await;
 }
+
+/// A removed session is no longer listed (every `listen` run makes one: the list would grow
+/// for ever), while a removed subscription of another origin still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_session_is_no_longer_listed() {
+    let app = spawn_app().await;
+    let session = json!({"name": "dev-laptop-2", "kind": "pull"});
+    let opened = send(
+        &app,
+        reqwest::Method::POST,
+        "/subscriptions?session=true",
+        Some(&session.to_string()),
+    )
+    .await;
+    assert_eq!(opened.status, 201, "{}", opened.body);
+    assert_eq!(
+        create(&app, json!({"name": "jobs", "kind": "pull"}))
+            .await
+            .status,
+        201
+    );
+    for name in ["dev-laptop-2", "jobs"] {
+        let path = format!("/subscriptions/{name}");
+        assert_eq!(
+            send(&app, reqwest::Method::DELETE, &path, None)
+                .await
+                .status,
+            200
+        );
+    }
+    let listed = send(&app, reqwest::Method::GET, "/subscriptions", None).await;
+    let names: Vec<&str> = listed.body["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert!(!names.contains(&"dev-laptop-2"), "{names:?}");
+    assert!(
+        names.contains(&"jobs"),
+        "a removed api subscription stays listed: {names:?}"
+    );
+    app.stop().await;
+}
