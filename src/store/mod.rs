@@ -9,6 +9,7 @@
 pub mod alerts;
 mod claims;
 pub mod copy;
+pub mod filters;
 pub mod postgres;
 pub mod registry;
 mod rejection;

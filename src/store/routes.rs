@@ -24,6 +24,8 @@ pub struct Live {
     pub settings: Option<crate::subscriptions::HttpSettings>,
     /// Where it came from: `config`, `api` or `session` (a `listen` session's own).
     pub origin: String,
+    /// Conditions on the body, compiled into the fan-out with the route.
+    pub filter: Option<crate::subscriptions::filter::Filter>,
 }
 
 impl Live {
@@ -68,6 +70,7 @@ impl Live {
                     path: o.path.clone(),
                     on_failure: o.on_failure,
                 }),
+            filter: self.filter.clone(),
         }
     }
 }
@@ -107,7 +110,33 @@ impl Rules {
 /// The columns `load` reads for a [`Live`], after `id, name, lane, sources, types,
 /// except_types, start_after_seq, ordered_by, on_failure`.
 pub const RULE_COLUMNS: &str =
-    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin";
+    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin, filter";
+
+/// A subscription's filter from its column (JSON, checked when written). One that does not
+/// parse (written by a newer version with an operator this one lacks) is logged and left out:
+/// the subscription then takes every event its route takes, since an event left out is never
+/// offered to it again, while an unwanted one can be acknowledged.
+pub fn filter_from_row(
+    name: &str,
+    text: Option<&str>,
+) -> Option<crate::subscriptions::filter::Filter> {
+    let text = text?;
+    let parsed = serde_json::from_str(text)
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::subscriptions::filter::Filter::parse(&v).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(filter) => Some(filter),
+        Err(error) => {
+            tracing::error!(subscription = name, %error, "the registry holds a filter this node cannot read: taking every event of its route");
+            None
+        }
+    }
+}
+
+/// The filter as its column keeps it.
+pub fn filter_column(sub: &Subscription) -> Option<String> {
+    sub.filter.as_ref().map(|f| f.to_json().to_string())
+}
 
 /// The origin of a `listen` session's subscription.
 pub const ORIGIN_SESSION: &str = "session";

@@ -91,8 +91,10 @@ impl Routes {
         self.live.iter().find(|s| s.name == name)
     }
 
-    /// Each live route as one SQL expression over `{alias}source` and `{alias}event_type`,
-    /// picked by `u.id` (for a join with `subscriptions u`).
+    /// Whether subscription `u` takes an event, as one SQL expression over `{alias}source`,
+    /// `{alias}event_type` and, for a filtered one, `j.body` (the body as jsonb, NULL when it
+    /// is not JSON: see [`Routes::bodies`]), picked by `u.id` (for a join with `subscriptions
+    /// u`).
     pub fn by_id(&self, alias: &str) -> String {
         if self.live.is_empty() {
             return "false".into();
@@ -100,9 +102,42 @@ impl Routes {
         let arms: String = self
             .live
             .iter()
-            .map(|s| format!(" WHEN {} THEN {}", s.id, route_sql(&s.route, alias)))
+            .map(|s| format!(" WHEN {} THEN {}", s.id, takes_sql(s, alias, "j.body")))
             .collect();
         format!("(CASE u.id{arms} ELSE false END)")
+    }
+
+    /// Whether any live subscription has a filter: only then does a fan-out read the bodies.
+    pub fn filtered(&self) -> bool {
+        self.live.iter().any(|s| s.filter.is_some())
+    }
+
+    /// The bodies a fan-out's filters read, as rows `(seq, body)` of the events `{alias}seq`
+    /// of `from` (those that meet `only`) that a filtered subscription's route takes (the
+    /// others' bodies are never parsed): for a `LEFT JOIN … j ON j.seq = …`.
+    pub fn bodies(&self, from: &str, alias: &str, only: &str) -> String {
+        let wanted: Vec<String> = self
+            .live
+            .iter()
+            .filter(|s| s.filter.is_some())
+            .map(|s| {
+                format!(
+                    "({alias}seq > {} AND {})",
+                    s.start_after_seq,
+                    route_sql(&s.route, alias)
+                )
+            })
+            .collect();
+        let wanted = if wanted.is_empty() {
+            "false".to_string()
+        } else {
+            wanted.join(" OR ")
+        };
+        format!(
+            "SELECT {alias}seq AS seq, webhook_inbox_json_body(p.payload) AS body
+               FROM {from} JOIN event_payloads p ON p.seq = {alias}seq
+              WHERE {only} AND ({wanted})"
+        )
     }
 
     /// The order key of the body `payload` (an expression) for subscription `u`: NULL but for
@@ -146,6 +181,19 @@ fn like(glob: &str) -> String {
         }
     }
     out
+}
+
+/// Whether `s` takes an event: its route on `{alias}source` and `{alias}event_type`, then its
+/// filter on `body` (jsonb); a subscription without a filter costs what its route costs.
+fn takes_sql(s: &Live, alias: &str, body: &str) -> String {
+    let route = route_sql(&s.route, alias);
+    match &s.filter {
+        None => route,
+        Some(filter) => format!(
+            "(CASE WHEN {route} THEN {} ELSE false END)",
+            crate::store::filters::filter_sql(filter, &crate::store::filters::Postgres { body })
+        ),
+    }
 }
 
 /// A route as an SQL condition on `{alias}source` and `{alias}event_type`, globs as `LIKE`.
@@ -194,6 +242,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                 ),
                 settings: crate::subscriptions::HttpSettings::parse(r.try_get(14)?),
                 origin: r.try_get(15)?,
+                filter: routes::filter_from_row(r.try_get(1)?, r.try_get(16)?),
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
@@ -463,11 +512,22 @@ pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> Sto
             )
         },
     );
+    // The body parsed once per event, for the filter's tests.
+    let filtered = match &sub.filter {
+        None => "true".to_string(),
+        Some(_) => format!(
+            "EXISTS (SELECT 1 FROM (SELECT webhook_inbox_json_body(p.payload) AS body
+                                      FROM event_payloads p WHERE p.seq = l.seq) j
+                      WHERE {})",
+            takes_sql(sub, "l.", "j.body")
+        ),
+    };
     let sql = format!(
         "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at, order_key)
          SELECT l.seq, $2, $3, 'pending', $4, {key} {rows}
             AND EXISTS (SELECT 1 FROM subscriptions u WHERE u.id = $2 AND u.removed_at IS NULL)
             AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
+            AND {filtered}
          ON CONFLICT (seq, sub) DO NOTHING"
     );
     Ok(db.execute(&sql, &[&since, &sub.id, &sub.lane, &now])? as usize)
