@@ -47,6 +47,11 @@ pub struct SubscriptionView {
     ordered_by: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     on_failure: Option<&'static str>,
+    /// Conditions on the body (SPEC section 13): an event its route takes but this leaves out
+    /// gets no state here. Absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    filter: Option<serde_json::Value>,
     /// In `GET /subscriptions/{name}` of an ordered subscription that holds: the keys held by a
     /// failed event (the oldest 100), until ops retry it to completion or skip it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -132,29 +137,27 @@ fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         max_attempts: s.max_attempts,
         ordered_by: None,
         on_failure: None,
+        filter: None,
         held_keys: None,
     }
 }
 
-/// Each live subscription's ordering, by name, as the registry holds it (an api-made one's
-/// too, which no config names).
-async fn orderings(
-    state: &AppState,
-) -> Result<Vec<(String, crate::store::routes::Ordered)>, ApiError> {
-    let live = blocking(state, |s| s.registry()).await?;
-    Ok(live
-        .into_iter()
-        .filter_map(|l| Some((l.name, l.ordered?)))
-        .collect())
+/// The live subscriptions as the registry holds them (an api-made one's too, which no config
+/// names): their ordering and filter.
+async fn orderings(state: &AppState) -> Result<Vec<crate::store::routes::Live>, ApiError> {
+    blocking(state, |s| s.registry()).await
 }
 
 fn with_ordering(
     mut view: SubscriptionView,
-    orderings: &[(String, crate::store::routes::Ordered)],
+    live: &[crate::store::routes::Live],
 ) -> SubscriptionView {
-    if let Some((_, o)) = orderings.iter().find(|(n, _)| *n == view.name) {
-        view.ordered_by = Some(o.pointer.clone());
-        view.on_failure = Some(o.on_failure.as_str());
+    if let Some(l) = live.iter().find(|l| l.name == view.name) {
+        if let Some(o) = &l.ordered {
+            view.ordered_by = Some(o.pointer.clone());
+            view.on_failure = Some(o.on_failure.as_str());
+        }
+        view.filter = l.filter.as_ref().map(|f| f.to_json());
     }
     view
 }

@@ -180,3 +180,25 @@ fn quote(text: &str) -> String {
 fn e_quote(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
+
+/// How many events this node's fan-outs left out of each filtered subscription (its route took
+/// them, its filter did not): `webhook_inbox_filtered_out_total`. Counted by the fan-out, by
+/// name; a fan-out whose transaction then fails counts them again when retried.
+#[derive(Debug, Default)]
+pub struct LeftOut(parking_lot::Mutex<std::collections::HashMap<String, u64>>);
+
+impl LeftOut {
+    pub fn add(&self, name: &str, n: u64) {
+        if n > 0 {
+            *self.0.lock().entry(name.to_string()).or_default() += n;
+        }
+    }
+
+    /// Every subscription's total so far, by name.
+    pub fn totals(&self) -> Vec<(String, u64)> {
+        let mut totals: Vec<(String, u64)> =
+            self.0.lock().iter().map(|(k, v)| (k.clone(), *v)).collect();
+        totals.sort();
+        totals
+    }
+}

@@ -282,6 +282,41 @@ pub fn subscription_clause(sub: &Live, status: Option<Status>, waits: &str, rout
     }
 }
 
+/// The live subscriptions whose filter left `detail`'s event out: their route takes it, it was
+/// stored after they were added, it has no state of theirs, and their filter does not match
+/// its body (the fan-out's decision, made again in Rust). An event waiting for its fan-out is
+/// shown with the states it will have ([`waiting_states`], which cannot read the body): the
+/// ones its filters will leave out are taken off, and with none left it is `stored`, as the
+/// fan-out will make it.
+pub fn left_out(live: &[Live], detail: &mut crate::store::EventDetail) -> Vec<String> {
+    let event = &mut detail.event;
+    let mut names = Vec::new();
+    for sub in live {
+        let Some(filter) = &sub.filter else { continue };
+        let waiting = event
+            .subscriptions
+            .iter()
+            .any(|s| s.name == sub.name && s.attempts == 0 && s.status == Status::Pending);
+        let has_state = event.subscriptions.iter().any(|s| s.name == sub.name);
+        if event.seq > sub.start_after_seq
+            && sub.route.matches(&event.source, &event.event_type)
+            && (!has_state || (waiting && event.status == Status::Pending))
+            && !filter.matches(&detail.payload)
+        {
+            names.push(sub.name.clone());
+        }
+    }
+    if !names.is_empty() {
+        let before = event.subscriptions.len();
+        event.subscriptions.retain(|s| !names.contains(&s.name));
+        if before > 0 && event.subscriptions.is_empty() && event.status == Status::Pending {
+            event.status = Status::Stored;
+            event.next_attempt_at = None;
+        }
+    }
+    names
+}
+
 /// The states an event not fanned out yet will have: pending in each live subscription that
 /// takes it, due since it was received.
 pub fn waiting_states(

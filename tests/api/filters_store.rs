@@ -162,6 +162,7 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
     fan_out_all(&h);
     let mut wrong = Vec::new();
     let mut taken = 0;
+    let mut left_out = vec![0u64; filters.len()];
     for (b, payload) in payloads.iter().enumerate() {
         let got = taken_by(&h, &format!("b{b}"));
         assert!(
@@ -171,6 +172,7 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
         for (i, (f, sub)) in filters.iter().zip(&subs).enumerate() {
             let expected = sub.filter.as_ref().unwrap().matches(payload);
             taken += usize::from(expected);
+            left_out[i] += u64::from(!expected);
             if got.contains(&format!("f{i}")) != expected {
                 wrong.push(format!(
                     "filter {f} on body {}: the store says {}, Rust {expected}",
@@ -191,9 +193,18 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
         taken > 60 && taken < filters.len() * payloads.len() / 2,
         "{taken}"
     );
-    // Each event left out by a filter has no state row of that subscription.
+    // Each event left out by a filter has no state row of that subscription, and is counted
+    // (`webhook_inbox_filtered_out_total`).
     let rows = h.count("SELECT count(*) FROM event_state");
     assert_eq!(rows as usize, taken + payloads.len());
+    let mut expected: Vec<(String, u64)> = left_out
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| (format!("f{i}"), *n))
+        .collect();
+    expected.sort();
+    assert_eq!(h.store.filtered_out(), expected);
 }
 
 /// A backfill hands a filtered subscription only the older events its filter takes.

@@ -33,6 +33,7 @@ mod disk_full_load;
 mod downstream;
 mod endpoint;
 mod faults;
+mod filters;
 mod filters_store;
 mod forwarding;
 mod forwarding_crash;

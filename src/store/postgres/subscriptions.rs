@@ -19,11 +19,18 @@ pub(super) struct Routes {
     pub whole_looks: Arc<parking_lot::Mutex<std::collections::HashMap<i64, Instant>>>,
     /// The registry's version these were read at.
     pub version: i64,
+    /// What the fan-outs left out of filtered subscriptions (the cache's, shared by each
+    /// version of the routes).
+    pub left_out: Arc<crate::store::filters::LeftOut>,
 }
 
-/// The live subscriptions' routes a node keeps, and the registry's version they were read at.
+/// The live subscriptions' routes a node keeps, and the registry's version they were read at;
+/// and what its fan-outs left out of filtered subscriptions.
 #[derive(Debug, Default)]
-pub(super) struct RouteCache(parking_lot::RwLock<Option<Arc<Routes>>>);
+pub(super) struct RouteCache(
+    parking_lot::RwLock<Option<Arc<Routes>>>,
+    Arc<crate::store::filters::LeftOut>,
+);
 
 impl RouteCache {
     /// The kept routes (read in `db`'s transaction the first time), not checked against the
@@ -54,7 +61,10 @@ impl RouteCache {
     }
 
     fn reload(&self, db: &mut Db<'_>) -> StoreResult<Arc<Routes>> {
-        let routes = Arc::new(load(db)?);
+        let routes = Arc::new(Routes {
+            left_out: Arc::clone(&self.1),
+            ..load(db)?
+        });
         *self.0.write() = Some(Arc::clone(&routes));
         Ok(routes)
     }
@@ -62,6 +72,10 @@ impl RouteCache {
     /// The version of the kept routes, if any.
     pub fn seen(&self) -> Option<i64> {
         self.0.read().as_ref().map(|r| r.version)
+    }
+
+    pub fn left_out(&self) -> &crate::store::filters::LeftOut {
+        &self.1
     }
 
     /// Forget the routes: the next use reads them again.
@@ -250,6 +264,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
         live,
         whole_looks: Arc::default(),
         version,
+        left_out: Arc::default(),
     })
 }
 

@@ -23,6 +23,9 @@ pub(super) struct Routes {
         std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<i64, std::time::Instant>>>,
     /// The registry's version these were read at.
     pub version: i64,
+    /// What the fan-outs left out of filtered subscriptions (the store's, shared by each
+    /// version of its routes).
+    pub left_out: std::sync::Arc<crate::store::filters::LeftOut>,
 }
 
 impl Routes {
@@ -128,6 +131,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
         keys_by_id,
         whole_looks: Default::default(),
         version,
+        left_out: Default::default(),
     })
 }
 
