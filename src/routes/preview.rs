@@ -31,7 +31,7 @@ pub struct PreviewRequest {
     /// A stored event.
     event: Option<EventRef>,
     /// A body, as JSON (instead of `event`).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = serde_json::Value)]
     body: Option<Value>,
 }
 
@@ -48,7 +48,7 @@ pub struct Preview {
     matches: bool,
     /// When it matches: the body as stored (its JSON value; text as a string), which is what a
     /// subscription without a transform delivers. Null when it does not match.
-    #[schema(value_type = Option<Object>, required = true)]
+    #[schema(value_type = serde_json::Value, required = true)]
     delivered: Option<Box<RawValue>>,
     /// A stored body that is neither JSON nor UTF-8, when it matches (then `delivered` is null).
     #[serde(skip_serializing_if = "Option::is_none")]

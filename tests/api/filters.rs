@@ -199,3 +199,73 @@ async fn preview_decides_a_stored_event_or_a_body_and_changes_nothing() {
     assert_eq!(made.status, 201, "{}", made.body);
     assert_eq!(app.get("/subscriptions/preview").await.status, 200);
 }
+
+/// `subscriptions create --filter` and `subscriptions preview NAME --event SOURCE/ID`, with the
+/// real binary against a real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sets_a_filter_and_previews_an_event() {
+    let app = spawn_app().await;
+    let filter = usd_over_1000().to_string();
+    let made = crate::cli::cli(
+        &app,
+        &[
+            "subscriptions",
+            "create",
+            "big-usd",
+            "--kind",
+            "pull",
+            "--filter",
+            &filter,
+        ],
+    )
+    .await;
+    assert!(made.status.success(), "{made:?}");
+    assert_eq!(
+        app.get("/subscriptions/big-usd").await.body["filter"],
+        usd_over_1000()
+    );
+    for (id, amount) in [("big", 5000), ("small", 5)] {
+        let body = charge("usd", json!(amount));
+        assert_eq!(app.deliver("shop", id, &body).await.status, 200);
+    }
+    let taken = crate::cli::cli(
+        &app,
+        &["subscriptions", "preview", "big-usd", "--event", "shop/big"],
+    )
+    .await;
+    assert!(taken.status.success(), "{taken:?}");
+    let out = crate::cli::stdout(&taken);
+    assert!(
+        out.contains("big-usd: takes shop/big") && out.contains("5000"),
+        "{out}"
+    );
+    let left = crate::cli::cli(
+        &app,
+        &[
+            "subscriptions",
+            "preview",
+            "big-usd",
+            "--event",
+            "shop/small",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(left.status.success(), "{left:?}");
+    let answer: Value = serde_json::from_str(&crate::cli::stdout(&left)).unwrap();
+    assert_eq!(answer["matches"], false);
+    let refused = crate::cli::cli(
+        &app,
+        &[
+            "subscriptions",
+            "update",
+            "big-usd",
+            "--filter",
+            "{\"path\":\"/a\",\"gt\":null}",
+        ],
+    )
+    .await;
+    assert!(!refused.status.success());
+    let err = crate::cli::stderr(&refused);
+    assert!(err.contains("filter") && err.contains("`/a` `gt`"), "{err}");
+}
