@@ -55,8 +55,8 @@ pub struct FieldArgs {
     on_failure: Option<String>,
     /// Conditions on the body, as JSON: `{"path":"/data/object/amount","gte":1000}` (see the
     /// subscriptions guide).
-    #[arg(long, value_name = "JSON", value_parser = json_value)]
-    filter: Option<Value>,
+    #[arg(long, value_name = "JSON", value_parser = json_text)]
+    filter: Option<String>,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -69,15 +69,17 @@ pub struct CreateArgs {
     /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     #[arg(long)]
     kind: String,
+    /// Boxed: the flags of every field would make this the largest command by far.
     #[command(flatten)]
-    fields: FieldArgs,
+    fields: Box<FieldArgs>,
 }
 
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
     name: String,
+    /// Boxed: the flags of every field would make this the largest command by far.
     #[command(flatten)]
-    fields: FieldArgs,
+    fields: Box<FieldArgs>,
 }
 
 #[derive(Debug, Args)]
@@ -89,8 +91,11 @@ pub struct DeleteArgs {
     remote: Remote,
 }
 
-fn json_value(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
+/// JSON text, checked when the flag is read (kept as text: the command's size stays small).
+fn json_text(text: &str) -> Result<String, String> {
+    serde_json::from_str::<Value>(text)
+        .map(|_| text.to_string())
+        .map_err(|e| format!("not JSON: {e}"))
 }
 
 impl FieldArgs {
@@ -130,8 +135,12 @@ impl FieldArgs {
                 body.insert(field.into(), json!(v));
             }
         }
-        if let Some(filter) = &self.filter {
-            body.insert("filter".into(), filter.clone());
+        if let Some(filter) = self
+            .filter
+            .as_deref()
+            .and_then(|f| serde_json::from_str(f).ok())
+        {
+            body.insert("filter".into(), filter);
         }
         body
     }

@@ -218,7 +218,7 @@ fn a_backfill_takes_what_the_filter_takes(kind: crate::stores::StoreKind) {
         ..test_subscription("base", Kind::Pull)
     };
     h.store
-        .sync_subscriptions(&[base.clone()], now_ms())
+        .sync_subscriptions(std::slice::from_ref(&base), now_ms())
         .unwrap();
     let since = now_ms() - 1000;
     let bodies = [
