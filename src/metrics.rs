@@ -43,6 +43,7 @@ pub struct Metrics {
     subscription_probing: Family<Labels, Gauge>,
     forwards: Family<Labels, Counter>,
     pulls: Family<Labels, Counter>,
+    filtered_out: Family<Labels, Counter>,
     alerts: Family<Labels, Counter>,
     alert_evaluations: Counter,
     purged: Counter,
@@ -102,6 +103,7 @@ impl Metrics {
             subscription_probing: Family::default(),
             forwards: Family::default(),
             pulls: Family::default(),
+            filtered_out: Family::default(),
             alerts: Family::default(),
             alert_evaluations: Counter::default(),
             purged: Counter::default(),
@@ -177,6 +179,11 @@ impl Metrics {
             "webhook_inbox_pulls",
             "Events of pull subscriptions claimed by clients and acknowledged, by subscription and action (claimed, done, retry, fail, release, lease_lost)",
             m.pulls.clone(),
+        );
+        registry.register(
+            "webhook_inbox_filtered_out",
+            "Events a subscription's route took and its filter left out (no state), by subscription: counted by this node's fan-outs",
+            m.filtered_out.clone(),
         );
         registry.register(
             "webhook_inbox_alerts",
@@ -335,6 +342,16 @@ impl Metrics {
     }
 
     /// Render the text format, with the store-derived gauges read just before.
+    /// Bring `webhook_inbox_filtered_out` up to the store's totals (this node's fan-outs).
+    pub fn set_filtered_out(&self, totals: &[(String, u64)]) {
+        for (name, total) in totals {
+            let counter = self
+                .filtered_out
+                .get_or_create(&vec![("subscription", name.clone())]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
     pub fn render(&self, counts: &StatusCounts, now_ms: i64) -> String {
         for (status, n) in [
             ("pending", counts.pending),

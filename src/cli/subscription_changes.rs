@@ -53,6 +53,10 @@ pub struct FieldArgs {
     /// `hold` or `skip`.
     #[arg(long)]
     on_failure: Option<String>,
+    /// Conditions on the body, as JSON: `{"path":"/data/object/amount","gte":1000}` (see the
+    /// subscriptions guide).
+    #[arg(long, value_name = "JSON", value_parser = json_text)]
+    filter: Option<String>,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -65,15 +69,17 @@ pub struct CreateArgs {
     /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     #[arg(long)]
     kind: String,
+    /// Boxed: the flags of every field would make this the largest command by far.
     #[command(flatten)]
-    fields: FieldArgs,
+    fields: Box<FieldArgs>,
 }
 
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
     name: String,
+    /// Boxed: the flags of every field would make this the largest command by far.
     #[command(flatten)]
-    fields: FieldArgs,
+    fields: Box<FieldArgs>,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +89,13 @@ pub struct DeleteArgs {
     json: bool,
     #[command(flatten)]
     remote: Remote,
+}
+
+/// JSON text, checked when the flag is read (kept as text: the command's size stays small).
+fn json_text(text: &str) -> Result<String, String> {
+    serde_json::from_str::<Value>(text)
+        .map(|_| text.to_string())
+        .map_err(|e| format!("not JSON: {e}"))
 }
 
 impl FieldArgs {
@@ -121,6 +134,13 @@ impl FieldArgs {
             if let Some(v) = value {
                 body.insert(field.into(), json!(v));
             }
+        }
+        if let Some(filter) = self
+            .filter
+            .as_deref()
+            .and_then(|f| serde_json::from_str(f).ok())
+        {
+            body.insert("filter".into(), filter);
         }
         body
     }
@@ -177,6 +197,43 @@ pub fn delete(api: &Api, args: DeleteArgs) -> anyhow::Result<()> {
             args.name,
             text(&answer["finished"])
         );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct PreviewArgs {
+    /// The subscription whose filter decides.
+    name: String,
+    /// The stored event, as SOURCE/EVENT_ID.
+    #[arg(long, value_name = "SOURCE/ID")]
+    event: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: Remote,
+}
+
+/// What a subscription's filter makes of a stored event (`POST /subscriptions/preview`):
+/// nothing changes.
+pub fn preview(api: &Api, args: PreviewArgs) -> anyhow::Result<()> {
+    let Some((source, event_id)) = args.event.split_once('/') else {
+        anyhow::bail!("--event takes SOURCE/EVENT_ID, e.g. stripe/evt_123");
+    };
+    let client = ApiClient::new(api, &args.remote)?;
+    let sub = client.get(&format!("/subscriptions/{}", segment(&args.name)), &[])?;
+    let body = json!({"filter": sub["filter"], "event": {"source": source, "event_id": event_id}});
+    let answer = client.post("/subscriptions/preview", &[], Some(&body))?;
+    if args.json {
+        println!("{answer}");
+    } else if answer["matches"] == json!(true) {
+        println!(
+            "{}: takes {source}/{event_id}; it would deliver:",
+            args.name
+        );
+        println!("{}", serde_json::to_string_pretty(&answer["delivered"])?);
+    } else {
+        println!("{}: its filter leaves {source}/{event_id} out", args.name);
     }
     Ok(())
 }

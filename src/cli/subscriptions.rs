@@ -35,6 +35,10 @@ pub enum SubscriptionsCommand {
     /// Remove a subscription: its unfinished states are finished, its history kept.
     #[command(after_help = RESOLUTION_HELP)]
     Delete(super::subscription_changes::DeleteArgs),
+    /// Whether a subscription's filter takes a stored event, and what it would deliver
+    /// (nothing changes).
+    #[command(after_help = RESOLUTION_HELP)]
+    Preview(super::subscription_changes::PreviewArgs),
     /// The signing secrets of an `http` subscription, current first (for its receiver).
     #[command(after_help = RESOLUTION_HELP)]
     Secret(super::secrets::SecretArgs),
@@ -109,6 +113,7 @@ pub fn run(api: &Api, command: SubscriptionsCommand) -> anyhow::Result<()> {
         SubscriptionsCommand::Create(args) => super::subscription_changes::create(api, args),
         SubscriptionsCommand::Update(args) => super::subscription_changes::update(api, args),
         SubscriptionsCommand::Delete(args) => super::subscription_changes::delete(api, args),
+        SubscriptionsCommand::Preview(args) => super::subscription_changes::preview(api, args),
         SubscriptionsCommand::Secret(args) => super::secrets::show(api, args),
         SubscriptionsCommand::RotateSecret(args) => super::secrets::rotate(api, args),
     }

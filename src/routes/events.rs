@@ -258,10 +258,21 @@ pub async fn show(
     let (source, event_id) = path.into_inner();
     let detail = {
         let (source, event_id) = (source.clone(), event_id.clone());
-        blocking(&state, move |s| s.event(&source, &event_id)).await?
+        blocking(&state, move |s| {
+            let Some(mut detail) = s.event(&source, &event_id)? else {
+                return Ok(None);
+            };
+            let left_out = crate::store::routes::left_out(&s.registry()?, &mut detail);
+            Ok(Some((detail, left_out)))
+        })
+        .await?
     };
     match detail {
-        Some(d) => Ok(HttpResponse::Ok().json(views::event_detail(&d))),
+        Some((d, left_out)) => {
+            let mut view = views::event_detail(&d);
+            view.filtered_out = left_out;
+            Ok(HttpResponse::Ok().json(view))
+        }
         None => Err(not_found(&source, &event_id)),
     }
 }

@@ -58,6 +58,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     let subscriptions = blocking(&state, |s| s.subscriptions(false)).await?;
     state.metrics.set_lifecycle(&lifecycle);
     state.metrics.set_subscriptions(&subscriptions, listed_at);
+    state.metrics.set_filtered_out(&state.store.filtered_out());
     let text = state.metrics.render(&counts, counted_at);
     Ok(HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")

@@ -10,6 +10,7 @@ mod loyalty;
 mod openapi;
 mod ordering;
 pub mod paging;
+mod preview;
 mod pull;
 mod purge;
 mod rejected;
@@ -107,6 +108,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         resource("/subscriptions")
             .route(web::get().to(subscriptions::list))
             .route(web::post().to(subscription_changes::create)),
+    )
+    // Before `{name}`, and only for POST: a subscription named `preview` keeps its GET, PATCH
+    // and DELETE (a resource's guard sends other methods on to the next resource).
+    .service(
+        resource("/subscriptions/preview")
+            .guard(actix_web::guard::Post())
+            .route(web::post().to(preview::preview)),
     )
     .service(
         resource("/subscriptions/{name}")

@@ -64,6 +64,11 @@ pub struct SubscriptionFields {
     ordered_by: Option<String>,
     /// `hold` or `skip` (with `ordered_by`).
     on_failure: Option<String>,
+    /// Conditions on the body: `{"path":"/data/object/amount","gte":1000}` with `eq`, `ne`,
+    /// `in`, `nin`, `gt`, `gte`, `lt`, `lte`, `exists`, `prefix`, combined with `{"all":[…]}`,
+    /// `{"any":[…]}`, `{"not":…}` (docs/guides/subscriptions.md).
+    #[schema(value_type = Option<Object>)]
+    filter: Option<Value>,
 }
 
 /// A subscription just made: as `GET /subscriptions/{name}` shows it, with its generated

@@ -66,6 +66,11 @@ pub struct SubscriptionView {
     ordered_by: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     on_failure: Option<&'static str>,
+    /// Conditions on the body (SPEC section 13): an event its route takes but this leaves out
+    /// gets no state here. Absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    filter: Option<serde_json::Value>,
     /// In `GET /subscriptions/{name}` of an ordered subscription that holds: the keys held by a
     /// failed event (the oldest 100), until ops retry it to completion or skip it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,6 +157,7 @@ pub(super) fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         ca_file: None,
         ordered_by: None,
         on_failure: None,
+        filter: None,
         held_keys: None,
     }
 }
@@ -176,6 +182,7 @@ pub(super) fn with_registry(mut view: SubscriptionView, registered: &[Live]) -> 
         view.ordered_by = Some(o.pointer.clone());
         view.on_failure = Some(o.on_failure.as_str());
     }
+    view.filter = live.filter.as_ref().map(|f| f.to_json());
     view.backoff_base_ms = Some(live.rules.backoff_base_ms);
     view.backoff_max_ms = Some(live.rules.backoff_max_ms);
     if let Some(http) = &live.settings {
@@ -239,6 +246,7 @@ pub(super) fn written_view(
         view.ordered_by = Some(o.pointer.clone());
         view.on_failure = Some(o.on_failure.as_str());
     }
+    view.filter = sub.filter.as_ref().map(|f| f.to_json());
     view.backoff_base_ms = Some(sub.backoff_base_ms);
     view.backoff_max_ms = Some(sub.backoff_max_ms);
     if let Some(http) = &sub.http {

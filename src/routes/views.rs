@@ -163,6 +163,10 @@ pub struct EventWithHistory {
     /// On a tombstone only: hex SHA-256 of the body as first received.
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_sha256: Option<String>,
+    /// The subscriptions whose route takes the event but whose `filter` left it out (no state
+    /// of theirs: not pending, not delivered). Absent when none did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub filtered_out: Vec<String>,
 }
 
 /// The event with its payload (as JSON when it parses, else as text) and attempt history; a
@@ -176,6 +180,7 @@ pub fn event_detail(d: &EventDetail) -> EventWithHistory {
             finished_at: d.event.finished_at.map(rfc3339),
             purged_at: Some(rfc3339(purged_at)),
             payload_sha256: Some(hex::encode(&d.payload_sha256)),
+            filtered_out: Vec::new(),
         };
     }
     let payload = payload_json(&d.payload, d.content_type.as_deref()).unwrap_or_else(|_| {
@@ -188,6 +193,7 @@ pub fn event_detail(d: &EventDetail) -> EventWithHistory {
         finished_at: None,
         purged_at: None,
         payload_sha256: None,
+        filtered_out: Vec::new(),
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod alerts;
 mod claims;
 pub mod copy;
+pub mod filters;
 pub mod postgres;
 pub mod registry;
 mod rejection;
@@ -133,6 +134,9 @@ pub trait Store: Send + Sync + 'static {
     /// The registry's version of the store's cached view (`None` before it read one): no
     /// read of the database.
     fn registry_version_seen(&self) -> Option<i64>;
+    /// How many events this node's fan-outs left out of each filtered subscription, by name
+    /// (`webhook_inbox_filtered_out_total`; no read of the database).
+    fn filtered_out(&self) -> Vec<(String, u64)>;
     /// Add a subscription through the API (`origin` `api`, which no config's sync or prune
     /// removes, or `session`, a `listen` session's, which the prune removes when idle; see
     /// `store::registry`): it takes the events stored after now. A name removed earlier comes

@@ -24,6 +24,8 @@ pub struct Live {
     pub settings: Option<crate::subscriptions::HttpSettings>,
     /// Where it came from: `config`, `api` or `session` (a `listen` session's own).
     pub origin: String,
+    /// Conditions on the body, compiled into the fan-out with the route.
+    pub filter: Option<crate::subscriptions::filter::Filter>,
 }
 
 impl Live {
@@ -68,6 +70,7 @@ impl Live {
                     path: o.path.clone(),
                     on_failure: o.on_failure,
                 }),
+            filter: self.filter.clone(),
         }
     }
 }
@@ -107,7 +110,33 @@ impl Rules {
 /// The columns `load` reads for a [`Live`], after `id, name, lane, sources, types,
 /// except_types, start_after_seq, ordered_by, on_failure`.
 pub const RULE_COLUMNS: &str =
-    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin";
+    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin, filter";
+
+/// A subscription's filter from its column (JSON, checked when written). One that does not
+/// parse (written by a newer version with an operator this one lacks) is logged and left out:
+/// the subscription then takes every event its route takes, since an event left out is never
+/// offered to it again, while an unwanted one can be acknowledged.
+pub fn filter_from_row(
+    name: &str,
+    text: Option<&str>,
+) -> Option<crate::subscriptions::filter::Filter> {
+    let text = text?;
+    let parsed = serde_json::from_str(text)
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::subscriptions::filter::Filter::parse(&v).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(filter) => Some(filter),
+        Err(error) => {
+            tracing::error!(subscription = name, %error, "the registry holds a filter this node cannot read: taking every event of its route");
+            None
+        }
+    }
+}
+
+/// The filter as its column keeps it.
+pub fn filter_column(sub: &Subscription) -> Option<String> {
+    sub.filter.as_ref().map(|f| f.to_json().to_string())
+}
 
 /// The origin of a `listen` session's subscription.
 pub const ORIGIN_SESSION: &str = "session";
@@ -251,6 +280,41 @@ pub fn subscription_clause(sub: &Live, status: Option<Status>, waits: &str, rout
         ),
         Some(_) => stored,
     }
+}
+
+/// The live subscriptions whose filter left `detail`'s event out: their route takes it, it was
+/// stored after they were added, it has no state of theirs, and their filter does not match
+/// its body (the fan-out's decision, made again in Rust). An event waiting for its fan-out is
+/// shown with the states it will have ([`waiting_states`], which cannot read the body): the
+/// ones its filters will leave out are taken off, and with none left it is `stored`, as the
+/// fan-out will make it.
+pub fn left_out(live: &[Live], detail: &mut crate::store::EventDetail) -> Vec<String> {
+    let event = &mut detail.event;
+    let mut names = Vec::new();
+    for sub in live {
+        let Some(filter) = &sub.filter else { continue };
+        let waiting = event
+            .subscriptions
+            .iter()
+            .any(|s| s.name == sub.name && s.attempts == 0 && s.status == Status::Pending);
+        let has_state = event.subscriptions.iter().any(|s| s.name == sub.name);
+        if event.seq > sub.start_after_seq
+            && sub.route.matches(&event.source, &event.event_type)
+            && (!has_state || (waiting && event.status == Status::Pending))
+            && !filter.matches(&detail.payload)
+        {
+            names.push(sub.name.clone());
+        }
+    }
+    if !names.is_empty() {
+        let before = event.subscriptions.len();
+        event.subscriptions.retain(|s| !names.contains(&s.name));
+        if before > 0 && event.subscriptions.is_empty() && event.status == Status::Pending {
+            event.status = Status::Stored;
+            event.next_attempt_at = None;
+        }
+    }
+    names
 }
 
 /// The states an event not fanned out yet will have: pending in each live subscription that

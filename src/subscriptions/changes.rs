@@ -81,6 +81,7 @@ fn settings_of(sub: &Subscription) -> SubscriptionSettings {
         token: None,
         ordered_by: sub.ordering.as_ref().map(|o| o.pointer.clone()),
         on_failure: sub.ordering.as_ref().map(|o| o.on_failure),
+        filter: sub.filter.as_ref().map(super::filter::Filter::to_json),
     }
 }
 

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 mod changes;
+pub mod filter;
 mod settings;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
@@ -151,6 +152,8 @@ pub struct Subscription {
     pub token: Option<crate::signature::Secret>,
     /// Ordering per key (`ordered_by`); `None`: events are handled in any order.
     pub ordering: Option<Ordering>,
+    /// Conditions on the body (`filter`); `None`: every event its route takes.
+    pub filter: Option<filter::Filter>,
 }
 
 /// What a failed event of an ordered subscription does to the later events of its key.
@@ -273,6 +276,7 @@ pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec
         http: None,
         token: None,
         ordering: None,
+        filter: None,
     };
     vec![
         with(

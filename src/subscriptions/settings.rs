@@ -31,6 +31,8 @@ pub struct SubscriptionSettings {
     pub token: Option<String>,
     pub ordered_by: Option<String>,
     pub on_failure: Option<super::OnFailure>,
+    /// Conditions on the body (`subscriptions::filter`), as TOML or JSON.
+    pub filter: Option<serde_json::Value>,
 }
 
 /// `signing_secret`: one secret, or several while a rotation runs (each signs every call).
@@ -261,6 +263,12 @@ fn one(
         _ => None,
     };
     let ordering = ordering(s)?;
+    let filter = s
+        .filter
+        .as_ref()
+        .map(super::filter::Filter::parse)
+        .transpose()
+        .map_err(|e| invalid("filter", e.to_string()))?;
     let token = match &s.token {
         Some(token) if token.len() < MIN_TOKEN_LEN || token.chars().any(char::is_whitespace) => {
             return Err(invalid(
@@ -288,6 +296,7 @@ fn one(
         http,
         token,
         ordering,
+        filter,
     })
 }
 

@@ -204,9 +204,20 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "no PEM certificate",
         ),
         (
-            sub("name = \"a\"\nkind = \"audit\"\nfilter = 1"),
-            "filter",
+            // Transformations are not built yet.
+            sub("name = \"a\"\nkind = \"audit\"\ntransform = \".id\""),
+            "transform",
             "unknown field",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nfilter = 1"),
+            "subscriptions[0].filter",
+            "a filter is an object",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"audit\"\nfilter = { path = \"/amount\", gte = { a = 1 } }"),
+            "subscriptions[0].filter",
+            "`/amount` `gte`: takes a number or a string, not an object",
         ),
     ] {
         let err = refused(&text);

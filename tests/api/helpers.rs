@@ -347,5 +347,6 @@ pub fn test_subscription(
         http: None,
         token: None,
         ordering: None,
+        filter: None,
     }
 }

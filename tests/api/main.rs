@@ -35,6 +35,8 @@ mod disk_full_load;
 mod downstream;
 mod endpoint;
 mod faults;
+mod filters;
+mod filters_store;
 mod forwarding;
 mod forwarding_crash;
 mod forwarding_nodes;

@@ -76,6 +76,7 @@ pub fn ordered_pull(on_failure: OnFailure) -> Subscription {
             path: vec!["data".into(), "customer_id".into()],
             on_failure,
         }),
+        filter: None,
     }
 }
 

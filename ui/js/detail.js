@@ -82,6 +82,14 @@ function subscriptionTable(event, onChange, onError) {
     ))));
 }
 
+/** The subscriptions whose route took the event and whose filter left it out. */
+function filteredOut(event) {
+  if (!event.filtered_out?.length) return [];
+  return h('p', { id: 'event-filtered-out' }, 'Left out by the filter of: ',
+    ...event.filtered_out.flatMap((name, i) => [i ? ', ' : '', h('span', { class: 'mono', text: name })]),
+    ' (no state there: never delivered to it).');
+}
+
 function render(event, message) {
   const box = $('event-detail');
   const status = h('p', { role: 'status', id: 'detail-status' });
@@ -120,6 +128,7 @@ function render(event, message) {
       (updated) => load(updated.source, updated.event_id,
         `${updated.source}/${updated.event_id} is now ${updated.status}.`),
       (text) => say(status, text, true)),
+    filteredOut(event),
     h('h2', { text: 'Body' }),
     h('pre', { class: 'body', id: 'event-body', tabindex: '0', 'aria-label': 'Delivery body' },
       bodyText(event.payload)),

@@ -50,6 +50,7 @@ pub const BEARER: &str = "bearer";
         super::subscription_changes::create,
         super::subscription_changes::update,
         super::subscription_changes::delete,
+        super::preview::preview,
         super::subscriptions::pause,
         super::subscriptions::resume,
         super::subscriptions::backfill,

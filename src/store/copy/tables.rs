@@ -36,6 +36,7 @@ pub const TABLES: &[Table] = &[
             "origin",
             "settings",
             "seen_at",
+            "filter",
         ],
         key: 1,
         // The implicit three, made by the first migration of every database: the source's

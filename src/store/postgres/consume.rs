@@ -225,6 +225,14 @@ pub(super) fn claim(
         let room = i64::try_from(room).unwrap_or(i64::MAX);
         let sql = super::fan_out::fan_out_sql(&routes, &claims_now);
         for r in db.query(&sql, &[&worker, &lease_ms, &room, &to, &now])? {
+            // A count of what a filter left out (`fan_out::LEFT_OUT`), not a claim.
+            if r.try_get::<_, Option<String>>(4)?.is_none() {
+                let (n, sub): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+                if let Some(s) = routes.live.iter().find(|s| s.id == sub) {
+                    routes.left_out.add(&s.name, u64::try_from(n).unwrap_or(0));
+                }
+                continue;
+            }
             claims.push(claimed(&r, 5, picked(&r)?, now + lease_ms)?);
         }
         // What the fan-out did not claim, up to the limit.

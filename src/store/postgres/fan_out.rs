@@ -120,7 +120,7 @@ pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
                    CASE WHEN {claims_now} THEN $1 END,
                    CASE WHEN {claims_now} THEN gen_random_uuid()::text END,
                    {}
-              FROM batch b CROSS JOIN subscriptions u
+              FROM batch b {} CROSS JOIN subscriptions u
              WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq AND {}
             RETURNING seq, sub, status, attempts, attempts - budget_floor AS used, claim_token
          ), opened AS (
@@ -132,10 +132,12 @@ pub(super) fn fan_out_sql(routes: &Routes, claims_now: &str) -> String {
            -- Left: a claim whose body is missing fails the claim (a NULL read as bytes),
            -- as `consume::open` does, rather than vanish from the answer while claimed.
            LEFT JOIN event_payloads p ON p.seq = f.seq
-          WHERE f.status = 'claimed'",
+          WHERE f.status = 'claimed'{}",
         routes.keys_by_id("(SELECT p.payload FROM event_payloads p WHERE p.seq = b.seq)"),
+        bodies_join(routes, "batch b", "b.", "true"),
         routes.by_id("b."),
         super::consume::EVENT_COLUMNS,
+        left_out(routes),
     )
 }
 
@@ -145,8 +147,53 @@ pub(super) fn fan_out_one_sql(routes: &Routes) -> String {
     format!(
         "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at)
          SELECT l.seq, u.id, u.lane, 'pending', l.received_at
-           FROM event_log l CROSS JOIN subscriptions u
+           FROM event_log l {} CROSS JOIN subscriptions u
           WHERE l.seq = $1 AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {}",
+        bodies_join(routes, "event_log l", "l.", "l.seq = $1"),
         routes.by_id("l.")
+    )
+}
+
+/// The join of the filters' bodies (`j.body`) to the events `{alias}seq` of `from`, or nothing
+/// when no subscription has a filter (the statement is then what it was before filters).
+/// Materialized: each body is parsed once, however many subscriptions read it.
+fn bodies_join(routes: &Routes, from: &str, alias: &str, only: &str) -> String {
+    if !routes.filtered() {
+        return String::new();
+    }
+    format!(
+        "LEFT JOIN (SELECT * FROM ({}) x OFFSET 0) j ON j.seq = {alias}seq",
+        routes.bodies(from, alias, only)
+    )
+}
+
+/// Rows of the fan-out's answer that count, for each filtered subscription, the events of the
+/// batch its route took (no body read) less the rows it was given: `(count, sub)` in the
+/// claims' first two columns, no claim token. Nothing without a filtered subscription.
+fn left_out(routes: &Routes) -> String {
+    let arms: String = routes
+        .live
+        .iter()
+        .filter(|s| s.filter.is_some())
+        .map(|s| {
+            format!(
+                " WHEN {} THEN {}",
+                s.id,
+                super::subscriptions::route_sql(&s.route, "b.")
+            )
+        })
+        .collect();
+    if arms.is_empty() {
+        return String::new();
+    }
+    format!(
+        "
+         UNION ALL
+         SELECT count(*) - (SELECT count(*) FROM fanned f WHERE f.sub = u.id), u.id,
+                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+           FROM batch b CROSS JOIN subscriptions u
+          WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq
+            AND (CASE u.id{arms} ELSE false END)
+          GROUP BY u.id"
     )
 }

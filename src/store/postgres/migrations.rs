@@ -67,6 +67,12 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "sessions",
         include_str!("../../../migrations/postgres/0011_sessions.sql"),
     ),
+    // 0012 is another branch's (traces).
+    (
+        13,
+        "filters",
+        include_str!("../../../migrations/postgres/0013_filters.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

@@ -270,6 +270,10 @@ impl Store for PostgresStore {
         self.routes.seen()
     }
 
+    fn filtered_out(&self) -> Vec<(String, u64)> {
+        self.routes.left_out().totals()
+    }
+
     fn registry_at(&self) -> StoreResult<(i64, Vec<crate::store::routes::Live>)> {
         let routes = self.fresh_routes()?;
         Ok((routes.version, routes.live.clone()))

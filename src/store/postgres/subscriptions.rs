@@ -19,11 +19,18 @@ pub(super) struct Routes {
     pub whole_looks: Arc<parking_lot::Mutex<std::collections::HashMap<i64, Instant>>>,
     /// The registry's version these were read at.
     pub version: i64,
+    /// What the fan-outs left out of filtered subscriptions (the cache's, shared by each
+    /// version of the routes).
+    pub left_out: Arc<crate::store::filters::LeftOut>,
 }
 
-/// The live subscriptions' routes a node keeps, and the registry's version they were read at.
+/// The live subscriptions' routes a node keeps, and the registry's version they were read at;
+/// and what its fan-outs left out of filtered subscriptions.
 #[derive(Debug, Default)]
-pub(super) struct RouteCache(parking_lot::RwLock<Option<Arc<Routes>>>);
+pub(super) struct RouteCache(
+    parking_lot::RwLock<Option<Arc<Routes>>>,
+    Arc<crate::store::filters::LeftOut>,
+);
 
 impl RouteCache {
     /// The kept routes (read in `db`'s transaction the first time), not checked against the
@@ -54,7 +61,10 @@ impl RouteCache {
     }
 
     fn reload(&self, db: &mut Db<'_>) -> StoreResult<Arc<Routes>> {
-        let routes = Arc::new(load(db)?);
+        let routes = Arc::new(Routes {
+            left_out: Arc::clone(&self.1),
+            ..load(db)?
+        });
         *self.0.write() = Some(Arc::clone(&routes));
         Ok(routes)
     }
@@ -62,6 +72,10 @@ impl RouteCache {
     /// The version of the kept routes, if any.
     pub fn seen(&self) -> Option<i64> {
         self.0.read().as_ref().map(|r| r.version)
+    }
+
+    pub fn left_out(&self) -> &crate::store::filters::LeftOut {
+        &self.1
     }
 
     /// Forget the routes: the next use reads them again.
@@ -91,8 +105,10 @@ impl Routes {
         self.live.iter().find(|s| s.name == name)
     }
 
-    /// Each live route as one SQL expression over `{alias}source` and `{alias}event_type`,
-    /// picked by `u.id` (for a join with `subscriptions u`).
+    /// Whether subscription `u` takes an event, as one SQL expression over `{alias}source`,
+    /// `{alias}event_type` and, for a filtered one, `j.body` (the body as jsonb, NULL when it
+    /// is not JSON: see [`Routes::bodies`]), picked by `u.id` (for a join with `subscriptions
+    /// u`).
     pub fn by_id(&self, alias: &str) -> String {
         if self.live.is_empty() {
             return "false".into();
@@ -100,9 +116,42 @@ impl Routes {
         let arms: String = self
             .live
             .iter()
-            .map(|s| format!(" WHEN {} THEN {}", s.id, route_sql(&s.route, alias)))
+            .map(|s| format!(" WHEN {} THEN {}", s.id, takes_sql(s, alias, "j.body")))
             .collect();
         format!("(CASE u.id{arms} ELSE false END)")
+    }
+
+    /// Whether any live subscription has a filter: only then does a fan-out read the bodies.
+    pub fn filtered(&self) -> bool {
+        self.live.iter().any(|s| s.filter.is_some())
+    }
+
+    /// The bodies a fan-out's filters read, as rows `(seq, body)` of the events `{alias}seq`
+    /// of `from` (those that meet `only`) that a filtered subscription's route takes (the
+    /// others' bodies are never parsed): for a `LEFT JOIN … j ON j.seq = …`.
+    pub fn bodies(&self, from: &str, alias: &str, only: &str) -> String {
+        let wanted: Vec<String> = self
+            .live
+            .iter()
+            .filter(|s| s.filter.is_some())
+            .map(|s| {
+                format!(
+                    "({alias}seq > {} AND {})",
+                    s.start_after_seq,
+                    route_sql(&s.route, alias)
+                )
+            })
+            .collect();
+        let wanted = if wanted.is_empty() {
+            "false".to_string()
+        } else {
+            wanted.join(" OR ")
+        };
+        format!(
+            "SELECT {alias}seq AS seq, webhook_inbox_json_body(p.payload) AS body
+               FROM {from} JOIN event_payloads p ON p.seq = {alias}seq
+              WHERE {only} AND ({wanted})"
+        )
     }
 
     /// The order key of the body `payload` (an expression) for subscription `u`: NULL but for
@@ -146,6 +195,19 @@ fn like(glob: &str) -> String {
         }
     }
     out
+}
+
+/// Whether `s` takes an event: its route on `{alias}source` and `{alias}event_type`, then its
+/// filter on `body` (jsonb); a subscription without a filter costs what its route costs.
+fn takes_sql(s: &Live, alias: &str, body: &str) -> String {
+    let route = route_sql(&s.route, alias);
+    match &s.filter {
+        None => route,
+        Some(filter) => format!(
+            "(CASE WHEN {route} THEN {} ELSE false END)",
+            crate::store::filters::filter_sql(filter, &crate::store::filters::Postgres { body })
+        ),
+    }
 }
 
 /// A route as an SQL condition on `{alias}source` and `{alias}event_type`, globs as `LIKE`.
@@ -194,6 +256,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                 ),
                 settings: crate::subscriptions::HttpSettings::parse(r.try_get(14)?),
                 origin: r.try_get(15)?,
+                filter: routes::filter_from_row(r.try_get(1)?, r.try_get(16)?),
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
@@ -201,6 +264,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
         live,
         whole_looks: Arc::default(),
         version,
+        left_out: Arc::default(),
     })
 }
 
@@ -463,11 +527,22 @@ pub(super) fn backfill(db: &mut Db<'_>, sub: &Live, since: i64, now: i64) -> Sto
             )
         },
     );
+    // The body parsed once per event, for the filter's tests.
+    let filtered = match &sub.filter {
+        None => "true".to_string(),
+        Some(_) => format!(
+            "EXISTS (SELECT 1 FROM (SELECT webhook_inbox_json_body(p.payload) AS body
+                                      FROM event_payloads p WHERE p.seq = l.seq) j
+                      WHERE {})",
+            takes_sql(sub, "l.", "j.body")
+        ),
+    };
     let sql = format!(
         "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at, order_key)
          SELECT l.seq, $2, $3, 'pending', $4, {key} {rows}
             AND EXISTS (SELECT 1 FROM subscriptions u WHERE u.id = $2 AND u.removed_at IS NULL)
             AND EXISTS (SELECT 1 FROM event_payloads p WHERE p.seq = l.seq)
+            AND {filtered}
          ON CONFLICT (seq, sub) DO NOTHING"
     );
     Ok(db.execute(&sql, &[&since, &sub.id, &sub.lane, &now])? as usize)

@@ -2,6 +2,8 @@
 //! first claim that reaches it gives it one state row per live subscription whose route
 //! matches, in one `INSERT … SELECT`, and moves the cursor past it.
 
+use std::collections::HashMap;
+
 use rusqlite::{Transaction, params};
 
 use super::consume::{CLAIMED, claimed};
@@ -77,11 +79,14 @@ pub(super) fn fan_out(
         let sql = fan_out_sql(&routes.by_id, &routes.keys_by_id, claims_now);
         let mut fan = tx.prepare_cached(&sql)?;
         let mut rows = fan.query(params![worker, claimed_until, cursor, last])?;
+        let mut taken: HashMap<i64, u64> = HashMap::new();
         while let Some(row) = rows.next()? {
             if row.get::<_, String>(6)? == "claimed" {
                 claims.push(claimed(row)?);
             }
+            *taken.entry(row.get(5)?).or_default() += 1;
         }
+        count_left_out(tx, routes, cursor, last, &taken)?;
     }
     let to = if (found as usize) < room {
         tx.prepare_cached("SELECT ifnull(max(seq), 0) FROM event_log")?
@@ -92,4 +97,52 @@ pub(super) fn fan_out(
     tx.prepare_cached("UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0 AND after_seq < ?1")?
         .execute(params![to])?;
     Ok(claims)
+}
+
+/// Count what the fan-out of `(cursor, last]` left out of each filtered subscription: the
+/// events its route takes (no body read) less the rows it was given (`taken`, by id). Nothing
+/// runs without a filtered subscription.
+fn count_left_out(
+    tx: &Transaction<'_>,
+    routes: &Routes,
+    cursor: i64,
+    last: i64,
+    taken: &HashMap<i64, u64>,
+) -> StoreResult<()> {
+    let arms: String = routes
+        .live
+        .iter()
+        .filter(|s| s.filter.is_some())
+        .map(|s| {
+            format!(
+                " WHEN {} THEN {}",
+                s.id,
+                super::subscriptions::route_sql(&s.route, "l.")
+            )
+        })
+        .collect();
+    if arms.is_empty() {
+        return Ok(());
+    }
+    let mut routed = tx.prepare_cached(&format!(
+        "SELECT u.id, count(*) FROM event_log l CROSS JOIN subscriptions u
+          WHERE l.seq > ?1 AND l.seq <= ?2 AND l.lane = 0 AND u.removed_at IS NULL
+            AND l.seq > u.start_after_seq AND (CASE u.id{arms} ELSE 0 END)
+          GROUP BY u.id"
+    ))?;
+    let counts = routed
+        .query_map(params![cursor, last], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (id, routed) in counts {
+        let given = taken.get(&id).copied().unwrap_or(0);
+        if let Some(sub) = routes.live.iter().find(|s| s.id == id) {
+            routes.left_out.add(
+                &sub.name,
+                u64::try_from(routed).unwrap_or(0).saturating_sub(given),
+            );
+        }
+    }
+    Ok(())
 }

@@ -97,6 +97,12 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "sessions",
         include_str!("../../../migrations/sqlite/0018_sessions.sql"),
     ),
+    // 0019 is another branch's (traces).
+    (
+        20,
+        "filters",
+        include_str!("../../../migrations/sqlite/0020_filters.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -114,6 +114,8 @@ pub struct SqliteStore {
     wait: Duration,
     /// The live subscriptions' routes, loaded at `migrate` and after each change.
     routes: parking_lot::RwLock<Option<Arc<subscriptions::Routes>>>,
+    /// What the fan-outs left out of filtered subscriptions, kept across route reloads.
+    left_out: Arc<crate::store::filters::LeftOut>,
     /// Commits that wrote nothing, for the slow-disk test.
     #[cfg(test)]
     no_frame_commits: AtomicU64,
@@ -235,6 +237,7 @@ impl SqliteStore {
             opened: Instant::now(),
             wait,
             routes: parking_lot::RwLock::new(None),
+            left_out: Arc::default(),
             #[cfg(test)]
             no_frame_commits: AtomicU64::new(0),
         })
@@ -255,7 +258,10 @@ impl SqliteStore {
         {
             return Ok(routes);
         }
-        let routes = Arc::new(subscriptions::load(conn)?);
+        let routes = Arc::new(subscriptions::Routes {
+            left_out: Arc::clone(&self.left_out),
+            ..subscriptions::load(conn)?
+        });
         *self.routes.write() = Some(Arc::clone(&routes));
         Ok(routes)
     }

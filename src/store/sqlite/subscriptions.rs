@@ -23,6 +23,9 @@ pub(super) struct Routes {
         std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<i64, std::time::Instant>>>,
     /// The registry's version these were read at.
     pub version: i64,
+    /// What the fan-outs left out of filtered subscriptions (the store's, shared by each
+    /// version of its routes).
+    pub left_out: std::sync::Arc<crate::store::filters::LeftOut>,
 }
 
 impl Routes {
@@ -37,6 +40,25 @@ pub(super) fn route_sql(route: &Route, alias: &str) -> String {
     routes::route_sql(route, alias, |column, glob| {
         format!("{column} GLOB {}", routes::quote(glob))
     })
+}
+
+/// Whether subscription `s` takes the event `l` (an alias of `event_log`): its route, then
+/// its filter on the body. The filter is read only for events the route takes, and a
+/// subscription without one costs what its route costs.
+pub(super) fn takes_sql(s: &Live) -> String {
+    let route = route_sql(&s.route, "l.");
+    match &s.filter {
+        None => route,
+        Some(filter) => {
+            let dialect = crate::store::filters::Sqlite {
+                body: "CAST(l.payload AS TEXT)",
+            };
+            format!(
+                "(CASE WHEN {route} THEN {} ELSE 0 END)",
+                crate::store::filters::filter_sql(filter, &dialect)
+            )
+        }
+    }
 }
 
 fn route_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Route> {
@@ -77,12 +99,16 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
                     r.get::<_, Option<String>>(14)?.as_deref(),
                 ),
                 origin: r.get(15)?,
+                filter: routes::filter_from_row(
+                    &r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(16)?.as_deref(),
+                ),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let arms: String = live
         .iter()
-        .map(|s| format!(" WHEN {} THEN {}", s.id, route_sql(&s.route, "l.")))
+        .map(|s| format!(" WHEN {} THEN {}", s.id, takes_sql(s)))
         .collect();
     let by_id = if live.is_empty() {
         "0".into()
@@ -105,6 +131,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
         keys_by_id,
         whole_looks: Default::default(),
         version,
+        left_out: Default::default(),
     })
 }
 
@@ -279,7 +306,7 @@ pub(super) fn backfill(
             AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursors WHERE lane = 0))
             AND {}
             AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.seq = l.seq AND s.sub = ?1)",
-        route_sql(&sub.route, "l.")
+        takes_sql(sub)
     );
     Ok(tx.execute(&sql, params![sub.id, sub.lane, now, since])?)
 }
