@@ -9,6 +9,7 @@ mod database;
 mod edge;
 mod embedded;
 mod env;
+mod telemetry;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ pub use alerts::{
 };
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
+pub use telemetry::TelemetrySettings;
 pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_pull_token, new_secret_bytes,
     new_signing_secret, subscription_secret, subscription_token,
@@ -117,6 +119,8 @@ pub struct Settings {
     /// A `listen` session that has not claimed for this long is removed by the heartbeat
     /// (its states finished as a removal's are).
     pub session_idle_seconds: u64,
+    /// OpenTelemetry traces (SPEC section 15): off unless `otlp_endpoint` is set.
+    pub telemetry: TelemetrySettings,
 }
 
 /// How long terminal events keep their body and history before the background purge makes
@@ -221,6 +225,7 @@ impl Default for Settings {
             alert_every_ms: 15_000,
             alerts: Vec::new(),
             session_idle_seconds: 600,
+            telemetry: TelemetrySettings::default(),
         }
     }
 }
@@ -369,6 +374,7 @@ impl Settings {
                 ));
             }
         }
+        self.telemetry.validate()?;
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
         }

@@ -134,6 +134,7 @@ impl Forwarder {
             }
             let me = Arc::clone(&self);
             let committed = tokio::task::spawn_blocking(move || {
+                let started = std::time::SystemTime::now();
                 let now = now_ms();
                 let items: Vec<Finish> = batch
                     .iter()
@@ -143,7 +144,11 @@ impl Forwarder {
                     })
                     .collect();
                 let results = me.store.finish(&items, now)?;
-                for (item, result) in items.iter().zip(results) {
+                let at = (started, std::time::SystemTime::now());
+                for ((item, result), done) in items.iter().zip(results).zip(batch) {
+                    if let Some(trace) = done.trace {
+                        trace.acked(at, acked(&item.next, &result));
+                    }
                     me.record(item, result);
                 }
                 Ok::<_, crate::store::StoreError>(())
@@ -177,6 +182,16 @@ impl Forwarder {
             ),
             _ => {}
         }
+    }
+}
+
+/// What became of an attempt, for its span.
+fn acked(next: &Next, result: &Finished) -> &'static str {
+    match (result, next) {
+        (Finished::LeaseLost, _) => "lease_lost",
+        (_, Next::Complete { .. }) => "delivered",
+        (_, Next::Retry { .. }) => "retry",
+        (_, Next::Fail { .. }) => "failed",
     }
 }
 

@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "sessions",
         include_str!("../../../migrations/postgres/0011_sessions.sql"),
     ),
+    (
+        12,
+        "traces",
+        include_str!("../../../migrations/postgres/0012_traces.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

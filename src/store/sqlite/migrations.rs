@@ -97,6 +97,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "sessions",
         include_str!("../../../migrations/sqlite/0018_sessions.sql"),
     ),
+    (
+        19,
+        "traces",
+        include_str!("../../../migrations/sqlite/0019_traces.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
