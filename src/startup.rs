@@ -254,7 +254,8 @@ impl Application {
                 &settings.consumers,
             )
             .with_subscriptions(&subscriptions)
-            .paced_by(ingest.activity()),
+            .paced_by(ingest.activity())
+            .traced_by(traces.clone()),
         );
         let name = worker_name();
         let lease = Duration::from_secs(settings.consumers.lease_seconds);

@@ -147,7 +147,7 @@ impl Forwarder {
                 let at = (started, std::time::SystemTime::now());
                 for ((item, result), done) in items.iter().zip(results).zip(batch) {
                     if let Some(trace) = done.trace {
-                        trace.acked(at, acked(&item.next, &result));
+                        trace.acked(at, crate::telemetry::traces::outcome(&item.next, &result));
                     }
                     me.record(item, result);
                 }
@@ -182,16 +182,6 @@ impl Forwarder {
             ),
             _ => {}
         }
-    }
-}
-
-/// What became of an attempt, for its span.
-fn acked(next: &Next, result: &Finished) -> &'static str {
-    match (result, next) {
-        (Finished::LeaseLost, _) => "lease_lost",
-        (_, Next::Complete { .. }) => "delivered",
-        (_, Next::Retry { .. }) => "retry",
-        (_, Next::Fail { .. }) => "failed",
     }
 }
 

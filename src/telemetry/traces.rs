@@ -36,7 +36,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span};
 
 use super::export::{self, SpanCounters};
 use crate::config::TelemetrySettings;
-use crate::store::Claimed;
+use crate::store::{Claimed, Finished, Next};
 
 /// The header and field name of the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -307,6 +307,25 @@ impl Delivery {
         let span = self.cx.span();
         span.set_attribute(KeyValue::new("webhook.outcome", outcome.to_string()));
         span.end_with_timestamp(at.1);
+    }
+}
+
+/// What a handler's answer makes of its attempt, for `webhook.handle`.
+pub fn planned(next: &Next) -> &'static str {
+    match next {
+        Next::Complete { outcome, .. } => outcome.as_str(),
+        Next::Retry { .. } => "retry",
+        Next::Fail { .. } => "failed",
+    }
+}
+
+/// What became of an attempt once its next state was committed, for `webhook.ack`.
+pub fn outcome(next: &Next, result: &Finished) -> &'static str {
+    match (result, next) {
+        (Finished::LeaseLost, _) => "lease_lost",
+        (_, Next::Complete { outcome, .. }) => outcome.as_str(),
+        (_, Next::Retry { .. }) => "retry",
+        (_, Next::Fail { .. }) => "failed",
     }
 }
 
