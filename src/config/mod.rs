@@ -22,11 +22,11 @@ pub use alerts::{
 };
 pub use database::{Database, redact_credentials, sqlite_path};
 pub use edge::{Cidr, ConnectionSettings, ForwardedHeader, RejectionSettings, any_contains};
-pub use telemetry::TelemetrySettings;
 pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_pull_token, new_secret_bytes,
     new_signing_secret, subscription_secret, subscription_token,
 };
+pub use telemetry::TelemetrySettings;
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::signature::{Scheme, Secret};

@@ -33,7 +33,10 @@ impl TelemetrySettings {
             ));
         }
         let endpoint = self.otlp_endpoint.trim();
-        if !endpoint.is_empty() && !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+        if !endpoint.is_empty()
+            && !endpoint.starts_with("http://")
+            && !endpoint.starts_with("https://")
+        {
             return Err(invalid(
                 "telemetry.otlp_endpoint",
                 "must be an http:// or https:// URL (the collector's OTLP/HTTP traces path, \

@@ -136,9 +136,11 @@ async fn answer(
         .receive(req.headers().get(&TRACEPARENT).map(|v| v.as_bytes()));
     let answered = answer_traced(req, name, payload, state, body, &mut trace, started).await;
     let (event, outcome, status) = match &answered {
-        Ok((_, event_id, event_type, outcome)) => {
-            (Some((event_id.as_str(), event_type.as_str())), *outcome, 200)
-        }
+        Ok((_, event_id, event_type, outcome)) => (
+            Some((event_id.as_str(), event_type.as_str())),
+            *outcome,
+            200,
+        ),
         Err(e) => (None, e.code(), e.status_code().as_u16()),
     };
     trace.end(name, event, outcome, status);

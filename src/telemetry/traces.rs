@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags,
-    TraceId, TraceState, Tracer as _,
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId,
+    TraceState, Tracer as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
@@ -54,7 +54,11 @@ struct Inner {
 
 impl std::fmt::Debug for Traces {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.on() { "Traces(on)" } else { "Traces(off)" })
+        f.write_str(if self.on() {
+            "Traces(on)"
+        } else {
+            "Traces(off)"
+        })
     }
 }
 
@@ -237,7 +241,10 @@ impl Receive {
             span.set_attribute(KeyValue::new("webhook.event_type", event_type.to_string()));
         }
         span.set_attribute(KeyValue::new("webhook.outcome", outcome.to_string()));
-        span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
         if status >= 500 {
             span.set_status(Status::error(outcome.to_string()));
         }
@@ -338,11 +345,15 @@ pub fn parse(value: &str) -> Option<SpanContext> {
         return None;
     }
     let bytes = value.as_bytes();
-    let lower_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let lower_hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     if bytes.len() < 55 || (bytes.len() > 55 && (bytes[55] != b'-' || &value[..2] == "00")) {
         return None;
     }
-    let (version, trace, parent, flags) = (&value[..2], &value[3..35], &value[36..52], &value[53..55]);
+    let (version, trace, parent, flags) =
+        (&value[..2], &value[3..35], &value[36..52], &value[53..55]);
     if [2, 35, 52].iter().any(|&i| bytes[i] != b'-')
         || !lower_hex(version)
         || version == "ff"

@@ -91,3 +91,4 @@ mod senders;
 mod sessions;
 mod stores;
 mod subscriptions;
+mod traces;
