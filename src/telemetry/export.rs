@@ -216,3 +216,86 @@ impl HttpClient for Client {
         Ok(Response::builder().status(status).body(body)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::{Duration, Instant, SystemTime};
+
+    use opentelemetry::InstrumentationScope;
+    use opentelemetry::trace::{
+        SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks, SpanProcessor as _};
+
+    use super::{BATCH, Client, QUEUE, Queue, SpanCounters};
+
+    fn span(i: u64) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(u128::from(i) + 1),
+                SpanId::from(i + 1),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::NONE,
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: Cow::Borrowed("test"),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("test").build(),
+        }
+    }
+
+    /// A collector that takes the connection and never answers: spans past the queue are
+    /// dropped and counted at once, never waited for, and a shutdown gives up at its bound.
+    #[test]
+    fn a_stuck_collector_costs_dropped_spans_not_waiting() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}/v1/traces", silent.local_addr().unwrap());
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint)
+            .with_http_client(Client::new().unwrap())
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+            .build()
+            .unwrap();
+        let counters = SpanCounters::default();
+        let queue = Queue::start(exporter, counters.clone()).unwrap();
+        let extra = 100;
+        let started = Instant::now();
+        for i in 0..(QUEUE + BATCH + extra) as u64 {
+            queue.on_end(span(i));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        // The thread holds at most one batch in its stuck export; the queue the rest.
+        assert!(
+            counters.dropped.get() >= extra as u64,
+            "{}",
+            counters.dropped.get()
+        );
+        let asked = Instant::now();
+        assert!(
+            queue
+                .shutdown_with_timeout(Duration::from_millis(200))
+                .is_err()
+        );
+        assert!(asked.elapsed() < Duration::from_secs(1));
+        // Spans ended after the shutdown are dropped too.
+        let before = counters.dropped.get();
+        queue.on_end(span(0));
+        assert_eq!(counters.dropped.get(), before + 1);
+    }
+}
