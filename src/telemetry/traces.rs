@@ -15,8 +15,9 @@
 //!   subscription and attempt, with `webhook.claim` (the claim that fanned the event out or
 //!   took it again), `webhook.call` (client: an `http` subscription's request, whose
 //!   `traceparent` header names it) or `webhook.handle` (an in-process handler), and
-//!   `webhook.ack` (the commit of its next state). A `pull` claim's answer carries the
-//!   `webhook.claim` span's context per claim.
+//!   `webhook.ack` (the commit of its next state). A `pull` claim's answer carries, per
+//!   claim, the context of its `webhook.deliver` span, which ends with the claim: the client's
+//!   own spans continue it.
 //!
 //! Sampling is parent-based: a provider's sampled `traceparent` is sampled, an unsampled one
 //! is not, and a new trace is sampled at `sample_ratio`. With tracing off, a provider's
@@ -186,8 +187,8 @@ impl Traces {
         Some(delivery)
     }
 
-    /// The `traceparent` a pull claim's answer carries: its `webhook.claim` span's, in the
-    /// stored trace, or the stored context itself when no span is made.
+    /// The `traceparent` a pull claim's answer carries: its `webhook.deliver` span's (ended
+    /// with the claim, outcome `claimed`), or the stored context itself when no span is made.
     pub fn pull_claim(
         &self,
         event: &Claimed,
@@ -198,7 +199,7 @@ impl Traces {
             Some(delivery) => {
                 let span = delivery.cx.span();
                 span.set_attribute(KeyValue::new("webhook.outcome", "claimed"));
-                let traceparent = format(&span.span_context());
+                let traceparent = format(span.span_context());
                 span.end_with_timestamp(claimed.1);
                 Some(traceparent)
             }
