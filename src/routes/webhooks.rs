@@ -131,10 +131,10 @@ async fn answer(
     body: &mut Option<BodyFacts>,
 ) -> Result<HttpResponse, ApiError> {
     let started = Instant::now();
-    let mut trace = state
+    let trace = state
         .traces
         .receive(req.headers().get(&TRACEPARENT).map(|v| v.as_bytes()));
-    let answered = answer_traced(req, name, payload, state, body, &mut trace, started).await;
+    let answered = answer_traced(req, name, payload, state, body, &trace, started).await;
     let (event, outcome, status) = match &answered {
         Ok((_, event_id, event_type, outcome)) => (
             Some((event_id.as_str(), event_type.as_str())),
@@ -154,7 +154,7 @@ async fn answer_traced(
     payload: web::Payload,
     state: &AppState,
     body: &mut Option<BodyFacts>,
-    trace: &mut Receive,
+    trace: &Receive,
     started: Instant,
 ) -> Result<(HttpResponse, String, String, &'static str), ApiError> {
     let source = state.settings.source(name).ok_or_else(|| {
