@@ -26,6 +26,7 @@ fn new_delivery(id: &str, body: &str) -> NewDelivery {
         received_at: now_ms(),
         reject_mismatch: false,
         lane: Lane::InProcess,
+        traceparent: None,
     }
 }
 

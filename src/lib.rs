@@ -25,7 +25,8 @@
 //! - [`rejections`]: deliveries refused at the edge, kept (bounded) for ops.
 //! - [`alerts`]: conditions evaluated by every node, one notice per start and clear, sent to a
 //!   chat or a signed webhook from an outbox in the store.
-//! - [`metrics`], [`telemetry`]: Prometheus registry, tracing.
+//! - [`metrics`], [`telemetry`]: Prometheus registry; logs through `tracing`; OpenTelemetry
+//!   traces of each delivery's path, exported over OTLP/HTTP.
 //! - [`startup`]: wiring and graceful shutdown. [`cli`]: the command line.
 
 pub mod alerts;

@@ -48,6 +48,7 @@ pub struct Metrics {
     alert_evaluations: Counter,
     purged: Counter,
     rejections_dropped: Counter,
+    trace_spans: Family<Labels, Counter>,
     tombstones: Gauge,
     database_bytes: Family<Labels, Gauge>,
     ingest_seconds: Histogram,
@@ -108,6 +109,7 @@ impl Metrics {
             alert_evaluations: Counter::default(),
             purged: Counter::default(),
             rejections_dropped: Counter::default(),
+            trace_spans: Family::default(),
             tombstones: Gauge::default(),
             database_bytes: Family::default(),
             ingest_seconds: histogram(),
@@ -169,6 +171,11 @@ impl Metrics {
             "webhook_inbox_rejections_dropped",
             "Refused deliveries not kept for GET /rejections: the writer's queue was full (a flood)",
             m.rejections_dropped.clone(),
+        );
+        registry.register(
+            "webhook_inbox_trace_spans",
+            "Spans of traces ([telemetry]) by result: exported, dropped (the export queue was full), failed (the collector refused or did not answer)",
+            m.trace_spans.clone(),
         );
         registry.register(
             "webhook_inbox_forwards",
@@ -281,6 +288,20 @@ impl Metrics {
         self.alerts
             .get_or_create(&vec![("result", result.into())])
             .clone()
+    }
+
+    /// The counters the span exporter keeps (see `webhook_inbox_trace_spans`).
+    pub fn span_counters(&self) -> crate::telemetry::export::SpanCounters {
+        let counter = |result: &str| {
+            self.trace_spans
+                .get_or_create(&vec![("result", result.into())])
+                .clone()
+        };
+        crate::telemetry::export::SpanCounters {
+            exported: counter("exported"),
+            dropped: counter("dropped"),
+            failed: counter("failed"),
+        }
     }
 
     pub fn observe_ingest(&self, seconds: f64) {

@@ -24,6 +24,9 @@ use crate::routes::{self, AppState};
 use crate::store::{self, Hold, Holder, Store, StoreError};
 use crate::tls::Certificates;
 
+/// How long shutdown waits for the last spans to reach the collector.
+const TRACES_FLUSH: Duration = Duration::from_secs(5);
+
 /// What a caller (main, tests, benchmarks) may choose beyond the config file.
 #[derive(Default)]
 pub struct BuildOptions {
@@ -219,7 +222,10 @@ impl Application {
         let metrics = Arc::new(Metrics::with_sources(
             settings.sources.iter().map(|s| s.name.as_str()),
         ));
+        let traces = crate::telemetry::Traces::start(&settings.telemetry, metrics.span_counters())
+            .context("starting the span exporter ([telemetry])")?;
         let forward_options = crate::forward::ForwardOptions {
+            traces: traces.clone(),
             lease_ms: settings.consumers.lease_ms(),
             idle_poll: options.idle_poll.unwrap_or(Duration::from_millis(500)),
             name: worker_name(),
@@ -251,7 +257,8 @@ impl Application {
                 &settings.consumers,
             )
             .with_subscriptions(&subscriptions)
-            .paced_by(ingest.activity()),
+            .paced_by(ingest.activity())
+            .traced_by(traces.clone()),
         );
         let name = worker_name();
         let lease = Duration::from_secs(settings.consumers.lease_seconds);
@@ -301,6 +308,7 @@ impl Application {
             served: Arc::clone(&served),
             vault,
             stopping,
+            traces,
         });
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
@@ -441,6 +449,11 @@ impl Application {
         {
             tracing::warn!(error = %e, "cannot remove this node's record: it ages out");
         }
+        // Last: the spans of the work finished above, sent within a bound.
+        let traces = self.state.traces.clone();
+        tokio::task::spawn_blocking(move || traces.shutdown(TRACES_FLUSH))
+            .await
+            .context("span export task")?;
         served.context("HTTP server")?;
         tracing::info!("stopped");
         Ok(())

@@ -21,6 +21,7 @@ const STRING_KEYS: &[&str] = &[
     "downstream.mode",
     "tls_cert",
     "tls_key",
+    "telemetry.otlp_endpoint",
 ];
 
 /// Set each override into the parsed document before it is deserialised, so that an override

@@ -9,6 +9,7 @@ mod database;
 mod edge;
 mod embedded;
 mod env;
+mod telemetry;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_pull_token, new_secret_bytes,
     new_signing_secret, subscription_secret, subscription_token,
 };
+pub use telemetry::TelemetrySettings;
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::signature::{Scheme, Secret};
@@ -120,6 +122,8 @@ pub struct Settings {
     /// A `listen` session that has not claimed for this long is removed by the heartbeat
     /// (its states finished as a removal's are).
     pub session_idle_seconds: u64,
+    /// OpenTelemetry traces (SPEC section 15): off unless `otlp_endpoint` is set.
+    pub telemetry: TelemetrySettings,
 }
 
 /// How long terminal events keep their body and history before the background purge makes
@@ -225,6 +229,7 @@ impl Default for Settings {
             alert_every_ms: 15_000,
             alerts: Vec::new(),
             session_idle_seconds: 600,
+            telemetry: TelemetrySettings::default(),
         }
     }
 }
@@ -379,6 +384,7 @@ impl Settings {
                 }
             }
         }
+        self.telemetry.validate()?;
         if self.body_limit_bytes == 0 {
             return Err(invalid("body_limit_bytes", "must be positive"));
         }

@@ -262,3 +262,38 @@ fn session_idle_seconds_defaults_to_ten_minutes_and_must_be_positive() {
     let err = Settings::from_toml("session_idle_seconds = 0", "t", env(&[])).unwrap_err();
     assert!(err.to_string().contains("session_idle_seconds"), "{err}");
 }
+
+#[test]
+fn telemetry_is_off_by_default_and_its_keys_are_checked() {
+    let s = Settings::from_toml("", "t", env(&[])).unwrap();
+    assert!(s.telemetry.otlp_endpoint.is_empty());
+    assert_eq!(s.telemetry.sample_ratio, 1.0);
+    let s = Settings::from_toml(
+        "",
+        "t",
+        env(&[
+            (
+                "WEBHOOK_INBOX_TELEMETRY__OTLP_ENDPOINT",
+                "http://127.0.0.1:4318/v1/traces",
+            ),
+            ("WEBHOOK_INBOX_TELEMETRY__SAMPLE_RATIO", "0.01"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.telemetry.otlp_endpoint, "http://127.0.0.1:4318/v1/traces");
+    assert_eq!(s.telemetry.sample_ratio, 0.01);
+    for (text, key) in [
+        ("[telemetry]\nsample_ratio = 1.5", "telemetry.sample_ratio"),
+        ("[telemetry]\nsample_ratio = -0.1", "telemetry.sample_ratio"),
+        (
+            "[telemetry]\notlp_endpoint = \"collector:4318\"",
+            "telemetry.otlp_endpoint",
+        ),
+        ("[telemetry]\nendpoint = \"http://x\"", "endpoint"),
+    ] {
+        let err = Settings::from_toml(text, "t", env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}

@@ -11,7 +11,7 @@ mod rules;
 use failures::guarded;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tracing::Instrument as _;
 
@@ -24,6 +24,7 @@ use crate::handlers::{Handled, Registry};
 use crate::ingest::Activity;
 use crate::metrics::Metrics;
 use crate::store::{AttemptResult, Claimed, Finish, Finished, Lane, Next, Store, StoreResult};
+use crate::telemetry::traces::{self, Delivery, Traces};
 
 /// Bound on the batches one pass takes before it returns to its caller.
 const MAX_ROUNDS: usize = 10_000;
@@ -42,12 +43,15 @@ const SATURATED_REST_ROUNDS: u32 = 3;
 struct Pending {
     items: Vec<Finish>,
     handlers: Vec<&'static str>,
+    /// Each attempt's spans, when its trace is sampled.
+    traces: Vec<Option<Delivery>>,
 }
 
 impl Pending {
-    fn push(&mut self, finish: Finish, handler: &'static str) {
+    fn push(&mut self, finish: Finish, handler: &'static str, trace: Option<Delivery>) {
         self.items.push(finish);
         self.handlers.push(handler);
+        self.traces.push(trace);
     }
 }
 
@@ -72,6 +76,8 @@ pub struct Consumer {
     /// ingest while draining at 0.37 of ingest alone).
     ingest_first: parking_lot::Mutex<()>,
     ingest: Arc<Activity>,
+    /// Spans of each attempt (`[telemetry]`).
+    traces: Traces,
 }
 
 impl Consumer {
@@ -93,6 +99,7 @@ impl Consumer {
             rules_version: std::sync::atomic::AtomicI64::new(i64::MIN),
             ingest_first: parking_lot::Mutex::new(()),
             ingest: Arc::default(),
+            traces: Traces::off(),
         }
         .with_subscriptions(&implicit)
     }
@@ -108,6 +115,12 @@ impl Consumer {
         self
     }
 
+    /// Make spans of the attempts whose events are traced.
+    pub fn traced_by(mut self, traces: Traces) -> Consumer {
+        self.traces = traces;
+        self
+    }
+
     /// One pass for `POST /events/run`: claim up to `limit` due in-process events and
     /// process them, then call-out events one at a time while the limit allows. `stopping` is
     /// asked before each handler starts: once it says yes, the remaining claims are released
@@ -118,11 +131,12 @@ impl Consumer {
         limit: usize,
         stopping: &dyn Fn() -> bool,
     ) -> StoreResult<usize> {
+        let started = SystemTime::now();
         let claimed = self
             .store
             .claim(worker, Lane::InProcess, limit, self.lease_ms, now_ms())?;
         let mut count = claimed.len();
-        let mut pending = self.handle_batch(claimed, stopping)?;
+        let mut pending = self.handle_batch((claimed, (started, SystemTime::now())), stopping)?;
         self.flush(&mut pending)?;
         while count < limit && !stopping() {
             let n = self.call_out_once(worker, stopping)?;
@@ -158,20 +172,24 @@ impl Consumer {
             let round = Instant::now();
             let batch = match claimed.take() {
                 Some(batch) => batch,
-                None => self
-                    .store
-                    .claim(worker, lane, limit, self.lease_ms, now_ms())?,
+                None => {
+                    let started = SystemTime::now();
+                    let batch = self
+                        .store
+                        .claim(worker, lane, limit, self.lease_ms, now_ms())?;
+                    (batch, (started, SystemTime::now()))
+                }
             };
-            if batch.is_empty() {
+            if batch.0.is_empty() {
                 return Ok(total);
             }
-            total += batch.len();
+            total += batch.0.len();
             // A claim of at least an eighth of the batch (what a store hands out beside
             // ingest) says a backlog is waiting. Resting then lets steady ingest grow it
             // without end (measured: at 4,000 deliveries/s, a tenth of the maximum, the pool
             // drained 1,500/s and the lag grew by a minute a minute), so while behind the pool
             // rests only if deliveries queue for the writer (ingest saturated: providers first).
-            let behind = batch.len() >= limit.div_ceil(8);
+            let behind = batch.0.len() >= limit.div_ceil(8);
             let mut pending = self.handle_batch(batch, stopping)?;
             if stopping() {
                 self.flush(&mut pending)?;
@@ -192,6 +210,7 @@ impl Consumer {
                 };
                 std::thread::sleep(rest.min(MAX_REST));
             } else {
+                let started = SystemTime::now();
                 let (results, next) = self.store.finish_and_claim(
                     &pending.items,
                     worker,
@@ -200,13 +219,15 @@ impl Consumer {
                     self.lease_ms,
                     now_ms(),
                 )?;
-                self.record_all(&mut pending, results);
-                claimed = Some(next);
+                let at = (started, SystemTime::now());
+                self.record_all(&mut pending, results, at);
+                claimed = Some((next, at));
             }
         }
         // The bound on rounds: finish what is claimed, claim nothing more.
-        let claimed = claimed.unwrap_or_default();
-        total += claimed.len();
+        let now = SystemTime::now();
+        let claimed = claimed.unwrap_or((Vec::new(), (now, now)));
+        total += claimed.0.len();
         let mut pending = self.handle_batch(claimed, stopping)?;
         self.flush(&mut pending)?;
         Ok(total)
@@ -231,11 +252,12 @@ impl Consumer {
     }
 
     fn call_out_once(&self, worker: &str, stopping: &dyn Fn() -> bool) -> StoreResult<usize> {
+        let started = SystemTime::now();
         let claimed = self
             .store
             .claim(worker, Lane::CallOut, 1, self.lease_ms, now_ms())?;
         let count = claimed.len();
-        let mut pending = self.handle_batch(claimed, stopping)?;
+        let mut pending = self.handle_batch((claimed, (started, SystemTime::now())), stopping)?;
         self.flush(&mut pending)?;
         Ok(count)
     }
@@ -243,9 +265,10 @@ impl Consumer {
     /// Run each claimed event's handler. The completions of handlers that call out are
     /// committed at once; the rest are returned for the caller to commit. Once `stopping`
     /// says yes, the claims not yet started are released.
+    /// `claimed`: the claims and when their claim started and ended (for their spans).
     fn handle_batch(
         &self,
-        claimed: Vec<Claimed>,
+        (claimed, claim_times): (Vec<Claimed>, (SystemTime, SystemTime)),
         stopping: &dyn Fn() -> bool,
     ) -> StoreResult<Pending> {
         // The claim has just checked the store's view against the registry: rules that moved
@@ -265,15 +288,16 @@ impl Consumer {
                 tracing::info!(released, "released unstarted claims at shutdown");
                 break;
             }
-            let handler = Arc::clone(
-                &self
-                    .rule_of(
-                        event.claim.subscription,
-                        &event.claim.source,
-                        &event.event_type,
-                    )
-                    .handler,
+            let rule = self.rule_of(
+                event.claim.subscription,
+                &event.claim.source,
+                &event.event_type,
             );
+            let handler = Arc::clone(&rule.handler);
+            let trace = self.traces.deliver(&event, &rule.name, claim_times);
+            let step = trace
+                .as_ref()
+                .map(|t| t.step("webhook.handle", opentelemetry::trace::SpanKind::Internal));
             let calls_out = handler.call_timeout().is_some();
             let started = Instant::now();
             // A handler that calls out runs in a span naming the event, for the lines its
@@ -294,12 +318,16 @@ impl Consumer {
             self.metrics
                 .observe_processing(started.elapsed().as_secs_f64());
             let next = self.next_state(&event, handled);
+            if let Some(step) = step {
+                step.end(traces::planned(&next));
+            }
             pending.push(
                 Finish {
                     claim: event.claim,
                     next,
                 },
                 handler.name(),
+                trace,
             );
             if calls_out {
                 self.flush(&mut pending)?;
@@ -342,18 +370,29 @@ impl Consumer {
         if pending.items.is_empty() {
             return Ok(());
         }
+        let started = SystemTime::now();
         let results = self.store.finish(&pending.items, now_ms())?;
-        self.record_all(pending, results);
+        self.record_all(pending, results, (started, SystemTime::now()));
         Ok(())
     }
 
-    fn record_all(&self, pending: &mut Pending, results: Vec<Finished>) {
-        for ((finish, handler), result) in pending
+    /// Record what the commit at `at` (its start and end) made of each pending attempt.
+    fn record_all(
+        &self,
+        pending: &mut Pending,
+        results: Vec<Finished>,
+        at: (SystemTime, SystemTime),
+    ) {
+        for (((finish, handler), trace), result) in pending
             .items
             .drain(..)
             .zip(pending.handlers.drain(..))
+            .zip(pending.traces.drain(..))
             .zip(results)
         {
+            if let Some(trace) = trace {
+                trace.acked(at, traces::outcome(&finish.next, &result));
+            }
             self.record(&finish, handler, result);
         }
     }

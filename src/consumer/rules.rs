@@ -14,6 +14,8 @@ use crate::subscriptions::Subscription;
 /// How the consumer treats the claims of one subscription: its handler, its mode, its budget
 /// and backoff.
 pub(super) struct Rule {
+    /// The subscription's name (its handler's, for one the registry no longer holds).
+    pub name: String,
     pub handler: Arc<dyn Handler>,
     pub mode: DeliveryMode,
     pub max_attempts: u32,
@@ -46,6 +48,7 @@ impl Consumer {
             .into_iter()
             .map(|l| {
                 let rule = Rule {
+                    name: l.name.clone(),
                     handler: self.registry.for_subscription(l.kind, l.rules.mode),
                     mode: l.rules.mode,
                     max_attempts: l.rules.max_attempts,
@@ -83,8 +86,10 @@ impl Consumer {
             subscription,
             "a claim of a subscription the registry does not hold (removed): at-most-once"
         );
+        let handler = Arc::clone(self.registry.route(source, event_type));
         Arc::new(Rule {
-            handler: Arc::clone(self.registry.route(source, event_type)),
+            name: handler.name().to_string(),
+            handler,
             mode: DeliveryMode::AtMostOnce,
             max_attempts: self.max_attempts,
             backoff: self.backoff,

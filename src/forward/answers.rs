@@ -134,6 +134,7 @@ impl Forwarder {
             }
             let me = Arc::clone(&self);
             let committed = tokio::task::spawn_blocking(move || {
+                let started = std::time::SystemTime::now();
                 let now = now_ms();
                 let items: Vec<Finish> = batch
                     .iter()
@@ -143,7 +144,11 @@ impl Forwarder {
                     })
                     .collect();
                 let results = me.store.finish(&items, now)?;
-                for (item, result) in items.iter().zip(results) {
+                let at = (started, std::time::SystemTime::now());
+                for ((item, result), done) in items.iter().zip(results).zip(batch) {
+                    if let Some(trace) = done.trace {
+                        trace.acked(at, crate::telemetry::traces::outcome(&item.next, &result));
+                    }
                     me.record(item, result);
                 }
                 Ok::<_, crate::store::StoreError>(())

@@ -89,13 +89,13 @@ pub fn not_sent(error: String) -> Answer {
 }
 
 /// POST the event's body (`body`, taken from the claim) as it was received, signed with each
-/// of `secrets`, and read
-/// what the answer means. Errors never name the URL, which may hold credentials.
+/// of `secrets`, with the W3C `traceparent` given beside the event, and read what the answer
+/// means. Errors never name the URL, which may hold credentials.
 pub async fn forward(
     client: &reqwest::Client,
     target: &HttpTarget,
     secrets: &[Secret],
-    event: &Claimed,
+    (event, traceparent): (&Claimed, Option<&str>),
     body: Vec<u8>,
     now_ms: i64,
 ) -> Answer {
@@ -119,6 +119,9 @@ pub async fn forward(
         .body(body);
     for (name, value) in headers {
         request = request.header(name, value);
+    }
+    if let Some(traceparent) = traceparent {
+        request = request.header(crate::telemetry::traces::TRACEPARENT, traceparent);
     }
     let response = match request.send().await {
         Ok(r) => r,

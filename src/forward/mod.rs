@@ -17,7 +17,7 @@ pub mod call;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
@@ -47,6 +47,8 @@ pub struct ForwardOptions {
     pub idle_poll: Duration,
     /// Prefix of worker names (`host-pid`).
     pub name: String,
+    /// Spans of each claim, call and answer (`[telemetry]`).
+    pub traces: crate::telemetry::Traces,
 }
 
 /// The forwarder of one `http` subscription.
@@ -88,6 +90,8 @@ struct Done {
     event: Claimed,
     /// `None`: not started (the lease no longer covered the call).
     answer: Option<Answer>,
+    /// Its spans, when its trace is sampled.
+    trace: Option<crate::telemetry::traces::Delivery>,
 }
 
 impl Forwarder {
@@ -183,11 +187,13 @@ impl Forwarder {
             {
                 held.merge(p);
             }
+            let claim_started = SystemTime::now();
             let claimed = {
                 let me = Arc::clone(&self);
                 let limit = held.num_permits();
                 tokio::task::spawn_blocking(move || me.claim(limit)).await
             };
+            let claim_times = (claim_started, SystemTime::now());
             let (claims, gate) = match claimed {
                 Ok(Ok(c)) => {
                     errors = 0;
@@ -260,9 +266,14 @@ impl Forwarder {
                 let done = done.clone();
                 tokio::spawn(async move {
                     let mut event = event;
-                    let answer = me.call(&mut event).await;
+                    let trace = me.options.traces.deliver(&event, &me.sub.name, claim_times);
+                    let answer = me.call(&mut event, trace.as_ref()).await;
                     me.observe(&answer, probe).await;
-                    let _ = done.send(Done { event, answer });
+                    let _ = done.send(Done {
+                        event,
+                        answer,
+                        trace,
+                    });
                     drop(permit);
                 });
             }
@@ -283,8 +294,13 @@ impl Forwarder {
         )
     }
 
-    /// The call, started only while the lease covers all of it.
-    async fn call(&self, event: &mut Claimed) -> Option<Answer> {
+    /// The call, started only while the lease covers all of it, with the event's trace
+    /// context: the `webhook.call` span's when traced, else the one stored with the event.
+    async fn call(
+        &self,
+        event: &mut Claimed,
+        trace: Option<&crate::telemetry::traces::Delivery>,
+    ) -> Option<Answer> {
         let now = now_ms();
         let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
         if event.claimed_until - now < needed {
@@ -297,7 +313,20 @@ impl Forwarder {
         };
         let started = Instant::now();
         let body = std::mem::take(&mut event.payload);
-        let answer = call::forward(&self.client, &self.target, &secrets, event, body, now).await;
+        let step = trace.map(|t| t.step("webhook.call", opentelemetry::trace::SpanKind::Client));
+        let traceparent = match &step {
+            Some(step) => step.traceparent(),
+            None => event.traceparent.clone(),
+        };
+        let answer = call::forward(
+            &self.client,
+            &self.target,
+            &secrets,
+            (event, traceparent.as_deref()),
+            body,
+            now,
+        )
+        .await;
         self.metrics
             .observe_processing(started.elapsed().as_secs_f64());
         let result = match &answer {
@@ -307,6 +336,9 @@ impl Forwarder {
         };
         if let Some((_, counter)) = self.counters.iter().find(|(r, _)| *r == result) {
             counter.inc();
+        }
+        if let Some(step) = step {
+            step.end(result);
         }
         Some(answer)
     }

@@ -63,6 +63,8 @@ pub struct AppState {
     pub vault: Arc<crate::secrets::Vault>,
     /// Turns `true` when the service starts shutting down: long polls answer at once.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Spans of deliveries and pull claims (`[telemetry]`; off: none).
+    pub traces: crate::telemetry::Traces,
 }
 
 /// Run a store call on the blocking pool, keeping the request's span.

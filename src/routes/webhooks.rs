@@ -19,6 +19,10 @@ use crate::domain::time::{now_ms, now_secs};
 use crate::domain::{EventId, NameError};
 use crate::signature::{BodyField, Headers, NotAscii};
 use crate::store::{InsertOutcome, Lane, NewDelivery};
+use crate::telemetry::traces::Receive;
+
+/// W3C trace context: a provider's, continued by the event's spans (see `telemetry::traces`).
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
 struct ActixHeaders<'a>(&'a HeaderMap);
 
@@ -127,6 +131,32 @@ async fn answer(
     body: &mut Option<BodyFacts>,
 ) -> Result<HttpResponse, ApiError> {
     let started = Instant::now();
+    let trace = state
+        .traces
+        .receive(req.headers().get(&TRACEPARENT).map(|v| v.as_bytes()));
+    let answered = answer_traced(req, name, payload, state, body, &trace, started).await;
+    let (event, outcome, status) = match &answered {
+        Ok((_, event_id, event_type, outcome)) => (
+            Some((event_id.as_str(), event_type.as_str())),
+            *outcome,
+            200,
+        ),
+        Err(e) => (None, e.code(), e.status_code().as_u16()),
+    };
+    trace.end(name, event, outcome, status);
+    answered.map(|(answer, ..)| answer)
+}
+
+/// [`answer`] within the request's span: the answer, with the event's id, type and outcome.
+async fn answer_traced(
+    req: &HttpRequest,
+    name: &str,
+    payload: web::Payload,
+    state: &AppState,
+    body: &mut Option<BodyFacts>,
+    trace: &Receive,
+    started: Instant,
+) -> Result<(HttpResponse, String, String, &'static str), ApiError> {
     let source = state.settings.source(name).ok_or_else(|| {
         ApiError::UnknownSource(format!("no source named `{name}` is configured"))
     })?;
@@ -143,18 +173,18 @@ async fn answer(
             )));
         }
     }
-    let result = store_delivery(req, payload, state, source, body).await;
+    let result = store_delivery(req, payload, state, source, body, trace).await;
     let label = match &result {
-        Ok((_, InsertOutcome::Queued)) => "queued",
-        Ok((_, InsertOutcome::Duplicate)) => "duplicate",
-        Ok((_, InsertOutcome::Mismatch | InsertOutcome::MismatchRejected)) => "payload_mismatch",
+        Ok((.., InsertOutcome::Queued)) => "queued",
+        Ok((.., InsertOutcome::Duplicate)) => "duplicate",
+        Ok((.., InsertOutcome::Mismatch | InsertOutcome::MismatchRejected)) => "payload_mismatch",
         Err(_) => "rejected",
     };
     state.metrics.delivery(&source.name, label);
     state
         .metrics
         .observe_ingest(started.elapsed().as_secs_f64());
-    let (event_id, outcome) = result?;
+    let (event_id, event_type, outcome) = result?;
     let (status, queued, payload_mismatch) = match outcome {
         InsertOutcome::Queued => ("queued", true, false),
         InsertOutcome::Duplicate => ("duplicate", false, false),
@@ -165,12 +195,13 @@ async fn answer(
             )));
         }
     };
-    Ok(HttpResponse::Ok().json(Answer {
+    let answer = HttpResponse::Ok().json(Answer {
         event_id: &event_id,
         status,
         queued,
         payload_mismatch,
-    }))
+    });
+    Ok((answer, event_id, event_type, label))
 }
 
 /// The 200 answer of SPEC section 3 (a struct, not `json!`: this is the hot path).
@@ -189,18 +220,31 @@ async fn store_delivery(
     state: &AppState,
     source: &SourceSettings,
     refused: &mut Option<BodyFacts>,
-) -> Result<(String, InsertOutcome), ApiError> {
+    trace: &Receive,
+) -> Result<(String, String, InsertOutcome), ApiError> {
     let body = read_limited(req, payload, state.settings.body_limit_bytes).await?;
+    let verify = trace.step("webhook.verify");
     let delivery = match check(req, &body, source) {
-        Ok(checked) => checked.delivery(body, source),
+        Ok(checked) => {
+            verify.end("verified");
+            checked.delivery(body, source, trace.traceparent())
+        }
         Err(e) => {
+            verify.end(e.code());
             *refused = Some(BodyFacts::of(&body));
             return Err(e);
         }
     };
-    let event_id = delivery.event_id.clone();
-    let outcome = state.ingest.ingest(delivery).await?;
-    Ok((event_id, outcome))
+    let (event_id, event_type) = (delivery.event_id.clone(), delivery.event_type.clone());
+    let commit = trace.step("webhook.commit");
+    let outcome = state.ingest.ingest(delivery).await;
+    commit.end(match &outcome {
+        Ok(InsertOutcome::Queued) => "queued",
+        Ok(InsertOutcome::Duplicate) => "duplicate",
+        Ok(_) => "payload_mismatch",
+        Err(_) => "unavailable",
+    });
+    Ok((event_id, event_type, outcome?))
 }
 
 /// What a verified, well-formed delivery is: its id, type and content type.
@@ -211,7 +255,12 @@ struct Checked {
 }
 
 impl Checked {
-    fn delivery(self, body: BytesMut, source: &SourceSettings) -> NewDelivery {
+    fn delivery(
+        self,
+        body: BytesMut,
+        source: &SourceSettings,
+        traceparent: Option<String>,
+    ) -> NewDelivery {
         NewDelivery {
             source: source.name.clone(),
             event_id: self.event_id,
@@ -222,6 +271,7 @@ impl Checked {
             received_at: now_ms(),
             reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,
             lane: Lane::InProcess,
+            traceparent,
         }
     }
 }

@@ -100,6 +100,8 @@ pub struct Claimed {
     /// Claims used since the last fresh budget, this one included.
     pub budget_used: i64,
     pub claimed_until: i64,
+    /// The trace context stored with the event at ingest (see `NewDelivery::traceparent`).
+    pub traceparent: Option<String>,
 }
 
 /// A claim whose lease has run out, as the sweeper finds it.

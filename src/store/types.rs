@@ -30,6 +30,9 @@ pub struct NewDelivery {
     pub reject_mismatch: bool,
     /// Which consumers claim the event.
     pub lane: Lane,
+    /// The W3C `traceparent` its handling continues (see `telemetry::traces`); `None` when
+    /// tracing is off and the provider sent none.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -322,6 +322,7 @@ pub fn new_delivery(source: &str, id: &str, ty: &str, body: &str) -> NewDelivery
         received_at: webhook_inbox::domain::time::now_ms(),
         reject_mismatch: false,
         lane,
+        traceparent: None,
     }
 }
 

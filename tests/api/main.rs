@@ -96,3 +96,4 @@ mod senders;
 mod sessions;
 mod stores;
 mod subscriptions;
+mod traces;

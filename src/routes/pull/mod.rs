@@ -2,7 +2,7 @@
 //! subscription's own token (never the admin token).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt as _;
@@ -16,6 +16,7 @@ use crate::pull::{self, AckOutcome, Held, Puller};
 use crate::routes::openapi::ErrorBody;
 use crate::routes::{ApiError, AppState, blocking};
 use crate::store::{Finish, Finished};
+use crate::telemetry::Traces;
 
 /// The longest `error` an ack may carry.
 const MAX_ERROR_LEN: usize = 4_096;
@@ -119,9 +120,11 @@ pub async fn claim(
     }
     let worker = format!("{}-pull-{}", state.worker_name, puller.sub.name);
     let max = max as usize;
+    let claim_started = SystemTime::now();
     let claims = pull::claim_once(&state.store, puller.id, &worker, max, lease_ms).await?;
     if !claims.is_empty() || wait_ms == 0 {
-        return Ok(HttpResponse::Ok().json(render(&puller, claims)));
+        let claimed = (claim_started, SystemTime::now());
+        return Ok(HttpResponse::Ok().json(render(&puller, claims, &state.traces, claimed)));
     }
     // Nothing yet: wait, streaming whitespace until the answer (see `pull::wait_for_claims`).
     let wait = pull::Wait {
@@ -134,11 +137,14 @@ pub async fn claim(
         queued: Arc::clone(&state.queued),
         stopping: state.stopping.clone(),
     };
+    let traces = state.traces.clone();
     let body = pull::wait_for_claims(wait).map(move |step| {
         Ok::<_, std::convert::Infallible>(match step {
             pull::Waited::Heartbeat => web::Bytes::from_static(b" "),
             pull::Waited::Claims(claims) => {
-                let answer = render(&puller, claims);
+                // The claim that found them ended just now; its start is not kept.
+                let now = SystemTime::now();
+                let answer = render(&puller, claims, &traces, (now, now));
                 web::Bytes::from(serde_json::to_vec(&answer).unwrap_or_default())
             }
         })
@@ -148,13 +154,20 @@ pub async fn claim(
         .streaming(body))
 }
 
-/// The answer to a claim (and the count of what it claimed).
-fn render(puller: &Puller, claims: Vec<crate::store::Claimed>) -> Claims {
+/// The answer to a claim (and the count of what it claimed), each claim with its trace
+/// context (`claimed`: when the claim statement started and ended).
+fn render(
+    puller: &Puller,
+    claims: Vec<crate::store::Claimed>,
+    traces: &Traces,
+    claimed: (SystemTime, SystemTime),
+) -> Claims {
     puller.count("claimed", claims.len());
     let claims = claims
         .into_iter()
         .map(|c| {
             let shown = pull::body::encode(c.content_type.as_deref(), &c.payload);
+            let traceparent = traces.pull_claim(&c, &puller.sub.name, claimed);
             ClaimView {
                 token: puller.token(&c),
                 source: c.claim.source,
@@ -166,6 +179,7 @@ fn render(puller: &Puller, claims: Vec<crate::store::Claimed>) -> Claims {
                 content_type: c.content_type,
                 body: shown.body,
                 body_base64: shown.body_base64,
+                traceparent,
             }
         })
         .collect();

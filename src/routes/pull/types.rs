@@ -44,6 +44,12 @@ pub struct ClaimView {
     /// value (invalid, or with whitespace around it, which an embedded value would lose).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) body_base64: Option<String>,
+    /// The W3C trace context of this claim (`00-<trace id>-<span id>-<flags>`), in the trace
+    /// of the event's delivery: a client's spans of its handling belong under it. Absent when
+    /// the event has none (tracing off and no `traceparent` from the provider).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+    pub(super) traceparent: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

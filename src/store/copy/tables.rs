@@ -77,7 +77,7 @@ pub const TABLES: &[Table] = &[
     },
     Table {
         name: "event_payloads",
-        columns: &["seq", "payload", "content_type"],
+        columns: &["seq", "payload", "content_type", "traceparent"],
         key: 1,
         seeded: &[],
     },

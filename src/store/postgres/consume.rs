@@ -258,7 +258,7 @@ pub(super) fn claim(
 
 /// The columns of a claimed event that [`claimed`] reads (`l` the log, `p` the payloads).
 pub(super) const EVENT_COLUMNS: &str =
-    "l.source, l.event_id, l.event_type, p.payload, p.content_type, l.received_at";
+    "l.source, l.event_id, l.event_type, p.payload, p.content_type, l.received_at, p.traceparent";
 
 /// A claim as the worker gets it, from a row whose columns from `at` on are
 /// [`EVENT_COLUMNS`]. `claimed_until` is in the caller's clock, for the handler's "does the
@@ -286,6 +286,7 @@ fn claimed(
         content_type: r.try_get(at + 4)?,
         received_at: r.try_get(at + 5)?,
         claimed_until,
+        traceparent: r.try_get(at + 6)?,
     })
 }
 

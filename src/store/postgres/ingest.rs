@@ -30,9 +30,10 @@ static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH input AS (
             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
-                                 $6::bigint[], $7::bytea[], $8::text[], $9::bigint[])
+                                 $6::bigint[], $7::bytea[], $8::text[], $9::bigint[],
+                                 $10::text[])
                 AS t (source, event_id, event_type, sha, received_at, lane, payload,
-                      content_type, ord)
+                      content_type, ord, traceparent)
          ), ordered AS MATERIALIZED (
             -- Held from before the first `seq` is taken to the commit (see
             -- `fan_out::fan_out_limit`): every inserted row waits for it.
@@ -45,8 +46,8 @@ static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
             ON CONFLICT (source, event_id) DO NOTHING
             RETURNING seq, source, event_id
          ), bodies AS (
-            INSERT INTO event_payloads (seq, payload, content_type)
-            SELECT inserted.seq, input.payload, input.content_type
+            INSERT INTO event_payloads (seq, payload, content_type, traceparent)
+            SELECT inserted.seq, input.payload, input.content_type, input.traceparent
               FROM inserted JOIN input USING (source, event_id)
          )
          SELECT input.ord, inserted.seq,
@@ -131,6 +132,10 @@ fn insert_new(
         .map(|&i| batch[i].content_type.as_deref())
         .collect();
     let ords: Vec<i64> = first.iter().map(|&i| i as i64).collect();
+    let traceparents: Vec<Option<&str>> = first
+        .iter()
+        .map(|&i| batch[i].traceparent.as_deref())
+        .collect();
     query(
         &INSERT_SQL,
         &[
@@ -143,6 +148,7 @@ fn insert_new(
             &payloads,
             &content_types,
             &ords,
+            &traceparents,
         ],
     )
 }

@@ -67,7 +67,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "sessions",
         include_str!("../../../migrations/postgres/0011_sessions.sql"),
     ),
-    // 0012 is another branch's (traces).
+    (
+        12,
+        "traces",
+        include_str!("../../../migrations/postgres/0012_traces.sql"),
+    ),
     (
         13,
         "filters",

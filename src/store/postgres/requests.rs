@@ -143,6 +143,7 @@ pub(super) fn submit(
         received_at: now,
         reject_mismatch: false,
         lane: Lane::CallOut,
+        traceparent: None,
     };
     let outcome = ingest::insert_all(db, std::slice::from_ref(&delivery), routes)?;
     Ok(match outcome[0] {

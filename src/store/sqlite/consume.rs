@@ -69,6 +69,7 @@ pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
         received_at: 0,
         budget_used: r.get(2)?,
         claimed_until: r.get::<_, Option<i64>>(4)?.unwrap_or_default(),
+        traceparent: None,
     })
 }
 
@@ -176,8 +177,8 @@ pub(super) fn claim_for(
         }
     }
     let mut event = tx.prepare_cached(
-        "SELECT source, event_id, event_type, payload, content_type, received_at FROM event_log
-          WHERE seq = ?1",
+        "SELECT source, event_id, event_type, payload, content_type, received_at, traceparent
+           FROM event_log WHERE seq = ?1",
     )?;
     for c in &mut claims {
         (
@@ -187,6 +188,7 @@ pub(super) fn claim_for(
             c.payload,
             c.content_type,
             c.received_at,
+            c.traceparent,
         ) = event.query_row([c.claim.seq], |r| {
             Ok((
                 r.get(0)?,
@@ -195,6 +197,7 @@ pub(super) fn claim_for(
                 r.get(3)?,
                 r.get(4)?,
                 r.get(5)?,
+                r.get(6)?,
             ))
         })?;
     }

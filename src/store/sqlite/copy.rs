@@ -96,9 +96,13 @@ pub(super) fn forget(tx: &Transaction<'_>, table: &Table, key: i64) -> StoreResu
 }
 
 fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResult<u64> {
-    debug_assert_eq!(table.columns, ["seq", "payload", "content_type"]);
+    debug_assert_eq!(
+        table.columns,
+        ["seq", "payload", "content_type", "traceparent"]
+    );
     let mut body = tx.prepare_cached(
-        "UPDATE event_log SET payload = ?2, content_type = ?3 WHERE seq = ?1 AND payload IS NULL",
+        "UPDATE event_log SET payload = ?2, content_type = ?3, traceparent = ?4
+          WHERE seq = ?1 AND payload IS NULL",
     )?;
     let mut written = 0;
     for row in rows {

@@ -45,6 +45,7 @@ pub(super) fn insert_all(
             insert.raw_bind_parameter(p + 6, d.lane.as_i64())?;
             insert.raw_bind_parameter(p + 7, &d.payload[..])?;
             insert.raw_bind_parameter(p + 8, &d.content_type)?;
+            insert.raw_bind_parameter(p + 9, &d.traceparent)?;
         }
         let changed = insert.raw_execute()?;
         let numbered = &mut seqs[start..start + len];
@@ -120,7 +121,7 @@ pub(super) fn insert_all(
 /// Rows per statement: powers of two up to this, so that a batch of any size takes at most a
 /// few statements and the statement cache holds one of each size.
 const MOST_ROWS: usize = 64;
-const EVENT_COLUMNS: usize = 8;
+const EVENT_COLUMNS: usize = 9;
 
 /// `(start, len)` pieces of `0..n`, each `len` a power of two of at most [`MOST_ROWS`].
 fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -143,10 +144,11 @@ fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
 static EVENT_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
     statements(
         "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
-                                last_delivered_at, lane, payload, content_type) VALUES ",
+                                last_delivered_at, lane, payload, content_type, traceparent)
+         VALUES ",
         |p| {
             format!(
-                "(?{}, ?{}, ?{}, ?{}, ?{r}, ?{r}, ?{}, ?{}, ?{})",
+                "(?{}, ?{}, ?{}, ?{}, ?{r}, ?{r}, ?{}, ?{}, ?{}, ?{})",
                 p + 1,
                 p + 2,
                 p + 3,
@@ -154,6 +156,7 @@ static EVENT_INSERTS: LazyLock<Vec<String>> = LazyLock::new(|| {
                 p + 6,
                 p + 7,
                 p + 8,
+                p + 9,
                 r = p + 5
             )
         },

@@ -97,7 +97,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "sessions",
         include_str!("../../../migrations/sqlite/0018_sessions.sql"),
     ),
-    // 0019 is another branch's (traces).
+    (
+        19,
+        "traces",
+        include_str!("../../../migrations/sqlite/0019_traces.sql"),
+    ),
     (
         20,
         "filters",

@@ -133,7 +133,8 @@ fn purge(
     );
     let mut mark = tx.prepare_cached(&sql)?;
     let mut body = tx.prepare_cached(
-        "UPDATE event_log SET payload = NULL, content_type = NULL WHERE seq = ?1",
+        "UPDATE event_log SET payload = NULL, content_type = NULL, traceparent = NULL
+          WHERE seq = ?1",
     )?;
     let mut history = tx.prepare_cached("DELETE FROM event_attempts WHERE event_seq = ?1")?;
     // A submission's body is its request's documents (the event's own body only names the

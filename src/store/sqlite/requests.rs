@@ -149,6 +149,7 @@ pub(super) fn submit(
         received_at: now,
         reject_mismatch: false,
         lane: Lane::CallOut,
+        traceparent: None,
     };
     let outcome = ingest::insert_all(tx, std::slice::from_ref(&delivery), routes)?;
     Ok(match outcome[0] {

@@ -16,6 +16,7 @@ pub(super) fn delivery(id: &str) -> NewDelivery {
         received_at: 1,
         reject_mismatch: false,
         lane: Lane::InProcess,
+        traceparent: None,
     }
 }
 

@@ -5,6 +5,14 @@
 //! path): in the text format every field is written with its control characters escaped, so a
 //! value holding `\n2026-… ERROR …` cannot start a forged line of its own. The JSON format
 //! escapes them as JSON does.
+//!
+//! Traces ([`traces`]) are OpenTelemetry spans exported over OTLP/HTTP ([`export`]), made
+//! apart from the logs.
+
+pub mod export;
+pub mod traces;
+
+pub use traces::Traces;
 
 use std::fmt::{self, Write as _};
 use std::io::IsTerminal as _;
