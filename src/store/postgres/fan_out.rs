@@ -186,11 +186,14 @@ fn left_out(routes: &Routes) -> String {
     if arms.is_empty() {
         return String::new();
     }
+    // As many NULLs as the claims' columns after the first two: the three other claim
+    // columns and the event's (which grow: the trace context joined them).
+    let nulls = vec!["NULL"; 3 + super::consume::EVENT_COLUMNS.split(',').count()].join(", ");
     format!(
         "
          UNION ALL
          SELECT count(*) - (SELECT count(*) FROM fanned f WHERE f.sub = u.id), u.id,
-                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+                {nulls}
            FROM batch b CROSS JOIN subscriptions u
           WHERE u.removed_at IS NULL AND b.seq > u.start_after_seq
             AND (CASE u.id{arms} ELSE false END)
