@@ -174,18 +174,41 @@ fn origin_of(url: &str) -> Option<String> {
     origin.is_tuple().then(|| origin.ascii_serialization())
 }
 
-pub(super) fn with_registry(mut view: SubscriptionView, registered: &[Live]) -> SubscriptionView {
+pub(super) fn with_registry(view: SubscriptionView, registered: &[Live]) -> SubscriptionView {
     let Some(live) = registered.iter().find(|l| l.name == view.name) else {
         return view;
     };
-    if let Some(o) = &live.ordered {
-        view.ordered_by = Some(o.pointer.clone());
-        view.on_failure = Some(o.on_failure.as_str());
+    let ordered = live
+        .ordered
+        .as_ref()
+        .map(|o| (o.pointer.as_str(), o.on_failure));
+    let backoff = (live.rules.backoff_base_ms, live.rules.backoff_max_ms);
+    with_rules(
+        view,
+        ordered,
+        live.filter.as_ref(),
+        backoff,
+        live.settings.as_ref(),
+    )
+}
+
+/// The rules and kind settings a view adds to the store's counts, from the registry (or from
+/// what a create just wrote).
+fn with_rules(
+    mut view: SubscriptionView,
+    ordered: Option<(&str, crate::subscriptions::OnFailure)>,
+    filter: Option<&crate::subscriptions::filter::Filter>,
+    (backoff_base_ms, backoff_max_ms): (u64, u64),
+    http: Option<&crate::subscriptions::HttpSettings>,
+) -> SubscriptionView {
+    if let Some((pointer, on_failure)) = ordered {
+        view.ordered_by = Some(pointer.to_string());
+        view.on_failure = Some(on_failure.as_str());
     }
-    view.filter = live.filter.as_ref().map(|f| f.to_json());
-    view.backoff_base_ms = Some(live.rules.backoff_base_ms);
-    view.backoff_max_ms = Some(live.rules.backoff_max_ms);
-    if let Some(http) = &live.settings {
+    view.filter = filter.map(|f| f.to_json());
+    view.backoff_base_ms = Some(backoff_base_ms);
+    view.backoff_max_ms = Some(backoff_max_ms);
+    if let Some(http) = http {
         view.url_origin = origin_of(&http.url);
         view.timeout_ms = Some(http.timeout_ms);
         view.concurrency = Some(http.concurrency);
@@ -241,22 +264,22 @@ pub(super) fn written_view(
         mode: sub.mode,
         max_attempts: sub.max_attempts,
     };
-    let mut view = view(&info, now);
-    if let Some(o) = &sub.ordering {
-        view.ordered_by = Some(o.pointer.clone());
-        view.on_failure = Some(o.on_failure.as_str());
-    }
-    view.filter = sub.filter.as_ref().map(|f| f.to_json());
-    view.backoff_base_ms = Some(sub.backoff_base_ms);
-    view.backoff_max_ms = Some(sub.backoff_max_ms);
-    if let Some(http) = &sub.http {
-        view.url_origin = origin_of(&http.url);
-        view.timeout_ms = Some(http.timeout_ms);
-        view.concurrency = Some(http.concurrency);
-        view.rate_per_second = Some(http.rate_per_second);
-        view.ca_file = http.ca_file.clone();
-    }
-    view
+    let ordered = sub
+        .ordering
+        .as_ref()
+        .map(|o| (o.pointer.as_str(), o.on_failure));
+    let backoff = (sub.backoff_base_ms, sub.backoff_max_ms);
+    let http = sub
+        .http
+        .as_ref()
+        .map(crate::subscriptions::HttpSettings::of);
+    with_rules(
+        view(&info, now),
+        ordered,
+        sub.filter.as_ref(),
+        backoff,
+        http.as_ref(),
+    )
 }
 
 pub(super) fn not_found(name: &str) -> ApiError {
