@@ -50,6 +50,8 @@ mod listen;
 mod listen_faults;
 mod log_lines;
 mod loyalty;
+mod nats;
+mod nats_process;
 mod nodes;
 mod ops;
 mod ordering;
