@@ -126,7 +126,7 @@ async def run(args):
                 await msg.term()
             else:
                 await msg.ack()  # committed: now say so; a lost ack is a duplicate next time
-    await nc.drain()
+    await nc.close()
     db.close()
 
 

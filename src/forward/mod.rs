@@ -55,7 +55,7 @@ pub struct ForwardOptions {
 /// How a forwarder delivers an event.
 enum Via {
     Http(reqwest::Client),
-    Nats(nats::Publisher),
+    Nats(Box<nats::Publisher>),
 }
 
 /// The forwarder of one `http` or `nats` subscription.
@@ -118,7 +118,9 @@ impl Forwarder {
             .clone()
             .ok_or_else(|| anyhow::anyhow!("subscription `{}` has no target", sub.name))?;
         let via = match sub.kind {
-            crate::subscriptions::Kind::Nats => Via::Nats(nats::Publisher::new(target.clone())),
+            crate::subscriptions::Kind::Nats => {
+                Via::Nats(Box::new(nats::Publisher::new(target.clone())))
+            }
             _ => Via::Http(call::client(&target)?),
         };
         let counters = RESULTS

@@ -51,6 +51,7 @@ mod listen_faults;
 mod log_lines;
 mod loyalty;
 mod nats;
+mod nats_consumer;
 mod nats_process;
 mod nodes;
 mod ops;
