@@ -227,3 +227,66 @@ fn nats_sigkill_mid_publish_loses_nothing_and_the_stream_holds_each_event_once()
         );
     }
 }
+
+const NODES: usize = 2;
+
+/// Two nodes on PostgreSQL publish one `nats` subscription together, beside an in-process
+/// one: the workers leave `bus`'s events to the forwarders, and the stream holds each once.
+#[test]
+fn nats_nodes_on_postgresql_publish_each_event_once() {
+    let Some(url) = broker() else { return };
+    if !crate::pgdb::available() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (name, prefix) = (unique("S"), unique("p"));
+    let js = rt.block_on(jetstream_of(&url));
+    rt.block_on(make_stream(&js, &name, &prefix));
+    let db = crate::pgdb::PgDatabase::create();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[consumers]\nworkers = 1\n{}\n[[subscriptions]]\nname = \"points\"\n\
+         kind = \"loyalty-credit\"\ntypes = [\"order.completed\"]\n",
+        bus_table(&url, &prefix, "concurrency = 8")
+    );
+    let nodes: Vec<ServerProcess> = (0..NODES)
+        .map(|i| {
+            let port = free_port();
+            let config =
+                crate::nodes::node_config(dir.path(), &format!("n{i}"), port, &db.url, &extra);
+            ServerProcess::start(dir.path(), &config, port, &format!("n{i}.log"))
+        })
+        .collect();
+    let settings = crate::nodes::signing_settings();
+    let client = reqwest::blocking::Client::new();
+    for i in 0..EVENTS {
+        let (status, answer) = send(
+            &client,
+            &nodes[i % NODES].base,
+            &settings,
+            &format!("k-{i}"),
+        );
+        assert_eq!(status, 200, "{answer}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let view: serde_json::Value = client
+            .get(format!("{}/subscriptions/bus", nodes[0].base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if view["counts"]["completed"] == EVENTS as i64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not published: {view}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let messages = rt.block_on(stored(&js, &name));
+    assert_eq!(messages.len(), EVENTS);
+    assert_eq!(distinct_ids(&messages).len(), EVENTS);
+}
