@@ -32,9 +32,15 @@ struct PrivateBroker {
 
 impl PrivateBroker {
     fn start(dir: &Path) -> PrivateBroker {
+        PrivateBroker::start_with(dir, "")
+    }
+
+    /// A broker started with server `options` (`WITH_NATS_OPTIONS`).
+    fn start_with(dir: &Path, options: &str) -> PrivateBroker {
         let handoff = dir.join("broker");
         let log = dir.join("with-nats.log");
         let script = Command::new("bash")
+            .env("WITH_NATS_OPTIONS", options)
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/with-nats"))
             .args(["sh", "-c"])
             // Bounded too: the broker goes away after ten minutes whatever happens.
@@ -118,6 +124,72 @@ async fn nats_a_broker_stopped_and_started_mid_run_gets_every_event_once() {
     let messages = stored(&jetstream_of(&private.url).await, &name).await;
     assert_eq!(distinct_ids(&messages).len(), 20);
     app.stop().await;
+}
+
+/// The URL's credentials reach the broker: a user and password, or a token as the user; wrong
+/// ones are a failed attempt naming the connect, retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_credentials_come_from_the_url() {
+    if broker().is_none() {
+        return;
+    }
+    for (options, good, bad) in [
+        (
+            "--user inbox --pass s3cret",
+            "inbox:s3cret@",
+            "inbox:wrong@",
+        ),
+        (
+            "--auth t0ken-of-the-broker",
+            "t0ken-of-the-broker@",
+            "other@",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let private =
+            tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), options));
+        let with = |creds: &str| {
+            private
+                .url
+                .replacen("nats://", &format!("nats://{creds}"), 1)
+        };
+        let (name, prefix) = (unique("S"), unique("p"));
+        // The test's own client takes them as options: async-nats ignores a URL's.
+        let creds = good.trim_end_matches('@');
+        let options = match creds.split_once(':') {
+            Some((user, pass)) => {
+                async_nats::ConnectOptions::with_user_and_password(user.into(), pass.into())
+            }
+            None => async_nats::ConnectOptions::with_token(creds.into()),
+        };
+        let js = async_nats::jetstream::new(options.connect(private.url.as_str()).await.unwrap());
+        make_stream(&js, &name, &prefix).await;
+        let app = app_with_bus(&with(bad), &prefix, "").await;
+        send_orders(&app, "c", 1).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let event = app.event("shop", "c-0").await.to_string();
+            if event.contains("could not connect to the broker") {
+                assert!(
+                    !event.contains("wrong") && !event.contains("other@"),
+                    "{event}"
+                );
+                break;
+            }
+            assert!(Instant::now() < deadline, "no failed connect: {event}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let changed = crate::registry_routes::patch(
+            &app,
+            "bus",
+            &serde_json::json!({ "url": with(good) }).to_string(),
+        )
+        .await;
+        assert_eq!(changed.status, 200, "{}", changed.body);
+        until_published(&app, 1, Duration::from_secs(30)).await;
+        assert_eq!(stored(&js, &name).await.len(), 1);
+        app.stop().await;
+    }
 }
 
 const EVENTS: usize = 300;
