@@ -53,6 +53,7 @@ mod loyalty;
 mod nats;
 mod nats_consumer;
 mod nats_process;
+mod nats_tls;
 mod nodes;
 mod ops;
 mod ordering;

@@ -23,9 +23,9 @@ use crate::process::{ServerProcess, exit_within, free_port, write_config};
 /// A throwaway broker for one test: `scripts/with-nats` around a command that writes its URL
 /// and control script into a file and then waits. Dropping it sends SIGTERM to the script,
 /// which stops its command and the broker.
-struct PrivateBroker {
+pub(crate) struct PrivateBroker {
     script: Option<Child>,
-    url: String,
+    pub(crate) url: String,
     ctl: PathBuf,
     log: PathBuf,
 }
@@ -36,7 +36,7 @@ impl PrivateBroker {
     }
 
     /// A broker started with server `options` (`WITH_NATS_OPTIONS`).
-    fn start_with(dir: &Path, options: &str) -> PrivateBroker {
+    pub(crate) fn start_with(dir: &Path, options: &str) -> PrivateBroker {
         let handoff = dir.join("broker");
         let log = dir.join("with-nats.log");
         let script = Command::new("bash")
