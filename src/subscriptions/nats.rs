@@ -14,6 +14,22 @@ fn invalid(field: &str, message: impl Into<String>) -> FieldError {
     }
 }
 
+/// A `nats` subscription's `url`, `subject` and `stream`, checked: its subject and stream.
+pub fn destination(
+    url: &str,
+    subject: Option<&str>,
+    stream: Option<&str>,
+) -> Result<(Option<String>, Option<String>), FieldError> {
+    check_url(url)?;
+    let subject =
+        subject.ok_or_else(|| invalid("subject", "a `nats` subscription needs the subject"))?;
+    check_subject(subject)?;
+    if let Some(stream) = stream {
+        check_stream(stream)?;
+    }
+    Ok((Some(subject.to_string()), stream.map(str::to_string)))
+}
+
 /// `nats://` or `tls://`, with a host; credentials (`user:password@`, or a token as the user)
 /// may be in it. Never echoed: it may hold them.
 pub fn check_url(url: &str) -> Result<(), FieldError> {

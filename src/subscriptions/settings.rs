@@ -356,31 +356,19 @@ fn http_target(
         Kind::Nats => invalid("url", "a `nats` subscription needs the broker's URL"),
         _ => invalid("url", "an `http` subscription needs the URL to call"),
     })?;
-    let (subject, stream) = if s.kind == Kind::Nats {
-        super::nats::check_url(url)?;
-        let subject = s
-            .subject
-            .as_deref()
-            .ok_or_else(|| invalid("subject", "a `nats` subscription needs the subject"))?;
-        super::nats::check_subject(subject)?;
-        if let Some(stream) = &s.stream {
-            super::nats::check_stream(stream)?;
-        }
-        (Some(subject.to_string()), s.stream.clone())
-    } else {
-        (None, None)
+    let (subject, stream) = match s.kind {
+        Kind::Nats => super::nats::destination(url, s.subject.as_deref(), s.stream.as_deref())?,
+        // The URL is never echoed: it may hold credentials.
+        _ => match reqwest::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => (None, None),
+            _ => {
+                return Err(invalid(
+                    "url",
+                    "must be an absolute http:// or https:// URL with a host",
+                ));
+            }
+        },
     };
-    // The URL is never echoed: it may hold credentials.
-    match reqwest::Url::parse(url) {
-        _ if s.kind == Kind::Nats => {}
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-        _ => {
-            return Err(invalid(
-                "url",
-                "must be an absolute http:// or https:// URL with a host",
-            ));
-        }
-    }
     let signing_secrets = match &s.signing_secret {
         None => Vec::new(),
         Some(secrets) => {
