@@ -323,3 +323,42 @@ async fn nats_bad_settings_are_refused_in_the_api_naming_the_key() {
     assert_names(&patched, "subject");
     app.stop().await;
 }
+
+/// The CLI's `--subject` and `--stream` become the fields (no broker needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_the_cli_creates_a_nats_subscription() {
+    let app = spawn_app().await;
+    let made = crate::cli::cli(
+        &app,
+        &[
+            "subscriptions",
+            "create",
+            "bus",
+            "--kind",
+            "nats",
+            "--endpoint-url",
+            "nats://127.0.0.1:4222",
+            "--subject",
+            "hooks.{type}",
+            "--stream",
+            "HOOKS",
+        ],
+    )
+    .await;
+    assert!(made.status.success(), "{made:?}");
+    let shown = app.get("/subscriptions/bus").await.body;
+    assert_eq!(shown["kind"], "nats");
+    assert_eq!(shown["subject"], "hooks.{type}");
+    assert_eq!(shown["stream"], "HOOKS");
+    let refused = crate::cli::cli(
+        &app,
+        &["subscriptions", "update", "bus", "--subject", "a.*"],
+    )
+    .await;
+    assert!(!refused.status.success());
+    assert!(
+        crate::cli::stderr(&refused).contains("subject"),
+        "{refused:?}"
+    );
+    app.stop().await;
+}
