@@ -362,3 +362,37 @@ async fn nats_the_cli_creates_a_nats_subscription() {
     );
     app.stop().await;
 }
+
+/// `ordered_by`: the events of one key reach the stream in the order they were stored, also
+/// when the first attempts failed (no stream yet) and the backlog then flows at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ordered_by_keeps_each_keys_order_in_the_stream() {
+    let Some(url) = broker() else { return };
+    let (name, prefix) = (unique("S"), unique("p"));
+    let extra = "ordered_by = \"/data/customer_id\"\nconcurrency = 16";
+    let app = app_with_bus(&url, &prefix, extra).await;
+    for i in 0..30 {
+        let body = order_body(&format!("o-{i}"), &format!("c{}", i % 3), 1);
+        assert_eq!(
+            app.deliver("shop", &format!("k-{i:02}"), &body).await.body["status"],
+            "queued"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let js = jetstream_of(&url).await;
+    make_stream(&js, &name, &prefix).await;
+    until_published(&app, 30, Duration::from_secs(30)).await;
+    let messages = stored(&js, &name).await;
+    assert_eq!(distinct_ids(&messages).len(), 30);
+    for customer in ["c0", "c1", "c2"] {
+        let ids: Vec<String> = messages
+            .iter()
+            .filter(|m| String::from_utf8_lossy(&m.payload).contains(&format!("\"{customer}\"")))
+            .map(|m| header(m, "webhook-inbox-event-id"))
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted, "{customer}'s events out of order");
+    }
+    app.stop().await;
+}
