@@ -184,7 +184,7 @@ impl Served {
     ) {
         let wanted: HashMap<&str, (i64, &Subscription)> = subs
             .iter()
-            .filter(|(_, sub)| self.forwarding && sub.kind == Kind::Http)
+            .filter(|(_, sub)| self.forwarding && sub.kind.is_call_out())
             .map(|(id, sub)| (sub.name.as_str(), (*id, sub)))
             .collect();
         let changed: Vec<String> = running

@@ -66,7 +66,7 @@ enum Command {
     /// The user's consumers: list, pause, resume, backfill, recover, create, update, delete,
     /// through the HTTP API.
     #[command(subcommand)]
-    Subscriptions(subscriptions::SubscriptionsCommand),
+    Subscriptions(Box<subscriptions::SubscriptionsCommand>),
     /// Forward a pull subscription's events to a local URL, signed, without opening a port
     /// (a developer's laptop).
     Listen(listen::ListenArgs),
@@ -157,7 +157,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sign(args) => sign::run(cli.config.as_deref(), args),
         Command::Events(command) => events::run(&api, command),
         Command::Rejections(command) => rejections::run(&api, command),
-        Command::Subscriptions(command) => subscriptions::run(&api, command),
+        Command::Subscriptions(command) => subscriptions::run(&api, *command),
         Command::Listen(args) => listen::run(cli.config.as_deref(), args),
         Command::Replay(args) => replay::run(cli.config.as_deref(), args),
         Command::Loadgen(args) => loadgen::run(args),

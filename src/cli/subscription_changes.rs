@@ -20,9 +20,16 @@ pub struct FieldArgs {
     /// A glob on the event type it takes (repeat for several); default: every type.
     #[arg(long = "type", value_name = "GLOB")]
     types: Vec<String>,
-    /// `http`: the endpoint to call (the field `url`; `--url` is the server's).
+    /// `http`: the endpoint to call; `nats`: the broker (the field `url`; `--url` is the
+    /// server's).
     #[arg(long, value_name = "URL")]
     endpoint_url: Option<String>,
+    /// `nats`: the subject template (`{source}`, `{type}`).
+    #[arg(long)]
+    subject: Option<String>,
+    /// `nats`: the JetStream stream checked before the first publish.
+    #[arg(long)]
+    stream: Option<String>,
     /// `http`: a `whsec_` secret (default: one is generated and printed once).
     #[arg(long)]
     signing_secret: Option<String>,
@@ -66,7 +73,7 @@ pub struct FieldArgs {
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     name: String,
-    /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`.
+    /// `http`, `nats`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     #[arg(long)]
     kind: String,
     /// Boxed: the flags of every field would make this the largest command by far.
@@ -110,6 +117,8 @@ impl FieldArgs {
         }
         let texts = [
             ("url", &self.endpoint_url),
+            ("subject", &self.subject),
+            ("stream", &self.stream),
             ("signing_secret", &self.signing_secret),
             ("ca_file", &self.ca_file),
             ("mode", &self.mode),

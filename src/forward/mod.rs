@@ -1,5 +1,7 @@
 //! Subscriptions of kind `http` (SPEC section 13): each matching event is POSTed to the user's
-//! endpoint, signed as a Standard Webhooks sender signs, until a 2xx.
+//! endpoint, signed as a Standard Webhooks sender signs, until a 2xx. Kind `nats` is the same
+//! forwarder with a publish to a JetStream subject instead of the POST ([`Via`]): claims,
+//! breaker, retries, pause, ordering and commits are shared.
 //!
 //! One forwarder per subscription and node. It claims due events of its subscription in
 //! batches (one statement; the claim also fans new events out), starts each call as a task,
@@ -14,6 +16,7 @@
 //! whose success closes it (see `Store::claim_subscription`).
 
 pub mod call;
+mod nats;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -51,7 +54,13 @@ pub struct ForwardOptions {
     pub traces: crate::telemetry::Traces,
 }
 
-/// The forwarder of one `http` subscription.
+/// How a forwarder delivers an event.
+enum Via {
+    Http(reqwest::Client),
+    Nats(Box<nats::Publisher>),
+}
+
+/// The forwarder of one `http` or `nats` subscription.
 pub struct Forwarder {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
@@ -60,7 +69,7 @@ pub struct Forwarder {
     target: HttpTarget,
     /// The secrets it signs with, from the store (a rotation is seen without a restart).
     secrets: crate::secrets::Live,
-    client: reqwest::Client,
+    via: Via,
     backoff: Backoff,
     options: ForwardOptions,
     worker: String,
@@ -74,8 +83,11 @@ pub struct Forwarder {
 }
 
 /// The results of `webhook_inbox_forwards_total`.
-const RESULTS: [&str; 8] = [
+const RESULTS: [&str; 10] = [
     "2xx",
+    // A `nats` publish acked, or refused by the broker (no stream takes its subject).
+    "acked",
+    "refused",
     "3xx",
     "4xx",
     "5xx",
@@ -95,7 +107,8 @@ struct Done {
 }
 
 impl Forwarder {
-    /// The forwarder of `sub` (of kind `http`), signing with the secrets `secrets` reads.
+    /// The forwarder of `sub` (of kind `http` or `nats`), signing an `http` one's calls with
+    /// the secrets `secrets` reads.
     pub fn new(
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
@@ -107,8 +120,13 @@ impl Forwarder {
         let target = sub
             .http
             .clone()
-            .ok_or_else(|| anyhow::anyhow!("subscription `{}` is not of kind http", sub.name))?;
-        let client = call::client(&target)?;
+            .ok_or_else(|| anyhow::anyhow!("subscription `{}` has no target", sub.name))?;
+        let via = match sub.kind {
+            crate::subscriptions::Kind::Nats => {
+                Via::Nats(Box::new(nats::Publisher::new(target.clone())))
+            }
+            _ => Via::Http(call::client(&target)?),
+        };
         let counters = RESULTS
             .iter()
             .map(|r| (*r, metrics.forward_counter(&sub.name, r)))
@@ -123,7 +141,7 @@ impl Forwarder {
             sub,
             target,
             secrets,
-            client,
+            via,
             options,
             failures: AtomicU32::new(0),
             applied: None,
@@ -306,10 +324,14 @@ impl Forwarder {
         if event.claimed_until - now < needed {
             return None;
         }
-        let secrets = match self.secrets.signing().await {
-            Ok(secrets) if !secrets.is_empty() => secrets,
-            Ok(_) => return Some(call::not_sent("no signing secret in the store".into())),
-            Err(e) => return Some(call::not_sent(format!("cannot sign: {e:#}"))),
+        // A `nats` subscription signs nothing: its broker's own credentials authenticate it.
+        let secrets = match &self.via {
+            Via::Http(_) => match self.secrets.signing().await {
+                Ok(secrets) if !secrets.is_empty() => secrets,
+                Ok(_) => return Some(call::not_sent("no signing secret in the store".into())),
+                Err(e) => return Some(call::not_sent(format!("cannot sign: {e:#}"))),
+            },
+            Via::Nats(_) => Vec::new(),
         };
         let started = Instant::now();
         let body = std::mem::take(&mut event.payload);
@@ -318,18 +340,21 @@ impl Forwarder {
             Some(step) => step.traceparent(),
             None => event.traceparent.clone(),
         };
-        let answer = call::forward(
-            &self.client,
-            &self.target,
-            &secrets,
-            (event, traceparent.as_deref()),
-            body,
-            now,
-        )
-        .await;
+        let answer = match &self.via {
+            Via::Http(client) => {
+                let given = (&*event, traceparent.as_deref());
+                call::forward(client, &self.target, &secrets, given, body, now).await
+            }
+            Via::Nats(publisher) => {
+                publisher
+                    .publish((event, traceparent.as_deref()), body)
+                    .await
+            }
+        };
         self.metrics
             .observe_processing(started.elapsed().as_secs_f64());
         let result = match &answer {
+            Answer::Delivered(_) if matches!(self.via, Via::Nats(_)) => "acked",
             Answer::Delivered(_) => "2xx",
             Answer::Gone => "410",
             Answer::Failed { result, .. } => result,

@@ -14,7 +14,7 @@ use crate::store::routes::Live;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionView {
     name: String,
-    /// `http`, `pull`, `loyalty-credit`, `audit`, `downstream`.
+    /// `http`, `nats`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     kind: String,
     route: RouteView,
     /// `active`, `paused` (claims nothing; its events wait), `probing` (an `http`
@@ -44,11 +44,16 @@ pub struct SubscriptionView {
     backoff_base_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     backoff_max_ms: Option<u64>,
-    /// `http` only: where it calls, as scheme, host and port alone (`https://hooks.example`).
+    /// `http` and `nats` only: where it calls or publishes, as scheme, host and port alone (`https://hooks.example`).
     /// The whole URL is never shown: its user info, path or query may be a credential (a
     /// Slack or Discord webhook URL is one). A `PATCH` of `url` replaces it whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     url_origin: Option<String>,
+    /// `nats` only: the subject template and the stream checked before the first publish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<String>,
     /// `http` only: the settings of its calls (SPEC section 13's names).
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
@@ -151,6 +156,8 @@ pub(super) fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         backoff_base_ms: None,
         backoff_max_ms: None,
         url_origin: None,
+        subject: None,
+        stream: None,
         timeout_ms: None,
         concurrency: None,
         rate_per_second: None,
@@ -170,8 +177,17 @@ pub(super) async fn registered(state: &AppState) -> Result<Vec<Live>, ApiError> 
 
 /// `https://host:port` of a URL: never its user info, path or query.
 fn origin_of(url: &str) -> Option<String> {
-    let origin = reqwest::Url::parse(url).ok()?.origin();
-    origin.is_tuple().then(|| origin.ascii_serialization())
+    let url = reqwest::Url::parse(url).ok()?;
+    let origin = url.origin();
+    if origin.is_tuple() {
+        return Some(origin.ascii_serialization());
+    }
+    // A broker's `nats://` or `tls://` URL has no web origin: its scheme, host and port.
+    let host = url.host_str().filter(|h| !h.is_empty())?;
+    Some(match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    })
 }
 
 pub(super) fn with_registry(view: SubscriptionView, registered: &[Live]) -> SubscriptionView {
@@ -210,6 +226,8 @@ fn with_rules(
     view.backoff_max_ms = Some(backoff_max_ms);
     if let Some(http) = http {
         view.url_origin = origin_of(&http.url);
+        view.subject = http.subject.clone();
+        view.stream = http.stream.clone();
         view.timeout_ms = Some(http.timeout_ms);
         view.concurrency = Some(http.concurrency);
         view.rate_per_second = Some(http.rate_per_second);

@@ -21,7 +21,8 @@ pub fn prepare(
     let mut claims_keys = HashMap::new();
     for sub in subs.iter_mut() {
         let name = sub.name.clone();
-        if let Some(target) = sub.http.as_mut() {
+        // A `nats` subscription publishes unsigned: the broker's credentials authenticate it.
+        if let Some(target) = sub.http.as_mut().filter(|_| sub.kind == Kind::Http) {
             if target.signing_secrets.is_empty() {
                 let (secret, path) = crate::config::subscription_secret(settings, &name, |c| {
                     let kept = vault.kept_form(&name, Purpose::Signing, c);

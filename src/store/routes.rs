@@ -56,9 +56,7 @@ impl Live {
             backoff_base_ms: self.rules.backoff_base_ms,
             backoff_max_ms: self.rules.backoff_max_ms,
             http: match self.kind {
-                crate::subscriptions::Kind::Http => {
-                    self.settings.as_ref().map(|s| s.target(secrets))
-                }
+                kind if kind.is_call_out() => self.settings.as_ref().map(|s| s.target(secrets)),
                 _ => None,
             },
             token: token.map(crate::signature::Secret::new),

@@ -20,6 +20,11 @@ pub struct HttpSettings {
     pub concurrency: usize,
     pub rate_per_second: u32,
     pub ca_file: Option<String>,
+    /// `nats` only; absent from the column of an `http` one (and of rows written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
 }
 
 impl HttpSettings {
@@ -30,6 +35,8 @@ impl HttpSettings {
             concurrency: target.concurrency,
             rate_per_second: target.rate_per_second,
             ca_file: target.ca_file.clone(),
+            subject: target.subject.clone(),
+            stream: target.stream.clone(),
         }
     }
 
@@ -50,6 +57,8 @@ impl HttpSettings {
     pub fn target(&self, secrets: Vec<crate::signature::Secret>) -> HttpTarget {
         HttpTarget {
             url: self.url.clone(),
+            subject: self.subject.clone(),
+            stream: self.stream.clone(),
             signing_secrets: secrets,
             timeout_ms: self.timeout_ms,
             ca_file: self.ca_file.clone(),
@@ -69,6 +78,8 @@ fn settings_of(sub: &Subscription) -> SubscriptionSettings {
         sources: sub.route.sources.clone(),
         types: sub.route.types.clone(),
         url: http.map(|t| t.url.clone()),
+        subject: http.and_then(|t| t.subject.clone()),
+        stream: http.and_then(|t| t.stream.clone()),
         signing_secret: None,
         timeout_ms: http.map(|t| t.timeout_ms),
         ca_file: http.and_then(|t| t.ca_file.clone()),
@@ -136,7 +147,7 @@ pub fn patched(
     let mut merged: SubscriptionSettings =
         serde_path_to_error::deserialize(fields).map_err(body_error)?;
     let ca_file = match merged.kind {
-        Kind::Http => merged.ca_file.take(),
+        Kind::Http | Kind::Nats => merged.ca_file.take(),
         _ => None,
     };
     let mut sub = validate(&merged, consumers, downstream_mode)?;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 mod changes;
 pub mod filter;
+pub mod nats;
 mod settings;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
@@ -30,6 +31,7 @@ pub enum Kind {
     LoyaltyCredit,
     Audit,
     Downstream,
+    Nats,
 }
 
 impl Kind {
@@ -40,6 +42,7 @@ impl Kind {
             Kind::LoyaltyCredit => "loyalty-credit",
             Kind::Audit => "audit",
             Kind::Downstream => "downstream",
+            Kind::Nats => "nats",
         }
     }
 
@@ -50,6 +53,7 @@ impl Kind {
             Kind::LoyaltyCredit,
             Kind::Audit,
             Kind::Downstream,
+            Kind::Nats,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -60,8 +64,14 @@ impl Kind {
     pub fn lane(self) -> i64 {
         match self {
             Kind::LoyaltyCredit | Kind::Audit => 0,
-            Kind::Downstream | Kind::Http | Kind::Pull => 1,
+            Kind::Downstream | Kind::Http | Kind::Nats | Kind::Pull => 1,
         }
+    }
+
+    /// Whether a forwarder of this node delivers it (SPEC section 13's call-out kinds: a POST
+    /// to an endpoint, a publish to a NATS JetStream subject), with [`HttpTarget`]'s settings.
+    pub fn is_call_out(self) -> bool {
+        matches!(self, Kind::Http | Kind::Nats)
     }
 
     /// Whether events stored but not fanned out yet are this subscription's backlog: every
@@ -145,7 +155,8 @@ pub struct Subscription {
     pub max_attempts: u32,
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
-    /// Where a subscription of kind `http` forwards its events; `None` for every other kind.
+    /// Where a subscription of kind `http` or `nats` delivers its events; `None` for every
+    /// other kind.
     pub http: Option<HttpTarget>,
     /// The bearer token of a `pull` subscription's routes; `None` for every other kind, and
     /// until the service fills a generated one in from `data/` ([`token_file`]).
@@ -231,11 +242,17 @@ pub fn token_file(data_dir: &std::path::Path, name: &str) -> std::path::PathBuf 
     data_dir.join(format!("subscription-{name}-token"))
 }
 
-/// The endpoint of an `http` subscription and how it is called (SPEC section 13).
+/// The endpoint of an `http` subscription and how it is called (SPEC section 13); for a `nats`
+/// one, the broker's URL and the subject it publishes to: both kinds share the forwarder's
+/// timeout, concurrency, rate and CA, so they share these settings rather than copy them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpTarget {
     /// Never logged or shown: it may hold credentials.
     pub url: String,
+    /// `nats` only: the subject template (`{source}`, `{type}`), checked.
+    pub subject: Option<String>,
+    /// `nats` only: the JetStream stream that must exist before anything is published.
+    pub stream: Option<String>,
     /// The Standard Webhooks secrets it signs with, each `whsec_` and base64: every one signs
     /// each call (a receiver that knows any of them verifies it), which is how a rotation runs.
     /// Empty until the service fills it from `data/` ([`HttpTarget::secret_file`]).

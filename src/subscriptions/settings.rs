@@ -19,6 +19,9 @@ pub struct SubscriptionSettings {
     pub sources: Option<Vec<String>>,
     pub types: Option<Vec<String>>,
     pub url: Option<String>,
+    /// `nats` only.
+    pub subject: Option<String>,
+    pub stream: Option<String>,
     pub signing_secret: Option<OneOrMany>,
     pub timeout_ms: Option<u64>,
     pub ca_file: Option<String>,
@@ -176,19 +179,25 @@ fn one(
     };
     for (field, set) in [
         ("url", s.url.is_some()),
-        ("signing_secret", s.signing_secret.is_some()),
         ("timeout_ms", s.timeout_ms.is_some()),
         ("ca_file", s.ca_file.is_some()),
         ("rate_per_second", s.rate_per_second.is_some()),
+        ("concurrency", s.concurrency.is_some()),
     ] {
-        only(field, set && s.kind != Kind::Http, "http")?;
+        only(field, set && !s.kind.is_call_out(), "http` or `nats")?;
     }
-    only("token", s.token.is_some() && s.kind != Kind::Pull, "pull")?;
     only(
-        "concurrency",
-        s.concurrency.is_some() && s.kind != Kind::Http,
+        "signing_secret",
+        s.signing_secret.is_some() && s.kind != Kind::Http,
         "http",
     )?;
+    for (field, set) in [
+        ("subject", s.subject.is_some()),
+        ("stream", s.stream.is_some()),
+    ] {
+        only(field, set && s.kind != Kind::Nats, "nats")?;
+    }
+    only("token", s.token.is_some() && s.kind != Kind::Pull, "pull")?;
     let sources = match (&s.sources, s.kind) {
         (None, Kind::Downstream) => Some(vec![RESERVED_SOURCE.to_string()]),
         (None, _) => None,
@@ -259,7 +268,7 @@ fn one(
         return Err(invalid("backoff_base_ms", "must not exceed backoff_max_ms"));
     }
     let http = match s.kind {
-        Kind::Http => Some(http_target(s, consumers)?),
+        kind if kind.is_call_out() => Some(http_target(s, consumers)?),
         _ => None,
     };
     let ordering = ordering(s)?;
@@ -352,20 +361,23 @@ fn http_target(
     s: &SubscriptionSettings,
     consumers: &ConsumerSettings,
 ) -> Result<HttpTarget, FieldError> {
-    let url = s
-        .url
-        .as_deref()
-        .ok_or_else(|| invalid("url", "an `http` subscription needs the URL to call"))?;
-    // The URL is never echoed: it may hold credentials.
-    match reqwest::Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-        _ => {
-            return Err(invalid(
-                "url",
-                "must be an absolute http:// or https:// URL with a host",
-            ));
-        }
-    }
+    let url = s.url.as_deref().ok_or_else(|| match s.kind {
+        Kind::Nats => invalid("url", "a `nats` subscription needs the broker's URL"),
+        _ => invalid("url", "an `http` subscription needs the URL to call"),
+    })?;
+    let (subject, stream) = match s.kind {
+        Kind::Nats => super::nats::destination(url, s.subject.as_deref(), s.stream.as_deref())?,
+        // The URL is never echoed: it may hold credentials.
+        _ => match reqwest::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => (None, None),
+            _ => {
+                return Err(invalid(
+                    "url",
+                    "must be an absolute http:// or https:// URL with a host",
+                ));
+            }
+        },
+    };
     let signing_secrets = match &s.signing_secret {
         None => Vec::new(),
         Some(secrets) => {
@@ -405,6 +417,8 @@ fn http_target(
     }
     Ok(HttpTarget {
         url: url.to_string(),
+        subject,
+        stream,
         signing_secrets,
         timeout_ms,
         ca_file,

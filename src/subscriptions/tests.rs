@@ -159,6 +159,45 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "needs the URL",
         ),
         (
+            sub("name = \"a\"\nkind = \"nats\"\nsubject = \"a\""),
+            "subscriptions[0].url",
+            "broker's URL",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"nats\"\nurl = \"https://x\"\nsubject = \"a\""),
+            "subscriptions[0].url",
+            "nats://",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"nats\"\nurl = \"nats://x\""),
+            "subscriptions[0].subject",
+            "needs the subject",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"nats\"\nurl = \"nats://x\"\nsubject = \"a.>\""),
+            "subscriptions[0].subject",
+            "wildcards",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"nats\"\nurl = \"nats://x\"\nsubject = \"a\"\nstream = \"a.b\"",
+            ),
+            "subscriptions[0].stream",
+            "stream name",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"nats\"\nurl = \"nats://x\"\nsubject = \"a\"\nsigning_secret = \"whsec_x\"",
+            ),
+            "subscriptions[0].signing_secret",
+            "http",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"http\"\nurl = \"http://x\"\nsubject = \"a\""),
+            "subscriptions[0].subject",
+            "nats",
+        ),
+        (
             sub("name = \"a\"\nkind = \"http\"\nurl = \"ftp://h/x\""),
             "subscriptions[0].url",
             "http:// or https://",

@@ -17,6 +17,8 @@ fn subscriptions() -> [Subscription; 2] {
         ..test_subscription(name, kind)
     };
     let target = HttpTarget {
+        subject: None,
+        stream: None,
         url: "http://127.0.0.1:9/hooks".into(),
         signing_secrets: Vec::new(),
         timeout_ms: 1000,

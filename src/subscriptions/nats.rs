@@ -1,0 +1,151 @@
+//! A `nats` subscription's settings (SPEC section 13): the broker's URL and the subject
+//! template, checked the same way at start and in the API, and the subject an event is
+//! published to.
+
+use super::settings::FieldError;
+
+/// The placeholders a subject template may hold.
+const PLACEHOLDERS: [&str; 2] = ["{source}", "{type}"];
+
+fn invalid(field: &str, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// A `nats` subscription's `url`, `subject` and `stream`, checked: its subject and stream.
+pub fn destination(
+    url: &str,
+    subject: Option<&str>,
+    stream: Option<&str>,
+) -> Result<(Option<String>, Option<String>), FieldError> {
+    check_url(url)?;
+    let subject =
+        subject.ok_or_else(|| invalid("subject", "a `nats` subscription needs the subject"))?;
+    check_subject(subject)?;
+    if let Some(stream) = stream {
+        check_stream(stream)?;
+    }
+    Ok((Some(subject.to_string()), stream.map(str::to_string)))
+}
+
+/// `nats://` or `tls://`, with a host; credentials (`user:password@`, or a token as the user)
+/// may be in it. Never echoed: it may hold them.
+pub fn check_url(url: &str) -> Result<(), FieldError> {
+    match reqwest::Url::parse(url) {
+        Ok(u)
+            if matches!(u.scheme(), "nats" | "tls")
+                && u.host_str().is_some_and(|h| !h.is_empty()) =>
+        {
+            Ok(())
+        }
+        _ => Err(invalid(
+            "url",
+            "must be a nats:// or tls:// URL with a host (credentials as user:password@ or \
+             token@)",
+        )),
+    }
+}
+
+/// A subject template: dot-separated tokens, none empty, no wildcard (`*`, `>`), no space,
+/// and no `{…}` but `{source}` and `{type}`.
+pub fn check_subject(template: &str) -> Result<(), FieldError> {
+    let mut filled = template.to_string();
+    for p in PLACEHOLDERS {
+        filled = filled.replace(p, "x");
+    }
+    let bad = filled.is_empty()
+        || filled.len() > 255
+        || filled.split('.').any(|token| {
+            token.is_empty()
+                || token.chars().any(|c| {
+                    c.is_whitespace() || c.is_control() || matches!(c, '*' | '>' | '{' | '}')
+                })
+        });
+    if bad {
+        return Err(invalid(
+            "subject",
+            format!(
+                "`{template}` is not a subject to publish to: dot-separated tokens, none \
+                 empty, without spaces or wildcards (`*`, `>`), at most 255 characters; \
+                 `{{source}}` and `{{type}}` are the only placeholders"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A stream name as JetStream takes it: no space, `.`, `*`, `>`, path separator.
+pub fn check_stream(stream: &str) -> Result<(), FieldError> {
+    if stream.is_empty()
+        || stream.len() > 255
+        || stream
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || ".*>/\\".contains(c))
+    {
+        return Err(invalid(
+            "stream",
+            "a JetStream stream name: not empty, without spaces, `.`, `*`, `>`, `/` or `\\`",
+        ));
+    }
+    Ok(())
+}
+
+/// The subject an event is published to: each placeholder becomes exactly one token, its
+/// value with every character but ASCII letters, digits, `-` and `_` made `_` (a type's `.`
+/// would otherwise add tokens, and a `*` or `>` would be refused by the broker).
+pub fn subject_for(template: &str, source: &str, event_type: &str) -> String {
+    let token = |value: &str| -> String {
+        if value.is_empty() {
+            return "_".into();
+        }
+        value
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    template
+        .replace("{source}", &token(source))
+        .replace("{type}", &token(event_type))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_is_filled_with_one_token_per_placeholder() {
+        let t = "webhooks.{source}.{type}";
+        assert_eq!(
+            subject_for(t, "stripe", "order.completed"),
+            "webhooks.stripe.order_completed"
+        );
+        assert_eq!(subject_for(t, "a b", "*>"), "webhooks.a_b.__");
+        assert_eq!(subject_for(t, "s", ""), "webhooks.s._");
+        assert_eq!(subject_for("fixed", "s", "t"), "fixed");
+    }
+
+    #[test]
+    fn templates_and_urls_are_checked() {
+        for good in ["webhooks.{source}.{type}", "a", "x-{type}_y"] {
+            assert!(check_subject(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a..b", ".a", "a.*", "a.>", "a b", "{nope}", "a.{source"] {
+            assert_eq!(check_subject(bad).unwrap_err().field, "subject", "{bad}");
+        }
+        assert!(check_url("nats://127.0.0.1:4222").is_ok());
+        assert!(check_url("tls://user:pw@nats.internal").is_ok());
+        for bad in ["http://x", "nats://", "127.0.0.1:4222"] {
+            assert_eq!(check_url(bad).unwrap_err().field, "url", "{bad}");
+        }
+        assert!(check_stream("WEBHOOKS").is_ok());
+        assert!(check_stream("a.b").is_err());
+    }
+}
