@@ -26,7 +26,6 @@ on SIGTERM or SIGINT; messages fetched and not acked come again after the consum
 import argparse, asyncio, json, signal, sqlite3, sys, time
 
 import nats
-from nats.errors import TimeoutError as NatsTimeout
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS processed_messages (
@@ -117,7 +116,9 @@ async def run(args):
     while not stopping.is_set():
         try:
             messages = await sub.fetch(args.batch, timeout=args.wait)
-        except NatsTimeout:
+        except asyncio.TimeoutError:
+            # Nothing within the wait. nats-py raises its own TimeoutError (a subclass) or,
+            # from a fetch that got no message at all, asyncio's: either is an idle stream.
             continue
         for msg in messages:
             outcome = apply(db, msg)
