@@ -113,6 +113,12 @@ pub struct AlertSubject {
 }
 
 impl AlertSubject {
+    /// Whether a forwarder delivers it (a breaker can open).
+    pub fn is_call_out(&self) -> bool {
+        crate::subscriptions::Kind::parse(&self.kind)
+            .is_some_and(crate::subscriptions::Kind::is_call_out)
+    }
+
     /// How long its oldest due event has waited (s; 0 with none).
     pub fn lag_seconds(&self, now_ms: i64) -> f64 {
         self.oldest_due_at

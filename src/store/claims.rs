@@ -72,6 +72,14 @@ impl Lane {
             Lane::CallOut => 1,
         }
     }
+
+    /// The subscriptions a lane's workers claim for: in batches, or one at a time.
+    pub fn claimer(self) -> crate::subscriptions::Claimer {
+        match self {
+            Lane::InProcess => crate::subscriptions::Claimer::Batch,
+            Lane::CallOut => crate::subscriptions::Claimer::OneAtATime,
+        }
+    }
 }
 
 /// The key and fence of one claim.

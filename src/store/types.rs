@@ -201,6 +201,14 @@ pub struct SubscriptionInfo {
     pub max_attempts: u32,
 }
 
+impl SubscriptionInfo {
+    /// Whether a forwarder delivers it (its kind as [`crate::subscriptions::Kind`] says).
+    pub fn is_call_out(&self) -> bool {
+        crate::subscriptions::Kind::parse(&self.kind)
+            .is_some_and(crate::subscriptions::Kind::is_call_out)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     /// The subscription the attempt was made for.

@@ -59,8 +59,17 @@ impl Kind {
         .find(|k| k.as_str() == s)
     }
 
-    /// Which claim path serves it: 0, in-process effects claimed in batches by the workers; 1,
-    /// calls to an external system claimed one at a time by their own workers.
+    /// Who claims its events: the one place that says it (kept in the registry's `claimer`
+    /// column, which every claim reads, so that no SQL lists kinds).
+    pub fn claimer(self) -> Claimer {
+        match self {
+            Kind::LoyaltyCredit | Kind::Audit => Claimer::Batch,
+            Kind::Downstream => Claimer::OneAtATime,
+            Kind::Http | Kind::Nats | Kind::Pull => Claimer::Own,
+        }
+    }
+
+    /// The lane its state rows carry: 0, in-process effects; 1, calls to an external system.
     pub fn lane(self) -> i64 {
         match self {
             Kind::LoyaltyCredit | Kind::Audit => 0,
@@ -79,6 +88,28 @@ impl Kind {
     /// from their insert). Counted as pending for it in `GET /subscriptions`.
     pub fn waits_on_fan_out(self) -> bool {
         !matches!(self, Kind::Downstream)
+    }
+}
+
+/// Who claims a subscription's events (see [`Kind::claimer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimer {
+    /// The node's consumer workers, in batches committed together (in-process effects).
+    Batch,
+    /// The node's consumer workers, one event at a time (a call that must not be repeated).
+    OneAtATime,
+    /// A worker of its own: a forwarder, or the clients of its pull routes.
+    Own,
+}
+
+impl Claimer {
+    /// As the registry's `claimer` column keeps it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Claimer::Batch => "batch",
+            Claimer::OneAtATime => "one-at-a-time",
+            Claimer::Own => "own",
+        }
     }
 }
 

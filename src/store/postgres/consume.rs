@@ -186,9 +186,9 @@ pub(super) fn claim(
             let row = db.query_one(
                 "SELECT (SELECT version FROM subscription_registry WHERE id = 0),
                         array(SELECT id FROM subscriptions
-                               WHERE lane = $1 AND NOT paused AND removed_at IS NULL
-                                 AND kind NOT IN ('http', 'nats', 'pull') ORDER BY id)",
-                &[&lane.as_i64()],
+                               WHERE claimer = $1 AND NOT paused AND removed_at IS NULL
+                               ORDER BY id)",
+                &[&lane.claimer().as_str()],
             )?;
             let version: i64 = row.try_get(0)?;
             (cache.at(db, version)?, row.try_get(1)?)

@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "filters",
         include_str!("../../../migrations/postgres/0013_filters.sql"),
     ),
+    (
+        14,
+        "claimer",
+        include_str!("../../../migrations/postgres/0014_claimer.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

@@ -115,10 +115,9 @@ pub(super) fn claim_for(
         ClaimFor::Lane(lane) => tx
             .prepare_cached(
                 "SELECT id FROM subscriptions
-                  WHERE lane = ?1 AND paused = 0 AND removed_at IS NULL
-                    AND kind NOT IN ('http', 'nats', 'pull') ORDER BY id",
+                  WHERE claimer = ?1 AND paused = 0 AND removed_at IS NULL ORDER BY id",
             )?
-            .query_map([lane.as_i64()], |r| r.get(0))?
+            .query_map([lane.claimer().as_str()], |r| r.get(0))?
             .collect::<Result<_, _>>()?,
         ClaimFor::Subscription(sub) => vec![sub],
     };

@@ -11,7 +11,8 @@ use super::subscriptions::Routes;
 use crate::store::{Claimed, StoreResult};
 
 /// Whether a subscription's fanned-out state row starts claimed, for a lane-0 claim: the
-/// in-process ones that are not paused.
+/// in-process ones that are not paused (lane 0 is claimer `batch`: both follow from the kind,
+/// and the integer is the cheaper test on this hot path).
 /// An ordered subscription's rows start pending: its claim decides, by key.
 pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0 AND u.ordered_by IS NULL)";
 

@@ -107,6 +107,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "filters",
         include_str!("../../../migrations/sqlite/0020_filters.sql"),
     ),
+    (
+        21,
+        "claimer",
+        include_str!("../../../migrations/sqlite/0021_claimer.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

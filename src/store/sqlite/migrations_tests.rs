@@ -291,3 +291,43 @@ fn a_database_newer_than_the_binary_is_refused() {
     let err = apply(&mut conn).unwrap_err().to_string();
     assert!(err.contains("newer"), "{err}");
 }
+
+/// Migration 21 keeps who claims each subscription: for a registry written before it, the
+/// kind decides as [`crate::subscriptions::Kind::claimer`] does, kind by kind.
+#[test]
+fn the_claimer_of_each_kind_follows_the_kind() {
+    use crate::subscriptions::Kind;
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+    // As `apply` runs them: foreign keys off while tables are rebuilt.
+    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    let before = MIGRATIONS.iter().position(|m| m.0 == 21).unwrap();
+    apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
+    let kinds = [
+        Kind::Http,
+        Kind::Pull,
+        Kind::LoyaltyCredit,
+        Kind::Audit,
+        Kind::Downstream,
+        Kind::Nats,
+    ];
+    for kind in kinds {
+        conn.execute(
+            "INSERT INTO subscriptions (name, kind, lane, created_at) VALUES (?1, ?1, ?2, 0)
+             ON CONFLICT (name) DO NOTHING",
+            rusqlite::params![kind.as_str(), kind.lane()],
+        )
+        .unwrap();
+    }
+    apply_all(&mut conn, &MIGRATIONS[before..]).unwrap();
+    for kind in kinds {
+        let claimer: String = conn
+            .query_row(
+                "SELECT claimer FROM subscriptions WHERE kind = ?1",
+                [kind.as_str()],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(claimer, kind.claimer().as_str(), "{kind:?}");
+    }
+}
