@@ -210,11 +210,13 @@ export function edit(sub) {
       'Leave empty to keep it; a URL typed here replaces it.'
     : 'Leave empty to keep it.';
   $('sf-submit').textContent = 'Save changes';
-  $('sub-rotate').hidden = !['http', 'pull'].includes(sub.kind);
+  const secreted = ['http', 'pull'].includes(sub.kind);
+  $('sub-rotate').hidden = !secreted;
   const hint = sub.origin === 'config'
     ? `${sub.name} comes from a node's config. Once changed here it is made through the API: ` +
       'the config no longer changes it.'
-    : 'Only the fields you change are sent. The secret changes by rotation, below.';
+    : 'Only the fields you change are sent.' +
+      (secreted ? ' The secret changes by rotation, below.' : '');
   open(`Edit ${sub.name}`, hint);
 }
 

@@ -129,6 +129,8 @@ async function run() {
   try {
     const answer = await api('/subscriptions/preview', { method: 'POST', body });
     render(answer, `${source}/${eventId}`, rules.transform !== null);
+    // The answer is below the fold of a long form: bring it into view.
+    $('sp-result').scrollIntoView({ block: 'nearest' });
   } catch (e) {
     // A refused filter or transform is shown beside its field; a missing or purged event here.
     if (form.ruleError(e)) result();
