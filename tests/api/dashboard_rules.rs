@@ -44,20 +44,36 @@ async fn open(c: &Client, base: &str) {
     js(c, "window.__violations = []; document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective));").await;
     sign_in(c, ADMIN_TOKEN).await;
     click(c, "nav a[href='#subscriptions']").await;
-    wait_until(c, "return document.querySelectorAll('#subscriptions-body tr').length >= 3;", "the subscriptions").await;
+    wait_until(
+        c,
+        "return document.querySelectorAll('#subscriptions-body tr').length >= 3;",
+        "the subscriptions",
+    )
+    .await;
 }
 
 async fn inert(c: &Client) {
-    assert_eq!(js(c, "return document.querySelectorAll('main img').length;").await, 0);
-    assert_eq!(js(c, "return window.__xss === undefined;").await, true, "the markup ran");
+    assert_eq!(
+        js(c, "return document.querySelectorAll('main img').length;").await,
+        0
+    );
+    assert_eq!(
+        js(c, "return window.__xss === undefined;").await,
+        true,
+        "the markup ran"
+    );
     assert_eq!(js(c, "return window.__violations;").await, json!([]));
 }
 
 /// Picks the recent event whose label starts with `label` from the preview's list.
 async fn pick(c: &Client, label: &str) {
-    let script = format!("const o = [...document.querySelectorAll('#sp-pick option')].find(o => o.textContent.startsWith('{label} ')); return o ? o.value : null;");
+    let script = format!(
+        "const o = [...document.querySelectorAll('#sp-pick option')].find(o => o.textContent.startsWith('{label} ')); return o ? o.value : null;"
+    );
     let value = js(c, &script).await;
-    let value = value.as_str().unwrap_or_else(|| panic!("{label} is not offered"));
+    let value = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{label} is not offered"));
     let select = c.find(Locator::Css("#sp-pick")).await.unwrap();
     select.select_by_value(value).await.unwrap();
 }

@@ -124,7 +124,7 @@ function showKindFields() {
 }
 
 function clearError() {
-  for (const el of $('sub-editor').querySelectorAll('.error[role=alert]')) say(el, '');
+  for (const el of $('sub-form').querySelectorAll('p.error[id^="sf-"]')) say(el, '');
   for (const el of $('sub-editor').querySelectorAll('[aria-invalid]')) {
     el.removeAttribute('aria-invalid');
   }
