@@ -108,6 +108,7 @@ function render(answer, name, transformed) {
 
 async function run() {
   form.clearError();
+  result();
   const source = $('sp-source').value.trim();
   const eventId = $('sp-event_id').value.trim();
   if (!source || !eventId) {
