@@ -48,6 +48,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../ui/js/subscription_form.js"),
     ),
     (
+        "js/subscription_preview.js",
+        JS,
+        include_bytes!("../../ui/js/subscription_preview.js"),
+    ),
+    (
         "js/lookups.js",
         JS,
         include_bytes!("../../ui/js/lookups.js"),

@@ -59,7 +59,7 @@ async fn ui_page_and_every_file_it_loads_carry_the_security_headers() {
         }
     }
     // The page, its stylesheet and icon, and the ten script modules.
-    assert_eq!(seen.len(), 13, "{seen:?}");
+    assert_eq!(seen.len(), 14, "{seen:?}");
 }
 
 #[tokio::test]

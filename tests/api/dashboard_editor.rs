@@ -16,7 +16,7 @@ use crate::process::{ServerProcess, free_port, write_config};
 use crate::receiver::{Call, Receiver};
 
 /// The binary with its consumers running (the forwarders must call), retries quick.
-fn start(dir: &std::path::Path) -> (ServerProcess, webhook_inbox::config::Settings) {
+pub fn start(dir: &std::path::Path) -> (ServerProcess, webhook_inbox::config::Settings) {
     let port = free_port();
     let consumers = "backoff_base_ms = 10\nbackoff_max_ms = 100";
     let (config, settings) = write_config(dir, port, "", consumers);
@@ -26,7 +26,7 @@ fn start(dir: &std::path::Path) -> (ServerProcess, webhook_inbox::config::Settin
     )
 }
 
-async fn admin(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
+pub async fn admin(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
     let mut req = reqwest::Client::new()
         .request(method, url)
         .bearer_auth(ADMIN_TOKEN)
@@ -39,12 +39,12 @@ async fn admin(method: reqwest::Method, url: String, body: Option<Value>) -> (u1
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-async fn subscription(base: &str, name: &str) -> (u16, Value) {
+pub async fn subscription(base: &str, name: &str) -> (u16, Value) {
     let url = format!("{base}/subscriptions/{name}");
     admin(reqwest::Method::GET, url, None).await
 }
 
-async fn deliver(base: &str, settings: &webhook_inbox::config::Settings, id: &str, body: &str) {
+pub async fn deliver(base: &str, settings: &webhook_inbox::config::Settings, id: &str, body: &str) {
     let mut req = reqwest::Client::new()
         .post(format!("{base}/webhooks/shop"))
         .body(body.to_string());
@@ -55,7 +55,7 @@ async fn deliver(base: &str, settings: &webhook_inbox::config::Settings, id: &st
 }
 
 /// Wait (at most 20 s) until the receiver has had `n` calls.
-async fn calls(receiver: &Receiver, n: usize) -> Vec<Call> {
+pub async fn calls(receiver: &Receiver, n: usize) -> Vec<Call> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let calls = receiver.calls();
@@ -92,7 +92,7 @@ fn signed_with(call: &Call, secret: &str) -> bool {
         .is_some_and(|s| s.contains(expected.as_str()))
 }
 
-async fn text_of(c: &Client, id: &str) -> String {
+pub async fn text_of(c: &Client, id: &str) -> String {
     let script = format!("return document.getElementById('{id}').textContent;");
     js(c, &script).await.as_str().unwrap().to_string()
 }

@@ -29,6 +29,7 @@ mod dashboard;
 mod dashboard_api;
 mod dashboard_editor;
 mod dashboard_ops;
+mod dashboard_rules;
 mod dashboard_security;
 mod dashboard_subscriptions;
 mod disk_full_load;

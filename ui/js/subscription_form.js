@@ -1,17 +1,37 @@
 // The subscription editor of the subscriptions view: a new subscription (POST), a change to one
 // (PATCH with only the fields changed, so that a field nobody touched is never rewritten from a
 // stale page), and a rotation of its secret. The API checks every field with the config's own
-// check; a refusal is shown beside the form, which keeps what was typed. A generated secret is
-// shown once, on this page only, and kept nowhere.
+// check; a refusal is shown beside the form (beside the filter or transform when it names one),
+// which keeps what was typed. A generated secret is shown once, on this page only, and kept
+// nowhere. The filter and transform can be previewed on a stored event first
+// (subscription_preview.js).
 
-import { api, segment } from './api.js';
+import { api, segment, ApiError } from './api.js';
 import { $, say, confirmDialog, copyButton } from './dom.js';
+import * as preview from './subscription_preview.js';
 
-const HTTP_ONLY = ['url', 'timeout_ms', 'concurrency', 'rate_per_second', 'ca_file'];
+/** The kinds that call out, each with its settings (SPEC section 13's names). */
+const CALL_OUT = {
+  http: ['url', 'timeout_ms', 'concurrency', 'rate_per_second', 'ca_file'],
+  nats: ['url', 'subject', 'stream', 'ca_file', 'timeout_ms', 'concurrency', 'rate_per_second'],
+  amqp: ['url', 'exchange', 'routing_key', 'ca_file', 'timeout_ms', 'concurrency',
+    'rate_per_second'],
+};
+const CALL_OUT_FIELDS = [...new Set(Object.values(CALL_OUT).flat())];
+/** The kinds whose delivered body a transform makes; the built-in ones deliver none. */
+const TRANSFORMED = ['http', 'pull', 'nats', 'amqp'];
+const URL_PLACEHOLDER = {
+  http: 'https://billing.internal/hooks',
+  nats: 'nats://user:password@nats.internal:4222',
+  amqp: 'amqps://user:password@rabbit.internal/vhost',
+};
 const LISTS = ['sources', 'types'];
 const NUMBERS = ['max_attempts', 'backoff_base_ms', 'backoff_max_ms', 'timeout_ms', 'concurrency',
   'rate_per_second'];
-const FIELDS = [...LISTS, 'mode', ...NUMBERS, 'ordered_by', 'on_failure', 'url', 'ca_file'];
+const TEXTS = ['mode', 'ordered_by', 'url', 'ca_file', 'subject', 'stream', 'exchange',
+  'routing_key'];
+const RULES = ['filter', 'transform'];
+const FIELDS = [...LISTS, ...NUMBERS, ...TEXTS, 'on_failure', ...RULES];
 
 /** The subscription being edited (as `GET /subscriptions` shows it), or null for a new one. */
 let editing = null;
@@ -32,59 +52,116 @@ function numberOf(text) {
   return /^\d+$/.test(t) ? Number(t) : t;
 }
 
+/** Empty: no filter. Text that is not JSON is refused here, naming the field as the API would. */
+function filterOf(text) {
+  if (!text.trim()) return null;
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new ApiError(0, 'invalid_filter', `filter: is not JSON (${e.message})`);
+  }
+}
+
+/** A jq program goes as typed (its spaces are its own); only blank text means none. */
+function transformOf(text) {
+  return text.trim() ? text : null;
+}
+
 /** Every field of the form as the API's JSON (null: not given, the default). */
 function formValues() {
   const v = {};
   for (const f of LISTS) v[f] = listOf(input(f).value);
   for (const f of NUMBERS) v[f] = numberOf(input(f).value);
-  for (const f of ['mode', 'ordered_by', 'url', 'ca_file']) v[f] = input(f).value.trim() || null;
+  for (const f of TEXTS) v[f] = input(f).value.trim() || null;
   // on_failure means something only with ordered_by; alone the API refuses it.
   v.on_failure = v.ordered_by ? input('on_failure').value : null;
+  v.filter = filterOf(input('filter').value);
+  v.transform = transformOf(input('transform').value);
   return v;
 }
 
-/** The fields of a kind: the http-only ones for `http` alone. */
+/** Whether a kind takes a field: a call-out setting its own kinds, a transform theirs. */
 function applies(kind, field) {
-  return kind === 'http' || !HTTP_ONLY.includes(field);
+  if (CALL_OUT_FIELDS.includes(field)) return CALL_OUT[kind]?.includes(field) ?? false;
+  return field !== 'transform' || TRANSFORMED.includes(kind);
 }
 
 /** A subscription's current fields as `formValues` reads them, from its view. */
 function currentValues(sub) {
   const v = { sources: sub.route.sources, types: sub.route.types, mode: sub.mode, url: null,
-    on_failure: sub.ordered_by ? sub.on_failure : null, ordered_by: sub.ordered_by ?? null,
-    ca_file: sub.ca_file ?? null };
-  for (const f of NUMBERS) v[f] = sub[f] ?? null;
+    on_failure: sub.ordered_by ? sub.on_failure : null };
+  for (const f of [...NUMBERS, ...TEXTS, ...RULES]) {
+    if (f !== 'mode' && f !== 'url') v[f] = sub[f] ?? null;
+  }
   return v;
 }
 
 function fill(values) {
   for (const f of LISTS) input(f).value = values[f] ? values[f].join(', ') : '';
-  for (const f of [...NUMBERS, 'mode', 'ordered_by', 'url', 'ca_file']) {
+  for (const f of [...NUMBERS, ...TEXTS]) {
     input(f).value = values[f] == null ? '' : String(values[f]);
   }
   input('on_failure').value = values.on_failure ?? 'hold';
+  // Pretty-printed, so that an untouched filter reads back as the same JSON.
+  input('filter').value = values.filter == null ? '' : JSON.stringify(values.filter, null, 2);
+  input('transform').value = values.transform ?? '';
 }
 
 function showKindFields() {
-  $('sf-http').hidden = input('kind').value !== 'http';
+  const kind = input('kind').value;
+  const settings = CALL_OUT[kind];
+  $('sf-http').hidden = !settings;
+  $('sf-transform-box').hidden = !TRANSFORMED.includes(kind);
+  if (!settings) return;
+  const broker = kind !== 'http';
+  $('sf-http-legend').textContent = broker ? `Broker (${kind})` : 'Endpoint (http)';
+  for (const box of $('sf-http').querySelectorAll('[data-kinds]')) {
+    box.hidden = !box.dataset.kinds.split(' ').includes(kind);
+  }
+  input('url').placeholder = URL_PLACEHOLDER[kind];
+  $('sf-concurrency-label').textContent = broker ? 'Publishes in flight' : 'Calls in flight';
+  $('sf-rate-label').textContent = broker ? 'Publishes per second' : 'Calls per second';
 }
 
 function clearError() {
-  say($('sf-error'), '');
+  for (const el of $('sub-form').querySelectorAll('p.error[id^="sf-"]')) say(el, '');
   for (const el of $('sub-editor').querySelectorAll('[aria-invalid]')) {
     el.removeAttribute('aria-invalid');
   }
 }
 
+/** `message` beside the field `name` (a text area has a place of its own), marked and focused. */
+function mark(name, message) {
+  say($(`sf-${name}-error`) ?? $('sf-error'), message, true);
+  input(name).setAttribute('aria-invalid', 'true');
+  input(name).focus();
+}
+
 /** The API's refusal beside the form; the field it names (`url: …`) marked and focused. */
 function showError(e) {
-  say($('sf-error'), e.message, true);
-  const named = /^([a-z_]+)/.exec(e.message)?.[1];
-  const field = e.status === 409 ? input('name') : named && FIELDS.includes(named) && input(named);
-  if (field) {
-    field.setAttribute('aria-invalid', 'true');
-    field.focus();
-  }
+  const named = e.status === 409 ? 'name' : /^([a-z_]+)/.exec(e.message)?.[1];
+  if (named && ['name', 'kind', ...FIELDS].includes(named)) mark(named, e.message);
+  else say($('sf-error'), e.message, true);
+}
+
+/** A refusal that names the filter or the transform (the preview's 422) beside that field. */
+function ruleError(e) {
+  const named = /^([a-z_]+):/.exec(e.message)?.[1];
+  if (!RULES.includes(named)) return false;
+  mark(named, e.message);
+  return true;
+}
+
+/** What the preview runs: the rules as a save would send them. */
+function rules() {
+  const kind = input('kind').value;
+  return { filter: filterOf(input('filter').value),
+    transform: applies(kind, 'transform') ? transformOf(input('transform').value) : null };
+}
+
+function route() {
+  return { kind: input('kind').value, sources: listOf(input('sources').value),
+    types: listOf(input('types').value) };
 }
 
 function open(title, hint) {
@@ -94,6 +171,7 @@ function open(title, hint) {
   $('sub-editor').hidden = false;
   $('subscriptions-new').setAttribute('aria-expanded', 'true');
   showKindFields();
+  preview.reset();
   $('sub-form-title').focus();
 }
 
@@ -126,16 +204,19 @@ export function edit(sub) {
   input('name').disabled = true;
   input('kind').disabled = true;
   fill(currentValues(sub));
+  const calls = sub.kind === 'http' ? 'calls' : 'publishes to';
   $('sf-url-hint').textContent = sub.url_origin
-    ? `Now calls ${sub.url_origin} (the whole URL is never shown: it may hold a credential). ` +
+    ? `Now ${calls} ${sub.url_origin} (the whole URL is never shown: it may hold a credential). ` +
       'Leave empty to keep it; a URL typed here replaces it.'
     : 'Leave empty to keep it.';
   $('sf-submit').textContent = 'Save changes';
-  $('sub-rotate').hidden = !['http', 'pull'].includes(sub.kind);
+  const secreted = ['http', 'pull'].includes(sub.kind);
+  $('sub-rotate').hidden = !secreted;
   const hint = sub.origin === 'config'
     ? `${sub.name} comes from a node's config. Once changed here it is made through the API: ` +
       'the config no longer changes it.'
-    : 'Only the fields you change are sent. The secret changes by rotation, below.';
+    : 'Only the fields you change are sent.' +
+      (secreted ? ' The secret changes by rotation, below.' : '');
   open(`Edit ${sub.name}`, hint);
 }
 
@@ -247,6 +328,7 @@ export function setup(onChange) {
   });
   $('sf-cancel').addEventListener('click', () => { close(); $('subscriptions-new').focus(); });
   input('kind').addEventListener('change', showKindFields);
+  preview.setup({ route, rules, showError, ruleError, clearError });
   $('sub-secret-done').addEventListener('click', hideSecret);
   $('sub-rotate').addEventListener('submit', rotate);
   $('sub-form').addEventListener('submit', async (e) => {
