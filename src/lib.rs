@@ -11,9 +11,14 @@
 //! - [`signature`]: one file per signature scheme; verification and signing.
 //! - [`store`]: all SQL, behind the [`store::Store`] trait; [`store::sqlite`] is the embedded
 //!   default.
+//! - [`subscriptions`]: the subscriptions a config declares (kinds, routes, filters, ordering,
+//!   rules), validated in one place for the config, the API and the CLI; who claims each kind.
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
-//! - [`forward`]: `http` subscriptions: signed calls to the user's endpoint, a circuit breaker.
+//! - [`forward`]: `http` and `nats` subscriptions: signed calls to the user's endpoint or
+//!   publishes to a broker, one claim, retry and circuit-breaker path.
+//! - [`pull`]: `pull` subscriptions served over HTTP: claims, acks and leases for the user's
+//!   workers, and `listen` sessions.
 //! - [`secrets`]: subscriptions' secrets shared through the store: sealed at rest with an
 //!   optional key, cached for the forwarders and pull routes, shown and rotated with a grace.
 //! - [`served`]: the registry's `http` and `pull` subscriptions a node serves, followed as the

@@ -161,6 +161,7 @@ impl Alerts {
                     false
                 }
                 Ok(Err(StoreError::Unavailable(cause))) => {
+                    let cause = cause.chain();
                     tracing::warn!(%cause, "alerts: the store is unavailable");
                     true
                 }

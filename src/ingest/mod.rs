@@ -220,7 +220,7 @@ fn writer(
             }
             Err(e) => {
                 let message = match &e {
-                    StoreError::Unavailable(m) => m.clone(),
+                    StoreError::Unavailable(u) => u.chain(),
                     StoreError::Internal(err) => format!("{err:#}"),
                 };
                 tracing::error!(error = %message, batch = batch.len(), "group commit failed");

@@ -129,7 +129,7 @@ impl ResponseError for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
+            StoreError::Unavailable(cause) => ApiError::Unavailable(cause.chain()),
             StoreError::Internal(e) => ApiError::Internal(e),
         }
     }

@@ -50,9 +50,58 @@ pub enum StoreError {
     /// edge answers 503 with `Retry-After`: not acknowledged. Usually nothing was committed,
     /// but a commit whose fsync failed is on disk all the same (a retry is then a duplicate).
     #[error("store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] Unavailable),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+}
+
+impl StoreError {
+    /// Unavailable for a reason of its own (a wait that ran out).
+    pub fn unavailable(what: impl Into<String>) -> StoreError {
+        StoreError::Unavailable(Unavailable {
+            what: what.into(),
+            cause: None,
+        })
+    }
+
+    /// Unavailable because of `cause`, which is kept (not flattened into text) so that the
+    /// log line of a 503 shows its whole chain.
+    pub fn unavailable_because(
+        what: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreError {
+        StoreError::Unavailable(Unavailable {
+            what: what.into(),
+            cause: Some(cause.into()),
+        })
+    }
+}
+
+/// Why the store could not answer: what failed, and the error underneath when there is one.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Unavailable {
+    what: String,
+    #[source]
+    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Unavailable {
+    /// What failed and every cause under it, `what: cause: cause`: for a log line or an
+    /// event's `last_error`.
+    pub fn chain(&self) -> String {
+        let mut out = self.what.clone();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = self
+            .cause
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static));
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

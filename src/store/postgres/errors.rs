@@ -13,7 +13,7 @@ impl From<postgres::Error> for StoreError {
         // the client error stays underneath for `refused_by_a_constraint`.
         let message = describe(&e);
         if unavailable(&e) {
-            StoreError::Unavailable(format!("database unavailable: {message}"))
+            StoreError::unavailable_because("database unavailable", e)
         } else {
             StoreError::Internal(anyhow::Error::new(e).context(message))
         }

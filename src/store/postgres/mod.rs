@@ -169,7 +169,7 @@ impl PostgresStore {
                 .expect("the pool lives as long as the store");
             let mut conn = pool
                 .get()
-                .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
+                .map_err(|e| StoreError::unavailable_because("no database connection", e))?;
             f(&mut conn)
         })
     }

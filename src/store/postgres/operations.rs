@@ -33,7 +33,7 @@ impl Store for PostgresStore {
                 .expect("the pool lives as long as the store");
             let mut conn = pool
                 .get()
-                .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))?;
+                .map_err(|e| StoreError::unavailable_because("no database connection", e))?;
             migrations::apply(&mut conn)
         })
         .inspect(|_| self.routes.forget())

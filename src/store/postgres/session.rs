@@ -210,7 +210,7 @@ impl Db<'_> {
         self.tx.commit().map_err(|e| match StoreError::from(e) {
             // Whether a commit whose answer was lost took effect is unknown: not
             // acknowledged (a retry is then a duplicate, which is correct).
-            StoreError::Internal(e) => StoreError::Unavailable(format!("commit failed: {e:#}")),
+            StoreError::Internal(e) => StoreError::unavailable_because("commit failed", e),
             unavailable => unavailable,
         })
     }

@@ -27,9 +27,10 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let _turn = self.consumer_turn.try_lock_for(self.wait).ok_or_else(|| {
-            StoreError::Unavailable("timed out waiting for a consumer turn".into())
-        })?;
+        let _turn = self
+            .consumer_turn
+            .try_lock_for(self.wait)
+            .ok_or_else(|| StoreError::unavailable("timed out waiting for a consumer turn"))?;
         let conn = self.lock_writer()?;
         let (value, ticket) = self.commit(conn, Durability::Shared, f)?;
         self.last_consumer_write

@@ -225,7 +225,7 @@ impl WalSync {
 }
 
 fn poisoned(why: &str) -> StoreError {
-    StoreError::Unavailable(format!(
+    StoreError::unavailable(format!(
         "the database could not be made durable ({why}); restart the service"
     ))
 }

@@ -56,7 +56,7 @@ pub use fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out_sql};
 /// The fan-out statement for the subscriptions a database holds now (for the query-plan
 /// tests): [`fan_out_sql`] over their routes.
 pub fn fan_out_statement(conn: &Connection) -> anyhow::Result<String> {
-    let routes = subscriptions::load(conn).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let routes = subscriptions::load(conn)?;
     Ok(fan_out_sql(
         &routes.by_id,
         &routes.keys_by_id,
@@ -298,7 +298,7 @@ impl SqliteStore {
     fn conn(&self) -> StoreResult<PooledConnection<SqliteConnectionManager>> {
         self.pool
             .get()
-            .map_err(|e| StoreError::Unavailable(format!("no database connection: {e}")))
+            .map_err(|e| StoreError::unavailable_because("no database connection", e))
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction, commit, and return once the commit is durable
@@ -409,9 +409,9 @@ impl SqliteStore {
 
     /// The write lock, waited for at most `wait`.
     fn lock_writer(&self) -> StoreResult<parking_lot::FairMutexGuard<'_, Connection>> {
-        self.writer.try_lock_for(self.wait).ok_or_else(|| {
-            StoreError::Unavailable("timed out waiting for the database write lock".into())
-        })
+        self.writer
+            .try_lock_for(self.wait)
+            .ok_or_else(|| StoreError::unavailable("timed out waiting for the database write lock"))
     }
 
     /// Milliseconds since the store opened, plus one: 0 in `last_other_write` means never.
@@ -434,13 +434,13 @@ impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         match e.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                StoreError::Unavailable(format!("database busy: {e}"))
+                StoreError::unavailable_because("database busy", e)
             }
             // A full disk, a file that became read-only or a failed write (a filesystem the
             // kernel turned read-only answers EIO/EROFS) is the machine's state, not a bug: the
             // transaction did not commit, and the same request may succeed once that is fixed.
             Some(ErrorCode::DiskFull | ErrorCode::ReadOnly | ErrorCode::SystemIoFailure) => {
-                StoreError::Unavailable(format!("database not writable: {e}"))
+                StoreError::unavailable_because("database not writable", e)
             }
             _ => StoreError::Internal(anyhow::Error::new(e)),
         }

@@ -210,3 +210,33 @@ fn ingest_syncs_in_its_commit_alone_and_shares_the_flush_beside_consumers() {
     );
     assert_eq!(writer_synchronous(&store), 1);
 }
+
+/// A busy database is unavailable (503, not acknowledged), and the error keeps SQLite's own
+/// as its source: the log line of the 503 shows the whole chain, not a flattened copy.
+#[test]
+fn an_unavailable_store_keeps_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder
+        .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); BEGIN IMMEDIATE")
+        .unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.busy_timeout(std::time::Duration::ZERO).unwrap();
+    let refused = other.execute("INSERT INTO t VALUES (1)", []).unwrap_err();
+    let err = crate::store::StoreError::from(refused);
+    let crate::store::StoreError::Unavailable(why) = &err else {
+        panic!("not unavailable: {err}");
+    };
+    assert!(std::error::Error::source(why).is_some(), "{err}");
+    let chain = why.chain();
+    assert!(
+        chain.starts_with("database busy: database is locked"),
+        "{chain}"
+    );
+    let api = crate::routes::ApiError::from(err);
+    assert!(
+        matches!(&api, crate::routes::ApiError::Unavailable(c) if c.contains("database is locked")),
+        "{api:?}"
+    );
+}
