@@ -17,6 +17,7 @@ mod request_types;
 pub mod routes;
 pub mod rules;
 pub mod secrets;
+pub mod sql;
 pub mod sqlite;
 mod types;
 

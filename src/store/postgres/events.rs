@@ -1,18 +1,15 @@
 //! Reading events for ops, and the ops transitions (retry).
 
-use postgres::types::ToSql;
-
 use super::rows::{self, EVENT_COLUMNS};
 use super::session::Db;
 use super::subscriptions::Routes;
 use super::{NOW_MS, QUEUED_CHANNEL};
 use crate::store::rules::{self, RetryPlan, StateRow};
+use crate::store::sql;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
     StoreError, StoreResult, SubscriptionState,
 };
-
-type Values = Vec<Box<dyn ToSql + Sync>>;
 
 pub(super) fn get(
     db: &mut Db<'_>,
@@ -118,68 +115,29 @@ pub(super) fn fill_subscriptions(
     Ok(())
 }
 
-/// Whether an event (the `events` view's columns) waits for its fan-out.
-const WAITS: &str = "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor))";
+/// The PostgreSQL dialect of the shared ops statements ([`crate::store::sql`]).
+pub(super) struct Dialect;
 
-/// `WHERE` clauses and their values for a filter; `extra` is ANDed in. With a subscription,
-/// `status` is that subscription's state of the event.
-fn where_clause(
-    routes: &Routes,
-    filter: &EventFilter,
-    extra: &[&str],
-    values: &mut Values,
-) -> String {
-    let mut clauses: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    clauses.push(if filter.purged {
-        "purged_at IS NOT NULL".into()
-    } else {
-        "purged_at IS NULL".into()
-    });
-    let mut push = |clauses: &mut Vec<String>, clause: &str, value: Box<dyn ToSql + Sync>| {
-        values.push(value);
-        clauses.push(clause.replace('?', &format!("${}", values.len())));
-    };
-    match (&filter.subscription, filter.status) {
-        (Some(name), status) => {
-            let Some(sub) = routes.named(name) else {
-                clauses.push("false".into());
-                return clauses.join(" AND ");
-            };
-            clauses.push(crate::store::routes::subscription_clause(
-                sub,
-                status,
-                WAITS,
-                &super::subscriptions::route_sql(&sub.route, ""),
-            ));
-        }
-        (None, Some(s)) => {
-            if let Status::Failed | Status::Claimed = s {
-                clauses.push(format!(
-                    "seq IN (SELECT seq FROM event_state WHERE status = '{}')",
-                    s.as_str()
-                ));
+impl sql::Dialect for Dialect {
+    fn param(n: usize) -> String {
+        format!("${n}")
+    }
+    const NONE: &'static str = "false";
+    const WAITS: &'static str = "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor))";
+    /// The planner picks the partial indexes itself; pending has no narrower place (the log
+    /// after the cursor is one too).
+    fn status_candidates(status: Status) -> Option<&'static str> {
+        match status {
+            Status::Failed => Some("seq IN (SELECT seq FROM event_state WHERE status = 'failed')"),
+            Status::Claimed => {
+                Some("seq IN (SELECT seq FROM event_state WHERE status = 'claimed')")
             }
-            push(&mut clauses, "status = ?", Box::new(s.as_str()));
+            Status::Pending | Status::Completed | Status::Stored => None,
         }
-        (None, None) => {}
     }
-    if let Some(s) = &filter.source {
-        push(&mut clauses, "source = ?", Box::new(s.clone()));
+    fn route_sql(route: &crate::subscriptions::Route, alias: &str) -> String {
+        super::subscriptions::route_sql(route, alias)
     }
-    if let Some(t) = &filter.event_type {
-        push(&mut clauses, "event_type = ?", Box::new(t.clone()));
-    }
-    if let Some(t) = filter.received_after {
-        push(&mut clauses, "received_at > ?", Box::new(t));
-    }
-    if let Some(t) = filter.received_before {
-        push(&mut clauses, "received_at < ?", Box::new(t));
-    }
-    clauses.join(" AND ")
-}
-
-fn refs(values: &Values) -> Vec<&(dyn ToSql + Sync)> {
-    values.iter().map(|v| v.as_ref()).collect()
 }
 
 /// Newest first by `seq`. The cursor is the last `seq` seen: an event that existed at the
@@ -231,18 +189,10 @@ fn page_query(
     columns: &str,
     from: &str,
 ) -> StoreResult<Vec<postgres::Row>> {
-    let mut values = Values::new();
-    let mut clause = where_clause(routes, filter, &[], &mut values);
-    if let Some(before) = page.before_seq {
-        values.push(Box::new(before));
-        clause = format!("{clause} AND seq < ${}", values.len());
-    }
-    values.push(Box::new(i64::try_from(page.limit).unwrap_or(i64::MAX)));
-    let sql = format!(
-        "SELECT {columns} FROM {from} WHERE {clause} ORDER BY seq DESC LIMIT ${}",
-        values.len()
-    );
-    db.query(&sql, &refs(&values))
+    let mut params = sql::Params::<Dialect>::default();
+    let sub = filter.subscription.as_deref().map(|n| routes.named(n));
+    let sql = sql::events_page(sub, filter, page, (columns, from), &mut params);
+    db.query(&sql, &sql::pg_params(&params.values))
 }
 
 /// The events waiting for their fan-out (lane 0, after the cursor): how many, and when the
@@ -448,38 +398,21 @@ pub(super) fn retry_failed(
     filter: &EventFilter,
     _now: i64,
 ) -> StoreResult<usize> {
-    let mut values = Values::new();
-    let only = match &filter.subscription {
-        Some(name) => match routes.named(name) {
-            Some(sub) => format!("AND s.sub = {}", sub.id),
-            None => return Ok(0),
-        },
-        None => String::new(),
+    let mut params = sql::Params::<Dialect>::default();
+    let sub = filter.subscription.as_deref().map(|n| routes.named(n));
+    let Some(states) = sql::failed_states(sub, filter, &mut params) else {
+        return Ok(0);
     };
-    let since = match filter.failed_since {
-        Some(t) => {
-            values.push(Box::new(t));
-            format!("AND ({}) >= ${}", crate::store::FAILED_AT, values.len())
-        }
-        None => String::new(),
-    };
-    let filter = EventFilter {
-        status: None,
-        purged: false,
-        subscription: None,
-        failed_since: None,
-        ..filter.clone()
-    };
-    let clause = where_clause(routes, &filter, &[], &mut values);
+    let clause = sql::events_where(None, &sql::retry_events_filter(filter), &mut params);
     let candidates = db.query(
         &format!(
             "SELECT s.seq, s.sub, s.abandoned, s.purged_at IS NOT NULL
                FROM event_state s JOIN subscriptions u ON u.id = s.sub
-              WHERE s.status = 'failed' AND u.removed_at IS NULL {only} {since}
+              WHERE s.status = 'failed' AND u.removed_at IS NULL {states}
                 AND s.seq IN (SELECT seq FROM events WHERE {clause})
               ORDER BY s.seq, s.sub FOR UPDATE OF s"
         ),
-        &refs(&values),
+        &sql::pg_params(&params.values),
     )?;
     let update = format!(
         "UPDATE event_state SET {} WHERE seq = $1 AND sub = $2 AND status = 'failed'",

@@ -1,11 +1,11 @@
 //! Reading events for ops, and the ops transitions (retry).
 
-use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Transaction, params, params_from_iter};
 
 use super::rows::{self, EVENT_COLUMNS};
 use super::subscriptions::{Routes, route_sql};
 use crate::store::rules::{self, RetryPlan, StateRow};
+use crate::store::sql;
 use crate::store::{
     EventDetail, EventFilter, EventRecord, ExportedEvent, Page, RetryOutcome, Status, StatusCounts,
     StoreError, StoreResult, SubscriptionState,
@@ -132,74 +132,35 @@ pub(super) fn unrouted(conn: &Connection) -> StoreResult<Unrouted> {
         })?)
 }
 
-/// The state rows an ops read narrows to for a status (the view computes each event's
-/// summary; this lets a page of failures read the failures, not the whole history).
-fn status_candidates(status: Status) -> Option<&'static str> {
-    match status {
-        Status::Failed => Some(
-            "seq IN (SELECT seq FROM event_state INDEXED BY events_failed WHERE status = 'failed')",
-        ),
-        Status::Claimed => Some(
-            "seq IN (SELECT seq FROM event_state INDEXED BY events_leases WHERE status = 'claimed')",
-        ),
-        Status::Pending => Some(
-            "(seq IN (SELECT seq FROM event_state INDEXED BY events_due WHERE status = 'pending')
-              OR seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0))",
-        ),
-        Status::Completed | Status::Stored => None,
-    }
-}
+/// The SQLite dialect of the shared ops statements ([`crate::store::sql`]).
+pub(super) struct Dialect;
 
-/// `WHERE` clauses and their values for a filter; `extra` is ANDed in. With a subscription,
-/// `status` is that subscription's state of the event.
-fn where_clause(
-    routes: &Routes,
-    filter: &EventFilter,
-    extra: &[&str],
-    values: &mut Vec<Value>,
-) -> String {
-    let mut clauses: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    clauses.push(if filter.purged {
-        "purged_at IS NOT NULL".into()
-    } else {
-        "purged_at IS NULL".into()
-    });
-    let mut push = |clauses: &mut Vec<String>, clause: &str, value: Value| {
-        values.push(value);
-        clauses.push(clause.replace('?', &format!("?{}", values.len())));
-    };
-    match (&filter.subscription, filter.status) {
-        (Some(name), status) => {
-            let Some(sub) = routes.named(name) else {
-                clauses.push("0".into());
-                return clauses.join(" AND ");
-            };
-            clauses.push(crate::store::routes::subscription_clause(
-                sub,
-                status,
-                "lane = 0 AND seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0)",
-                &route_sql(&sub.route, ""),
-            ));
+impl sql::Dialect for Dialect {
+    fn param(n: usize) -> String {
+        format!("?{n}")
+    }
+    const NONE: &'static str = "0";
+    const WAITS: &'static str =
+        "lane = 0 AND seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0)";
+    /// Named indexes, so that the planner cannot pick a scan of the state table.
+    fn status_candidates(status: Status) -> Option<&'static str> {
+        match status {
+            Status::Failed => Some(
+                "seq IN (SELECT seq FROM event_state INDEXED BY events_failed WHERE status = 'failed')",
+            ),
+            Status::Claimed => Some(
+                "seq IN (SELECT seq FROM event_state INDEXED BY events_leases WHERE status = 'claimed')",
+            ),
+            Status::Pending => Some(
+                "(seq IN (SELECT seq FROM event_state INDEXED BY events_due WHERE status = 'pending')
+                  OR seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0))",
+            ),
+            Status::Completed | Status::Stored => None,
         }
-        (None, Some(s)) => {
-            clauses.extend(status_candidates(s).map(str::to_string));
-            push(&mut clauses, "status = ?", Value::Text(s.as_str().into()));
-        }
-        (None, None) => {}
     }
-    if let Some(s) = &filter.source {
-        push(&mut clauses, "source = ?", Value::Text(s.clone()));
+    fn route_sql(route: &crate::subscriptions::Route, alias: &str) -> String {
+        route_sql(route, alias)
     }
-    if let Some(t) = &filter.event_type {
-        push(&mut clauses, "event_type = ?", Value::Text(t.clone()));
-    }
-    if let Some(t) = filter.received_after {
-        push(&mut clauses, "received_at > ?", Value::Integer(t));
-    }
-    if let Some(t) = filter.received_before {
-        push(&mut clauses, "received_at < ?", Value::Integer(t));
-    }
-    clauses.join(" AND ")
 }
 
 /// Newest first by `seq`. The cursor is the last `seq` seen: events committed later get larger
@@ -250,20 +211,12 @@ fn page_query<T>(
     from: &str,
     map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> StoreResult<Vec<T>> {
-    let mut values = Vec::new();
-    let mut clause = where_clause(routes, filter, &[], &mut values);
-    if let Some(before) = page.before_seq {
-        values.push(Value::Integer(before));
-        clause = format!("{clause} AND seq < ?{}", values.len());
-    }
-    values.push(Value::Integer(page.limit as i64));
-    let sql = format!(
-        "SELECT {columns} FROM {from} WHERE {clause} ORDER BY seq DESC LIMIT ?{}",
-        values.len()
-    );
+    let mut params = sql::Params::<Dialect>::default();
+    let sub = filter.subscription.as_deref().map(|n| routes.named(n));
+    let sql = sql::events_page(sub, filter, page, (columns, from), &mut params);
     Ok(conn
         .prepare_cached(&sql)?
-        .query_map(params_from_iter(values), map)?
+        .query_map(params_from_iter(params.values), map)?
         .collect::<Result<Vec<_>, _>>()?)
 }
 
@@ -451,37 +404,20 @@ pub(super) fn retry_failed(
     filter: &EventFilter,
     now: i64,
 ) -> StoreResult<usize> {
-    let mut values = Vec::new();
-    let only = match &filter.subscription {
-        Some(name) => match routes.named(name) {
-            Some(sub) => format!("AND s.sub = {}", sub.id),
-            None => return Ok(0),
-        },
-        None => String::new(),
+    let mut params = sql::Params::<Dialect>::default();
+    let sub = filter.subscription.as_deref().map(|n| routes.named(n));
+    let Some(states) = sql::failed_states(sub, filter, &mut params) else {
+        return Ok(0);
     };
-    let since = match filter.failed_since {
-        Some(t) => {
-            values.push(Value::Integer(t));
-            format!("AND ({}) >= ?{}", crate::store::FAILED_AT, values.len())
-        }
-        None => String::new(),
-    };
-    let filter = EventFilter {
-        status: None,
-        purged: false,
-        subscription: None,
-        failed_since: None,
-        ..filter.clone()
-    };
-    let clause = where_clause(routes, &filter, &[], &mut values);
+    let clause = sql::events_where(None, &sql::retry_events_filter(filter), &mut params);
     let candidates = tx
         .prepare(&format!(
             "SELECT s.seq, s.sub, s.abandoned, s.purged_at IS NOT NULL
                FROM event_state s INDEXED BY events_failed JOIN subscriptions u ON u.id = s.sub
-              WHERE s.status = 'failed' AND u.removed_at IS NULL {only} {since}
+              WHERE s.status = 'failed' AND u.removed_at IS NULL {states}
                 AND EXISTS (SELECT 1 FROM events e WHERE e.seq = s.seq AND {clause})"
         ))?
-        .query_map(params_from_iter(values), |r| {
+        .query_map(params_from_iter(params.values), |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, i64>(1)?,
