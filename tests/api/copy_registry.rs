@@ -7,7 +7,7 @@
 //! the registry: the copy refused the source, naming `billing`.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -62,10 +62,14 @@ fn claim(node: &ServerProcess, name: &str, token: &str, max: usize) -> Vec<Value
 /// Claim until `n` are held (a claim beside recent ingest may take fewer than its `max`).
 fn claim_n(node: &ServerProcess, name: &str, token: &str, n: usize) -> Vec<Value> {
     let mut held = Vec::new();
-    wait_for(node, &format!("{n} claims of {name}"), || {
-        held.extend(claim(node, name, token, n - held.len()));
-        held.len() >= n
-    });
+    node.wait_for(
+        Duration::from_secs(30),
+        &format!("{n} claims of {name}"),
+        || {
+            held.extend(claim(node, name, token, n - held.len()));
+            held.len() >= n
+        },
+    );
     held
 }
 
@@ -79,19 +83,6 @@ fn ack(node: &ServerProcess, name: &str, token: &str, claim: &str, outcome: &str
 
 fn id_of(claim: &Value) -> &str {
     claim["event_id"].as_str().unwrap()
-}
-
-/// Wait (bounded, 30 s) until `done` says yes; the node's log on a timeout.
-fn wait_for(node: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting: {what}\n{}",
-            node.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Event `id`'s states, by subscription.
@@ -182,14 +173,20 @@ fn fill(node: &ServerProcess, endpoint_port: u16, endpoint_dir: &std::path::Path
             200
         );
     }
-    wait_for(node, "the in-process and http states finished", || {
-        ids.iter().all(|id| {
-            states(node, id)
-                .iter()
-                .filter(|s| ["loyalty", "audit", "billing"].contains(&s["name"].as_str().unwrap()))
-                .all(|s| s["status"] == "completed" || s["status"] == "failed")
-        })
-    });
+    node.wait_for(
+        Duration::from_secs(30),
+        "the in-process and http states finished",
+        || {
+            ids.iter().all(|id| {
+                states(node, id)
+                    .iter()
+                    .filter(|s| {
+                        ["loyalty", "audit", "billing"].contains(&s["name"].as_str().unwrap())
+                    })
+                    .all(|s| s["status"] == "completed" || s["status"] == "failed")
+            })
+        },
+    );
     assert_eq!(state(node, "bad", "loyalty")["status"], "failed");
     assert_eq!(state(node, "a1", "billing")["status"], "completed");
 
@@ -421,13 +418,15 @@ fn a_database_with_its_registry_moves_to_postgres_and_back_whole() {
         send_signed(&client(), &node.base, &signing_settings(), "d1", &body),
         200
     );
-    wait_for(&node, "d1 forwarded", || {
+    node.wait_for(Duration::from_secs(30), "d1 forwarded", || {
         state(&node, "d1", "billing")["status"] == "completed"
     });
     // The session, idle since the source stopped, is removed by the copy's first node: what
     // it held finished as `removed`, with its history.
-    wait_for(&node, "the copied session removed", || {
-        state(&node, "a1", "dev-session")["outcome"] == "removed"
-    });
+    node.wait_for(
+        Duration::from_secs(30),
+        "the copied session removed",
+        || state(&node, "a1", "dev-session")["outcome"] == "removed",
+    );
     assert_eq!(state(&node, "a1", "dev-session")["status"], "completed");
 }

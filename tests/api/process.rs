@@ -162,6 +162,20 @@ impl ServerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Wait (every 50 ms, at most `within`) until `done` says yes; the node's log on a
+    /// timeout.
+    pub fn wait_for(&self, within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + within;
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting: {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
     }

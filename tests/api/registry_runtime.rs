@@ -5,7 +5,7 @@
 //! takes the next delivery; a removal finishes its work; a restart keeps what the API made.
 
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -45,19 +45,6 @@ fn admin(
     let r = req.send().unwrap();
     let status = r.status().as_u16();
     (status, r.json().unwrap_or(Value::Null))
-}
-
-/// Wait (bounded) until `done` says yes; `node`'s log on a timeout.
-fn wait_for(node: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting: {what}\n{}",
-            node.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn state_of(client: &reqwest::blocking::Client, base: &str, id: &str, sub: &str) -> Value {
@@ -110,7 +97,9 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
 
     let body = order_body("o1", "c1", 1);
     assert_eq!(send_signed(&client, &b.base, &settings, "o1", &body), 200);
-    wait_for(&b, "B forwards o1", || first.calls().len() == 1);
+    b.wait_for(Duration::from_secs(20), "B forwards o1", || {
+        first.calls().len() == 1
+    });
     let call = &first.calls()[0];
     assert_eq!(call.header("webhook-inbox-event-id"), Some("o1"));
     // Signed with the secret the API answered once.
@@ -162,7 +151,9 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
     assert_eq!(status, 200, "{changed}");
     let body = order_body("o2", "c1", 1);
     assert_eq!(send_signed(&client, &b.base, &settings, "o2", &body), 200);
-    wait_for(&b, "o2 at the new URL", || second.calls().len() == 1);
+    b.wait_for(Duration::from_secs(20), "o2 at the new URL", || {
+        second.calls().len() == 1
+    });
     assert_eq!(
         second.calls()[0].header("webhook-inbox-event-id"),
         Some("o2")
@@ -177,7 +168,7 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
     // Fanned out (an event not fanned out yet is pending for every subscription in the views,
     // but has no state to finish): B's own in-process subscription has handled it, and the
     // fan-out that gave it its state gave `jobs` one in the same statement.
-    wait_for(&b, "c2 fanned out to jobs", || {
+    b.wait_for(Duration::from_secs(20), "c2 fanned out to jobs", || {
         state_of(&client, &b.base, "c2", "books")["status"] == "completed"
     });
     let (status, removed) = admin(
@@ -200,20 +191,24 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
         send_signed(&client, &b.base, &settings, "c3", customer),
         200
     );
-    wait_for(&b, "c3 handled by books", || {
+    b.wait_for(Duration::from_secs(20), "c3 handled by books", || {
         state_of(&client, &b.base, "c3", "books")["status"] == "completed"
     });
     assert_eq!(state_of(&client, &b.base, "c3", "jobs"), Value::Null);
-    wait_for(&b, "the pull routes of jobs gone", || {
-        client
-            .post(format!("{}/subscriptions/jobs/claim", b.base))
-            .bearer_auth(&token)
-            .json(&json!({}))
-            .send()
-            .unwrap()
-            .status()
-            == 401
-    });
+    b.wait_for(
+        Duration::from_secs(20),
+        "the pull routes of jobs gone",
+        || {
+            client
+                .post(format!("{}/subscriptions/jobs/claim", b.base))
+                .bearer_auth(&token)
+                .json(&json!({}))
+                .send()
+                .unwrap()
+                .status()
+                == 401
+        },
+    );
 
     // B restarted with its config (which never named `hooks`): still there, still served.
     b.terminate(Duration::from_secs(20));
@@ -229,9 +224,11 @@ fn subscriptions_made_through_one_node_are_served_by_another(kind: StoreKind) {
     assert_eq!(shown["state"], "active");
     let body = order_body("o3", "c1", 1);
     assert_eq!(send_signed(&client, &b.base, &settings, "o3", &body), 200);
-    wait_for(&b, "o3 forwarded after the restart", || {
-        second.calls().len() == 2
-    });
+    b.wait_for(
+        Duration::from_secs(20),
+        "o3 forwarded after the restart",
+        || second.calls().len() == 2,
+    );
 }
 
 /// Two `PATCH`es of one subscription released at once through two nodes: both apply, one

@@ -48,19 +48,6 @@ fn get(node: &ServerProcess, path: &str) -> Value {
     admin(reqwest::Method::GET, format!("{}{path}", node.base), None).1
 }
 
-/// Wait (bounded, 20 s) until `done` says yes; `node`'s log on a timeout.
-fn wait_for(node: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting: {what}\n{}",
-            node.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The live sessions, by name.
 fn sessions(node: &ServerProcess) -> Vec<String> {
     get(node, "/subscriptions")["subscriptions"]
@@ -154,7 +141,9 @@ fn two_listen_sessions_each_get_every_event_and_end_removed(kind: StoreKind) {
     );
     let mut a = listen(dir.path(), &node, &first.url, "a");
     let mut b = listen(dir.path(), &node, &second.url, "b");
-    wait_for(&node, "two sessions", || sessions(&node).len() == 2);
+    node.wait_for(Duration::from_secs(20), "two sessions", || {
+        sessions(&node).len() == 2
+    });
     let names = sessions(&node);
     for name in &names {
         assert!(name.starts_with("listen-"), "{name}");
@@ -173,9 +162,11 @@ fn two_listen_sessions_each_get_every_event_and_end_removed(kind: StoreKind) {
         send_signed(&client(), &node.base, &settings, "c", customer),
         200
     );
-    wait_for(&node, "each session gets every event", || {
-        first.calls().len() >= 4 && second.calls().len() >= 4
-    });
+    node.wait_for(
+        Duration::from_secs(20),
+        "each session gets every event",
+        || first.calls().len() >= 4 && second.calls().len() >= 4,
+    );
     std::thread::sleep(Duration::from_millis(300));
     for receiver in [&first, &second] {
         let calls = receiver.calls();
@@ -185,7 +176,9 @@ fn two_listen_sessions_each_get_every_event_and_end_removed(kind: StoreKind) {
 
     // Ctrl-C on one: its subscription is deleted, nothing left unfinished.
     assert!(interrupt(&mut a).success());
-    wait_for(&node, "one session left", || sessions(&node).len() == 1);
+    node.wait_for(Duration::from_secs(20), "one session left", || {
+        sessions(&node).len() == 1
+    });
     let left = sessions(&node).remove(0);
     // The other's endpoint goes away: an event it claims is given back, pending for it, until
     // Ctrl-C deletes it and finishes that state as `removed`.
@@ -195,13 +188,15 @@ fn two_listen_sessions_each_get_every_event_and_end_removed(kind: StoreKind) {
         200
     );
     let err = dir.path().join("b.err");
-    wait_for(&node, "the late event given back", || {
+    node.wait_for(Duration::from_secs(20), "the late event given back", || {
         std::fs::read_to_string(&err)
             .unwrap_or_default()
             .contains("refused the connection")
     });
     assert!(interrupt(&mut b).success());
-    wait_for(&node, "no session left", || sessions(&node).is_empty());
+    node.wait_for(Duration::from_secs(20), "no session left", || {
+        sessions(&node).is_empty()
+    });
     let state = state_of(&node, "late", &left);
     assert_eq!(state["status"], "completed", "{state}");
     assert_eq!(state["outcome"], "removed", "{state}");
@@ -269,7 +264,7 @@ fn a_session_is_left_out_of_the_stats_and_removed_when_it_idles(kind: StoreKind)
     }
     // The node's own subscriptions finish them: pending for the session alone, which neither
     // the overview's counts nor its lag show.
-    wait_for(&node, "the others done", || {
+    node.wait_for(Duration::from_secs(20), "the others done", || {
         let stats = get(&node, "/events/stats");
         stats["counts"]["pending"] == 0 && stats["counts"]["completed"] == 3
     });
@@ -287,7 +282,7 @@ fn a_session_is_left_out_of_the_stats_and_removed_when_it_idles(kind: StoreKind)
         "n2",
         &format!("session_idle_seconds = 1\n{NODE}"),
     );
-    wait_for(&node, "the idle session removed", || {
+    node.wait_for(Duration::from_secs(20), "the idle session removed", || {
         sessions(&node).is_empty()
     });
     let state = state_of(&node, "e0", idle);
