@@ -83,6 +83,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The database of [`spawn_app_on`], kept (a PostgreSQL one is dropped with the app).
+    db: Option<crate::stores::TestDb>,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -93,6 +95,22 @@ pub fn init_logs() {
     if std::env::var_os("TEST_LOG").is_some() {
         webhook_inbox::telemetry::init(webhook_inbox::config::LogFormat::Text);
     }
+}
+
+/// [`spawn_app`] on a fresh database of `kind`.
+pub async fn spawn_app_on(kind: crate::stores::StoreKind) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::stores::TestDb::create(kind, dir.path());
+    let config: String = test_config(&dir)
+        .lines()
+        .map(|line| match line.starts_with("database_url") {
+            true => format!("database_url = \"{}\"\n", db.url()),
+            false => format!("{line}\n"),
+        })
+        .collect();
+    let mut app = spawn_in(dir, &config, BuildOptions::default()).await;
+    app.db = Some(db);
+    app
 }
 
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut String), options: BuildOptions) -> TestApp {
@@ -127,6 +145,7 @@ pub async fn spawn_in(dir: TempDir, config: &str, mut options: BuildOptions) -> 
             .unwrap(),
         shutdown: Some(tx),
         server: Some(server),
+        db: None,
     }
 }
 

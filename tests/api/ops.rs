@@ -8,6 +8,15 @@ use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::store::Lane;
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, async_store_tests};
+
+async_store_tests!(
+    list_filters_narrow_the_events_and_bad_values_are_422,
+    retry_answers_each_case_as_the_spec_says,
+    an_abandoned_at_most_once_event_needs_force_and_bulk_retry_skips_it,
+    bulk_retry_takes_failed_events_matching_the_filter,
+    metrics_parse_as_prometheus_text_and_move_with_traffic,
+);
 
 fn ids(page: &Value) -> Vec<String> {
     page["events"]
@@ -18,9 +27,8 @@ fn ids(page: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn list_filters_narrow_the_events_and_bad_values_are_422() {
-    let app = spawn_app().await;
+async fn list_filters_narrow_the_events_and_bad_values_are_422(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     app.deliver("shop", "a", &order_body("o-a", "c", 1)).await;
     app.deliver("shop", "b", r#"{"type":"customer.created"}"#)
         .await;
@@ -91,9 +99,31 @@ async fn list_filters_narrow_the_events_and_bad_values_are_422() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pagination_walks_every_event_exactly_once_while_deliveries_keep_arriving() {
-    let app = spawn_app().await;
+/// Deliveries arrive from another thread while the pages are walked: on both stores.
+mod paging {
+    use crate::stores::StoreKind;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::pagination_walks_every_event_exactly_once_while_deliveries_keep_arriving(
+            StoreKind::Sqlite,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        if crate::pgdb::available() {
+            super::pagination_walks_every_event_exactly_once_while_deliveries_keep_arriving(
+                StoreKind::Postgres,
+            )
+            .await
+        }
+    }
+}
+
+async fn pagination_walks_every_event_exactly_once_while_deliveries_keep_arriving(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     for i in 0..120 {
         app.deliver("shop", &format!("old-{i}"), r#"{"type":"ping"}"#)
             .await;
@@ -145,9 +175,8 @@ async fn pagination_walks_every_event_exactly_once_while_deliveries_keep_arrivin
     assert!(seen.values().all(|n| *n == 1), "an event was repeated");
 }
 
-#[tokio::test]
-async fn retry_answers_each_case_as_the_spec_says() {
-    let app = spawn_app().await;
+async fn retry_answers_each_case_as_the_spec_says(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     app.deliver("shop", "failed", r#"{"type":"order.completed"}"#)
         .await;
     app.deliver("shop", "done", &order_body("o-1", "c-1", 10))
@@ -201,9 +230,8 @@ async fn retry_answers_each_case_as_the_spec_says() {
         .assert_error(422, "invalid_request");
 }
 
-#[tokio::test]
-async fn an_abandoned_at_most_once_event_needs_force_and_bulk_retry_skips_it() {
-    let app = spawn_app().await;
+async fn an_abandoned_at_most_once_event_needs_force_and_bulk_retry_skips_it(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let id = app.post("/requests", Some(SUBMIT_TOKEN), None).await.body["id"]
         .as_str()
         .unwrap()
@@ -230,9 +258,8 @@ async fn an_abandoned_at_most_once_event_needs_force_and_bulk_retry_skips_it() {
     assert_eq!(r.body["abandoned"], false);
 }
 
-#[tokio::test]
-async fn bulk_retry_takes_failed_events_matching_the_filter() {
-    let app = spawn_app().await;
+async fn bulk_retry_takes_failed_events_matching_the_filter(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     for i in 0..3 {
         app.deliver("shop", &format!("s{i}"), r#"{"type":"order.completed"}"#)
             .await;
@@ -296,9 +323,8 @@ fn parse_metrics(text: &str) -> HashMap<String, f64> {
     samples
 }
 
-#[tokio::test]
-async fn metrics_parse_as_prometheus_text_and_move_with_traffic() {
-    let app = spawn_app().await;
+async fn metrics_parse_as_prometheus_text_and_move_with_traffic(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let scrape = || async { parse_metrics(&app.metrics_text().await) };
     let before = scrape().await;
     assert_eq!(

@@ -125,3 +125,28 @@ macro_rules! store_tests {
     };
 }
 pub(crate) use store_tests;
+
+/// [`store_tests`] for async tests: each `async fn test(kind: StoreKind)` once per store.
+macro_rules! async_store_tests {
+    ($($test:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test($crate::stores::StoreKind::Sqlite).await
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    if $crate::pgdb::available() {
+                        super::$test($crate::stores::StoreKind::Postgres).await
+                    }
+                }
+            )+
+        }
+    };
+}
+pub(crate) use async_store_tests;
