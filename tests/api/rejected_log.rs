@@ -219,6 +219,41 @@ fn rejections_are_stored_trimmed_and_paged(kind: StoreKind) {
         )
         .unwrap();
     assert_eq!(rest.len(), 3);
+    assert!(
+        page.iter().chain(&rest).all(|r| r.rejection.source == "a"),
+        "only source a: {page:?} {rest:?}"
+    );
+    let window = RejectionFilter {
+        reason: Some("invalid_signature".into()),
+        received_after: Some(1_003),
+        received_before: Some(1_006),
+        ..Default::default()
+    };
+    let within: Vec<i64> = store
+        .rejections(
+            &window,
+            Page {
+                limit: 100,
+                before_seq: None,
+            },
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.rejection.received_at)
+        .collect();
+    assert_eq!(within, [1_005, 1_004, 1_003], "from (inclusive) and before");
+    let other_reason = RejectionFilter {
+        reason: Some("unknown_source".into()),
+        ..Default::default()
+    };
+    let none = store.rejections(
+        &other_reason,
+        Page {
+            limit: 100,
+            before_seq: None,
+        },
+    );
+    assert!(none.unwrap().is_empty());
     // Trimmed to the newest 4, and nothing received before 1,007.
     store
         .record_rejections(&[refusal("a", 1_010)], 4, 1_007)

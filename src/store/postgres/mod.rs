@@ -33,7 +33,6 @@ mod operations;
 mod ordering;
 mod purge;
 mod registry;
-mod rejections;
 mod requests;
 mod rows;
 mod secrets;

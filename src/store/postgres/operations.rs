@@ -1,11 +1,12 @@
 //! The `Store` trait on PostgreSQL: each operation as one transaction on a pooled connection
 //! (the helpers are in `mod.rs`), over the statements of the sibling modules.
 
+use crate::store::sql;
 use std::sync::Arc;
 
 use super::{
     PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
-    migrations, off_async, ordering, purge, registry, rejections, requests, secrets, subscriptions,
+    migrations, off_async, ordering, purge, registry, requests, secrets, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::registry::{Change, Created, Updated};
@@ -454,7 +455,7 @@ impl Store for PostgresStore {
     }
 
     fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
-        self.tx(|db| rejections::record(db, batch, keep, since))
+        self.tx(|db| sql::rejections::record(db, batch, keep, since))
     }
 
     fn rejections(
@@ -462,7 +463,7 @@ impl Store for PostgresStore {
         filter: &RejectionFilter,
         page: Page,
     ) -> StoreResult<Vec<RejectionRecord>> {
-        self.tx(|db| rejections::list(db, filter, page))
+        self.tx(|db| sql::rejections::list(db, filter, page))
     }
 
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {

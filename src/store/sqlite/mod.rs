@@ -30,7 +30,6 @@ mod operations;
 mod ordering;
 mod purge;
 mod registry;
-mod rejections;
 mod requests;
 mod rows;
 mod secrets;

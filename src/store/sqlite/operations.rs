@@ -4,11 +4,12 @@
 
 use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, registry, rejections, requests, secrets, stats, subscriptions,
+    purge, registry, requests, secrets, stats, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::registry::{Change, Created, Updated};
 use crate::store::secrets::{Purpose, Rotation, StoredSecret};
+use crate::store::sql;
 use crate::store::{
     AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
     EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
@@ -397,7 +398,7 @@ impl Store for SqliteStore {
     }
 
     fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
-        self.write(|tx| rejections::record(tx, batch, keep, since))
+        self.write(|tx| sql::rejections::record(&mut sql::conn::Sqlite(tx), batch, keep, since))
     }
 
     fn rejections(
@@ -405,7 +406,7 @@ impl Store for SqliteStore {
         filter: &RejectionFilter,
         page: Page,
     ) -> StoreResult<Vec<RejectionRecord>> {
-        self.read(|c| rejections::list(c, filter, page))
+        self.read(|c| sql::rejections::list(&mut sql::conn::Sqlite(c), filter, page))
     }
 
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
