@@ -2,18 +2,15 @@
 //! its event is inserted through the same unique-key dedup as a webhook, so a double click (on
 //! one node or two) can never queue twice.
 
-use sha2::{Digest, Sha256};
-
 use super::session::Db;
 use super::{events, ingest};
 use crate::store::{
-    AddDocument, DocumentContent, DocumentSummary, InsertOutcome, Lane, NewDelivery, NewDocument,
-    RequestRecord, RequestStatus, StoreResult, SubmitOutcome,
+    AddDocument, DocumentContent, DocumentSummary, InsertOutcome, NewDocument, RequestRecord,
+    RequestStatus, StoreResult, SubmitOutcome,
 };
 
 /// The event every submission becomes (SPEC section 6), as on SQLite.
 const REQUEST_SOURCE: &str = crate::domain::RESERVED_SOURCE;
-const REQUEST_EVENT_TYPE: &str = "request.submitted";
 
 pub(super) fn create(db: &mut Db<'_>, id: &str, now: i64) -> StoreResult<RequestRecord> {
     db.execute(
@@ -128,23 +125,7 @@ pub(super) fn submit(
     if found == 0 {
         return Ok(SubmitOutcome::NotFound);
     }
-    let payload = serde_json::to_vec(&serde_json::json!({
-        "type": REQUEST_EVENT_TYPE,
-        "request_id": id,
-    }))
-    .expect("a JSON object serialises");
-    let delivery = NewDelivery {
-        source: REQUEST_SOURCE.to_string(),
-        event_id: id.to_string(),
-        event_type: REQUEST_EVENT_TYPE.to_string(),
-        sha256: Sha256::digest(&payload).into(),
-        payload,
-        content_type: Some("application/json".into()),
-        received_at: now,
-        reject_mismatch: false,
-        lane: Lane::CallOut,
-        traceparent: None,
-    };
+    let delivery = crate::store::request_types::submitted(id, now);
     let outcome = ingest::insert_all(db, std::slice::from_ref(&delivery), routes)?;
     Ok(match outcome[0] {
         InsertOutcome::Queued => SubmitOutcome::Queued,

@@ -3,17 +3,15 @@
 //! can never queue twice.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use sha2::{Digest, Sha256};
 
 use super::{events, ingest};
 use crate::store::{
-    AddDocument, DocumentContent, DocumentSummary, InsertOutcome, Lane, NewDelivery, NewDocument,
-    RequestRecord, RequestStatus, StoreResult, SubmitOutcome,
+    AddDocument, DocumentContent, DocumentSummary, InsertOutcome, NewDocument, RequestRecord,
+    RequestStatus, StoreResult, SubmitOutcome,
 };
 
 /// The event every submission becomes (SPEC section 6).
 pub const REQUEST_SOURCE: &str = crate::domain::RESERVED_SOURCE;
-pub const REQUEST_EVENT_TYPE: &str = "request.submitted";
 
 pub(super) fn create(tx: &Transaction<'_>, id: &str, now: i64) -> StoreResult<RequestRecord> {
     tx.execute(
@@ -134,23 +132,7 @@ pub(super) fn submit(
     if found == 0 {
         return Ok(SubmitOutcome::NotFound);
     }
-    let payload = serde_json::to_vec(&serde_json::json!({
-        "type": REQUEST_EVENT_TYPE,
-        "request_id": id,
-    }))
-    .expect("a JSON object serialises");
-    let delivery = NewDelivery {
-        source: REQUEST_SOURCE.to_string(),
-        event_id: id.to_string(),
-        event_type: REQUEST_EVENT_TYPE.to_string(),
-        sha256: Sha256::digest(&payload).into(),
-        payload,
-        content_type: Some("application/json".into()),
-        received_at: now,
-        reject_mismatch: false,
-        lane: Lane::CallOut,
-        traceparent: None,
-    };
+    let delivery = crate::store::request_types::submitted(id, now);
     let outcome = ingest::insert_all(tx, std::slice::from_ref(&delivery), routes)?;
     Ok(match outcome[0] {
         InsertOutcome::Queued => SubmitOutcome::Queued,
