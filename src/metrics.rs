@@ -354,7 +354,7 @@ impl Metrics {
             self.subscription_paused
                 .get_or_create(&name())
                 .set(i64::from(s.paused));
-            if s.kind == "http" || s.kind == "nats" {
+            if crate::subscriptions::Kind::parse(&s.kind).is_some_and(|k| k.is_call_out()) {
                 self.subscription_probing
                     .get_or_create(&name())
                     .set(i64::from(s.probe_at.is_some()));

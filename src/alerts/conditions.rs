@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::config::{AlertSettings, ConditionKind, ConditionSettings};
 use crate::store::alerts::{ActiveAlert, AlertSubject, Observation};
 use crate::store::{Store, StoreResult};
+use crate::subscriptions::Kind;
 
 /// What one evaluation reads from the store, once for every channel.
 #[derive(Debug, Default)]
@@ -143,7 +144,8 @@ fn observe_condition(
             }
         }
         ConditionKind::BreakerOpen => {
-            for s in live.filter(|s| (s.kind == "http" || s.kind == "nats") && wanted(&s.name)) {
+            let call_out = |kind: &str| Kind::parse(kind).is_some_and(Kind::is_call_out);
+            for s in live.filter(|s| call_out(&s.kind) && wanted(&s.name)) {
                 let figure = match s.probe_at {
                     Some(at) => format!(
                         "circuit breaker open: the endpoint fails; next probe in {} s",

@@ -22,6 +22,9 @@ pub struct SubscriptionSettings {
     /// `nats` only.
     pub subject: Option<String>,
     pub stream: Option<String>,
+    /// `amqp` only.
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
     pub signing_secret: Option<OneOrMany>,
     pub timeout_ms: Option<u64>,
     pub ca_file: Option<String>,
@@ -71,7 +74,7 @@ pub struct FieldError {
     pub message: String,
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> FieldError {
+pub(super) fn invalid(field: &str, message: impl Into<String>) -> FieldError {
     FieldError {
         field: field.into(),
         message: message.into(),
@@ -184,7 +187,7 @@ fn one(
         ("rate_per_second", s.rate_per_second.is_some()),
         ("concurrency", s.concurrency.is_some()),
     ] {
-        only(field, set && !s.kind.is_call_out(), "http` or `nats")?;
+        only(field, set && !s.kind.is_call_out(), "http`, `nats` or `amqp")?;
     }
     only(
         "signing_secret",
@@ -196,6 +199,12 @@ fn one(
         ("stream", s.stream.is_some()),
     ] {
         only(field, set && s.kind != Kind::Nats, "nats")?;
+    }
+    for (field, set) in [
+        ("exchange", s.exchange.is_some()),
+        ("routing_key", s.routing_key.is_some()),
+    ] {
+        only(field, set && s.kind != Kind::Amqp, "amqp")?;
     }
     only("token", s.token.is_some() && s.kind != Kind::Pull, "pull")?;
     let sources = match (&s.sources, s.kind) {
@@ -362,14 +371,28 @@ fn http_target(
     consumers: &ConsumerSettings,
 ) -> Result<HttpTarget, FieldError> {
     let url = s.url.as_deref().ok_or_else(|| match s.kind {
-        Kind::Nats => invalid("url", "a `nats` subscription needs the broker's URL"),
+        Kind::Nats | Kind::Amqp => invalid(
+            "url",
+            format!("a `{}` subscription needs the broker's URL", s.kind.as_str()),
+        ),
         _ => invalid("url", "an `http` subscription needs the URL to call"),
     })?;
-    let (subject, stream) = match s.kind {
-        Kind::Nats => super::nats::destination(url, s.subject.as_deref(), s.stream.as_deref())?,
+    let (mut subject, mut stream, mut exchange, mut routing_key) = (None, None, None, None);
+    match s.kind {
+        Kind::Nats => {
+            (subject, stream) =
+                super::nats::destination(url, s.subject.as_deref(), s.stream.as_deref())?;
+        }
+        Kind::Amqp => {
+            (exchange, routing_key) = super::amqp::destination(
+                url,
+                s.exchange.as_deref(),
+                s.routing_key.as_deref(),
+            )?;
+        }
         // The URL is never echoed: it may hold credentials.
         _ => match reqwest::Url::parse(url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => (None, None),
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
             _ => {
                 return Err(invalid(
                     "url",
@@ -419,6 +442,8 @@ fn http_target(
         url: url.to_string(),
         subject,
         stream,
+        exchange,
+        routing_key,
         signing_secrets,
         timeout_ms,
         ca_file,

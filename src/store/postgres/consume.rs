@@ -187,7 +187,7 @@ pub(super) fn claim(
                 "SELECT (SELECT version FROM subscription_registry WHERE id = 0),
                         array(SELECT id FROM subscriptions
                                WHERE lane = $1 AND NOT paused AND removed_at IS NULL
-                                 AND kind NOT IN ('http', 'nats', 'pull') ORDER BY id)",
+                                 AND kind NOT IN ('http', 'nats', 'amqp', 'pull') ORDER BY id)",
                 &[&lane.as_i64()],
             )?;
             let version: i64 = row.try_get(0)?;

@@ -116,7 +116,7 @@ pub(super) fn claim_for(
             .prepare_cached(
                 "SELECT id FROM subscriptions
                   WHERE lane = ?1 AND paused = 0 AND removed_at IS NULL
-                    AND kind NOT IN ('http', 'nats', 'pull') ORDER BY id",
+                    AND kind NOT IN ('http', 'nats', 'amqp', 'pull') ORDER BY id",
             )?
             .query_map([lane.as_i64()], |r| r.get(0))?
             .collect::<Result<_, _>>()?,
