@@ -104,9 +104,10 @@ impl Publisher {
             }
         }
         *link = None;
-        let connection = self.connect().await.map_err(|e| {
-            format!("could not connect to the broker (nothing was sent): {e}")
-        })?;
+        let connection = self
+            .connect()
+            .await
+            .map_err(|e| format!("could not connect to the broker (nothing was sent): {e}"))?;
         let channel = confirm_channel(&connection).await.map_err(|e| {
             format!("could not open a channel in confirm mode (nothing was sent): {e}")
         })?;
@@ -131,8 +132,8 @@ impl Publisher {
                 None => None,
             },
         };
-        let properties = ConnectionProperties::default()
-            .with_connection_name("webhook-inbox".into());
+        let properties =
+            ConnectionProperties::default().with_connection_name("webhook-inbox".into());
         Connection::connect_with_config(
             &self.target.url,
             properties,
@@ -186,7 +187,13 @@ impl Publisher {
             ..BasicPublishOptions::default()
         };
         let confirm = match channel
-            .basic_publish(exchange.into(), key.as_str().into(), options, &body, properties)
+            .basic_publish(
+                exchange.into(),
+                key.as_str().into(),
+                options,
+                &body,
+                properties,
+            )
             .await
         {
             Ok(confirm) => confirm,
@@ -212,9 +219,11 @@ impl Publisher {
             }
             // A message routed to several queues is nacked when one of them refuses it while
             // the others hold it: it may have been delivered.
-            Ok(Confirmation::Nack(None)) => {
-                failed(format!("the broker nacked the publish to {at}"), true, "refused")
-            }
+            Ok(Confirmation::Nack(None)) => failed(
+                format!("the broker nacked the publish to {at}"),
+                true,
+                "refused",
+            ),
             Ok(Confirmation::NotRequested) => failed(
                 format!("the channel is not in confirm mode (publish to {at})"),
                 true,

@@ -22,8 +22,12 @@ pub fn destination(
         )
     })?;
     check_exchange(exchange)?;
-    let routing_key = routing_key
-        .ok_or_else(|| invalid("routing_key", "an `amqp` subscription needs the routing key"))?;
+    let routing_key = routing_key.ok_or_else(|| {
+        invalid(
+            "routing_key",
+            "an `amqp` subscription needs the routing key",
+        )
+    })?;
     check_routing_key(routing_key)?;
     Ok((Some(exchange.to_string()), Some(routing_key.to_string())))
 }

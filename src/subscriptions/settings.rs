@@ -187,7 +187,11 @@ fn one(
         ("rate_per_second", s.rate_per_second.is_some()),
         ("concurrency", s.concurrency.is_some()),
     ] {
-        only(field, set && !s.kind.is_call_out(), "http`, `nats` or `amqp")?;
+        only(
+            field,
+            set && !s.kind.is_call_out(),
+            "http`, `nats` or `amqp",
+        )?;
     }
     only(
         "signing_secret",
@@ -373,7 +377,10 @@ fn http_target(
     let url = s.url.as_deref().ok_or_else(|| match s.kind {
         Kind::Nats | Kind::Amqp => invalid(
             "url",
-            format!("a `{}` subscription needs the broker's URL", s.kind.as_str()),
+            format!(
+                "a `{}` subscription needs the broker's URL",
+                s.kind.as_str()
+            ),
         ),
         _ => invalid("url", "an `http` subscription needs the URL to call"),
     })?;
@@ -384,11 +391,8 @@ fn http_target(
                 super::nats::destination(url, s.subject.as_deref(), s.stream.as_deref())?;
         }
         Kind::Amqp => {
-            (exchange, routing_key) = super::amqp::destination(
-                url,
-                s.exchange.as_deref(),
-                s.routing_key.as_deref(),
-            )?;
+            (exchange, routing_key) =
+                super::amqp::destination(url, s.exchange.as_deref(), s.routing_key.as_deref())?;
         }
         // The URL is never echoed: it may hold credentials.
         _ => match reqwest::Url::parse(url) {

@@ -195,9 +195,15 @@ async fn amqp_every_event_reaches_the_queue_once_with_its_properties() {
     );
     let view = until_published(&app, 20, Duration::from_secs(30)).await;
     // Shown without the URL's credentials.
-    assert_eq!(view["url_origin"], url.replace("guest:guest@", "").trim_end_matches("/%2f"));
+    assert_eq!(
+        view["url_origin"],
+        url.replace("guest:guest@", "").trim_end_matches("/%2f")
+    );
     assert_eq!(view["exchange"], n.exchange.as_str(), "{view}");
-    assert_eq!(view["routing_key"], format!("{}.{{source}}.{{type}}", n.prefix));
+    assert_eq!(
+        view["routing_key"],
+        format!("{}.{{source}}.{{type}}", n.prefix)
+    );
     let messages = rabbit.take_all(&n.queue).await;
     assert_eq!(messages.len(), 20);
     assert!(copies(&messages).values().all(|c| *c == 1), "a duplicate");
@@ -207,7 +213,10 @@ async fn amqp_every_event_reaches_the_queue_once_with_its_properties() {
             .find(|m| header(m, "webhook-inbox-event-id") == *id)
             .unwrap_or_else(|| panic!("{id} is not in the queue"));
         assert_eq!(message_id(m), webhook_id("shop", id));
-        assert_eq!(m.routing_key.as_str(), format!("{}.shop.order_completed", n.prefix));
+        assert_eq!(
+            m.routing_key.as_str(),
+            format!("{}.shop.order_completed", n.prefix)
+        );
         assert_eq!(m.exchange.as_str(), n.exchange);
         assert_eq!(*m.properties.delivery_mode(), Some(2), "persistent");
         let content_type = m.properties.content_type().as_ref().map(|c| c.to_string());
@@ -237,13 +246,19 @@ async fn amqp_an_unroutable_key_is_a_failed_attempt_naming_exchange_and_key() {
     let app = app_with_bus(&url, &n, "").await;
     send_orders(&app, "m", 8).await;
     let state = until_failed_with(&app, "m-0", "NOT_FOUND").await;
-    assert!(state["last_error"].as_str().unwrap().contains(&n.exchange), "{state}");
+    assert!(
+        state["last_error"].as_str().unwrap().contains(&n.exchange),
+        "{state}"
+    );
     let rabbit = client(&url).await;
     rabbit.exchange(&n.exchange).await;
     let key = format!("{}.shop.order_completed", n.prefix);
     let state = until_failed_with(&app, "m-0", "returned the message").await;
     let error = state["last_error"].as_str().unwrap();
-    assert!(error.contains(&format!("exchange `{}`", n.exchange)), "{error}");
+    assert!(
+        error.contains(&format!("exchange `{}`", n.exchange)),
+        "{error}"
+    );
     assert!(error.contains(&format!("routing key `{key}`")), "{error}");
     assert!(error.contains("NO_ROUTE"), "{error}");
     assert_ne!(state["status"], "completed", "{state}");
@@ -251,7 +266,10 @@ async fn amqp_an_unroutable_key_is_a_failed_attempt_naming_exchange_and_key() {
     assert_eq!(view["counts"]["completed"], 0, "{view}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while app.get("/subscriptions/bus").await.body["state"] != "probing" {
-        assert!(std::time::Instant::now() < deadline, "the breaker did not open");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the breaker did not open"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     rabbit.queue(&n.queue, &n.exchange, &n.prefix).await;
@@ -280,7 +298,11 @@ async fn amqp_a_paused_subscription_publishes_nothing_until_resumed() {
     assert_eq!(paused.status, 200);
     send_orders(&app, "p", 5).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(rabbit.take_all(&n.queue).await.len(), 0, "published while paused");
+    assert_eq!(
+        rabbit.take_all(&n.queue).await.len(),
+        0,
+        "published while paused"
+    );
     let resumed = app.admin_post("/subscriptions/bus/resume", None).await;
     assert_eq!(resumed.status, 200);
     until_published(&app, 5, Duration::from_secs(30)).await;
@@ -301,7 +323,10 @@ async fn amqp_ordered_by_keeps_each_keys_order_in_the_queue() {
     for i in 0..30 {
         let body = order_body(&format!("o-{i}"), &format!("c{}", i % 3), 1);
         let id = format!("k-{i:02}");
-        assert_eq!(app.deliver("shop", &id, &body).await.body["status"], "queued");
+        assert_eq!(
+            app.deliver("shop", &id, &body).await.body["status"],
+            "queued"
+        );
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     rabbit.queue(&n.queue, &n.exchange, &n.prefix).await;
@@ -410,6 +435,9 @@ async fn amqp_the_cli_creates_an_amqp_subscription() {
     let update = ["subscriptions", "update", "bus", "--exchange", "a b"];
     let refused = crate::cli::cli(&app, &update).await;
     assert!(!refused.status.success());
-    assert!(crate::cli::stderr(&refused).contains("exchange"), "{refused:?}");
+    assert!(
+        crate::cli::stderr(&refused).contains("exchange"),
+        "{refused:?}"
+    );
     app.stop().await;
 }

@@ -58,7 +58,16 @@ fn consumer(url: &str, queue: &str, db: &Path, log: &Path) -> Child {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/amqp_consumer.py");
     Command::new(AMQP_PYTHON)
         .arg(&example)
-        .args(["--url", url, "--queue", queue, "--prefetch", "20", "--wait", "0.3"])
+        .args([
+            "--url",
+            url,
+            "--queue",
+            queue,
+            "--prefetch",
+            "20",
+            "--wait",
+            "0.3",
+        ])
         .arg("--db")
         .arg(db)
         .stdout(Stdio::null())
@@ -149,7 +158,11 @@ async fn amqp_the_example_consumer_credits_each_order_once_through_sigkills() {
         .arg(child.id().to_string())
         .status();
     let status = tokio::task::block_in_place(|| {
-        exit_within(&mut child, Duration::from_secs(15), "the consumer on SIGTERM")
+        exit_within(
+            &mut child,
+            Duration::from_secs(15),
+            "the consumer on SIGTERM",
+        )
     });
     assert!(status.success(), "{status}: {}", logs());
     assert_eq!(rabbit.take_all(&n.queue).await.len(), 0, "left unacked");
@@ -160,7 +173,10 @@ async fn amqp_the_example_consumer_credits_each_order_once_through_sigkills() {
         count("SELECT count(*) FROM processed_messages WHERE outcome = 'business_duplicate'"),
         4
     );
-    assert_eq!(count("SELECT count(*) FROM loyalty_credits"), 20 + MORE as i64);
+    assert_eq!(
+        count("SELECT count(*) FROM loyalty_credits"),
+        20 + MORE as i64
+    );
     assert_eq!(
         count("SELECT sum(balance) FROM loyalty_balances"),
         200 + MORE as i64

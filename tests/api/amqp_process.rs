@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 use webhook_inbox::forward::call::webhook_id;
 
 use crate::amqp::{Client, app_with_bus, broker, bus_table, client, copies, header, names};
-use crate::brokers::{
-    PrivateBroker, RABBITMQ, send, send_orders, until_published, wait_completed,
-};
+use crate::brokers::{PrivateBroker, RABBITMQ, send, send_orders, until_published, wait_completed};
 use crate::process::{ServerProcess, free_port, write_config};
 
 /// Every event of `ids` is in `messages`, and every copy of one carries its `message_id`;

@@ -53,7 +53,10 @@ pub async fn until_failed_with(app: &TestApp, id: &str, text: &str) -> Value {
         if let Some(bus) = bus.filter(|b| b["last_error"].as_str().unwrap_or("").contains(text)) {
             return bus;
         }
-        assert!(Instant::now() < deadline, "no attempt failed with {text:?}: {event}");
+        assert!(
+            Instant::now() < deadline,
+            "no attempt failed with {text:?}: {event}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -100,7 +103,13 @@ pub fn send(
 
 /// Wait (bounded) until the real binary at `base` shows `want` of `bus`'s events completed
 /// (and, with `settled`, none pending or claimed).
-pub fn wait_completed(base: &str, want: usize, settled: bool, within: Duration, logs: impl Fn() -> String) {
+pub fn wait_completed(
+    base: &str,
+    want: usize,
+    settled: bool,
+    within: Duration,
+    logs: impl Fn() -> String,
+) {
     let client = reqwest::blocking::Client::new();
     let deadline = Instant::now() + within;
     loop {
@@ -115,7 +124,11 @@ pub fn wait_completed(base: &str, want: usize, settled: bool, within: Duration, 
         if c["completed"] == want as i64 && (!settled || (c["pending"] == 0 && c["claimed"] == 0)) {
             return;
         }
-        assert!(Instant::now() < deadline, "not published: {view}\n{}", logs());
+        assert!(
+            Instant::now() < deadline,
+            "not published: {view}\n{}",
+            logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -168,7 +181,11 @@ impl PrivateBroker {
             command.env(var, options);
         }
         let script = command
-            .arg(format!("{}/scripts/{}", env!("CARGO_MANIFEST_DIR"), which.script))
+            .arg(format!(
+                "{}/scripts/{}",
+                env!("CARGO_MANIFEST_DIR"),
+                which.script
+            ))
             .args(["sh", "-c"])
             // Bounded too: the broker goes away after ten minutes whatever happens.
             .arg(format!(
@@ -213,7 +230,12 @@ impl PrivateBroker {
     /// `stop` (SIGTERM), `kill` or `start` (the same port and store); the script bounds each.
     pub fn ctl(&self, action: &str) {
         let status = Command::new(&self.ctl).arg(action).status().unwrap();
-        assert!(status.success(), "{} ctl {action}: {}", self.name, self.logs());
+        assert!(
+            status.success(),
+            "{} ctl {action}: {}",
+            self.name,
+            self.logs()
+        );
     }
 }
 

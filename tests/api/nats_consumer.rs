@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
-use crate::helpers::*;
 use crate::brokers::until_published;
+use crate::helpers::*;
 use crate::nats::{app_with_bus, broker, jetstream_of, stored, unique};
 use crate::process::exit_within;
 

@@ -221,7 +221,13 @@ fn nats_nodes_on_postgresql_publish_each_event_once() {
         );
         assert_eq!(status, 200, "{answer}");
     }
-    wait_completed(&nodes[0].base, EVENTS, false, Duration::from_secs(90), String::new);
+    wait_completed(
+        &nodes[0].base,
+        EVENTS,
+        false,
+        Duration::from_secs(90),
+        String::new,
+    );
     let messages = rt.block_on(stored(&js, &name));
     assert_eq!(messages.len(), EVENTS);
     assert_eq!(distinct_ids(&messages).len(), EVENTS);

@@ -23,7 +23,8 @@ async fn nats_tls_with_an_internal_ca_needs_the_ca_file() {
         cert.display(),
         key.display()
     );
-    let private = tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), &NATS, &options));
+    let private =
+        tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), &NATS, &options));
     let url = private.url.replacen("nats://", "tls://", 1);
     let client = async_nats::ConnectOptions::new()
         .add_root_certificates(ca.clone())
