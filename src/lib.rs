@@ -13,7 +13,8 @@
 //!   default.
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
-//! - [`forward`]: `http` subscriptions: signed calls to the user's endpoint, a circuit breaker.
+//! - [`forward`]: `http` subscriptions (signed calls to the user's endpoint, a circuit breaker),
+//!   and the broker kinds `nats` and `amqp` through the same forwarder.
 //! - [`secrets`]: subscriptions' secrets shared through the store: sealed at rest with an
 //!   optional key, cached for the forwarders and pull routes, shown and rotated with a grace.
 //! - [`served`]: the registry's `http` and `pull` subscriptions a node serves, followed as the

@@ -128,7 +128,7 @@ pub fn body_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldErro
 /// `current` with the fields of `patch` laid over it (a field given as `null` goes back to
 /// its default), checked as the config is, but for the `ca_file`'s contents: this runs in the
 /// registry's writing transaction, on whichever node took the request, so the caller checks a
-/// changed `ca_file` ([`check_ca_file`](super::settings::check_ca_file)) before it, and an
+/// changed `ca_file` ([`check_ca_file`](super::check_ca_file)) before it, and an
 /// unchanged one is not read again (a node without the file could otherwise change nothing of
 /// the subscription). `name` and `kind` are not changed by a patch: a subscription of another
 /// kind is another subscription.

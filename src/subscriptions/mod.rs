@@ -12,13 +12,14 @@ mod changes;
 pub mod filter;
 pub mod nats;
 mod settings;
+mod target;
 pub mod template;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
 pub use settings::{
-    FieldError, OneOrMany, SubscriptionSettings, check_ca_file, check_tokens, from_settings,
-    valid_name, validate,
+    FieldError, OneOrMany, SubscriptionSettings, check_tokens, from_settings, valid_name, validate,
 };
+pub use target::check_ca_file;
 
 use crate::config::{ConsumerSettings, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};

@@ -3,7 +3,7 @@
 //! headers, read back by a consumer here; a missing exchange and then a routing key no queue is
 //! bound to fail attempts with their cause (exchange and key named), open the breaker, and
 //! deliver once the queue is bound; a paused subscription publishes nothing; ordering per key
-//! holds in the queue; bad settings are refused naming the key.
+//! holds in the queue. Bad settings: amqp_settings.rs.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,13 +13,11 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
-use serde_json::json;
 use webhook_inbox::forward::call::webhook_id;
 
 use crate::brokers::{app_with_table, send_orders, until_failed_with, until_published};
 use crate::helpers::*;
 use crate::nats::unique;
-use crate::registry_routes::{assert_names, create};
 
 /// The shared node's URL (`TEST_AMQP_URL`), or `None`: the test was skipped (or, under
 /// `TEST_REQUIRE_ALL`, has failed).
@@ -366,78 +364,5 @@ async fn amqp_a_providers_traceparent_rides_on_the_message() {
     let messages = rabbit.take_all(&n.queue).await;
     assert_eq!(messages.len(), 1);
     assert_eq!(header(&messages[0], "traceparent"), traceparent);
-    app.stop().await;
-}
-
-/// The API refuses what the config refuses, naming the key; a good one is shown with its
-/// broker's origin (never the credentials), exchange and routing key (no broker needed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn amqp_bad_settings_are_refused_in_the_api_naming_the_key() {
-    let app = spawn_app().await;
-    let good = json!({"name": "bus", "kind": "amqp", "url": "amqp://u:pw@127.0.0.1:5672/%2f",
-                      "exchange": "", "routing_key": "hooks.{source}.{type}"});
-    for (field, value) in [
-        ("url", json!("nats://127.0.0.1:4222")),
-        ("url", json!("amqp://")),
-        ("exchange", json!("a b")),
-        ("routing_key", json!("hooks.{id}")),
-        ("routing_key", json!("k".repeat(256))),
-        ("subject", json!("a")),
-        ("signing_secret", json!(SW_SECRET)),
-        ("timeout_ms", json!(0)),
-    ] {
-        let mut body = good.clone();
-        body[field] = value;
-        assert_names(&create(&app, body).await, field);
-    }
-    for missing in ["exchange", "routing_key", "url"] {
-        let mut body = good.clone();
-        body.as_object_mut().unwrap().remove(missing);
-        assert_names(&create(&app, body).await, missing);
-    }
-    let on_nats = json!({"name": "n", "kind": "nats", "url": "nats://127.0.0.1:4222",
-                         "subject": "a", "exchange": "x"});
-    assert_names(&create(&app, on_nats).await, "exchange");
-    let made = create(&app, good).await;
-    assert_eq!(made.status, 201, "{}", made.body);
-    assert_eq!(made.body["url_origin"], "amqp://127.0.0.1:5672");
-    assert_eq!(made.body["exchange"], "");
-    assert_eq!(made.body["routing_key"], "hooks.{source}.{type}");
-    assert!(!made.body.to_string().contains("pw"), "{}", made.body);
-    let patched = crate::registry_routes::patch(&app, "bus", r#"{"routing_key": "{x}"}"#).await;
-    assert_names(&patched, "routing_key");
-    app.stop().await;
-}
-
-/// The CLI's `--exchange` and `--routing-key` become the fields (no broker needed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn amqp_the_cli_creates_an_amqp_subscription() {
-    let app = spawn_app().await;
-    let args = [
-        "subscriptions",
-        "create",
-        "bus",
-        "--kind",
-        "amqp",
-        "--endpoint-url",
-        "amqp://127.0.0.1:5672",
-        "--exchange",
-        "webhooks",
-        "--routing-key",
-        "hooks.{type}",
-    ];
-    let made = crate::cli::cli(&app, &args).await;
-    assert!(made.status.success(), "{made:?}");
-    let shown = app.get("/subscriptions/bus").await.body;
-    assert_eq!(shown["kind"], "amqp");
-    assert_eq!(shown["exchange"], "webhooks");
-    assert_eq!(shown["routing_key"], "hooks.{type}");
-    let update = ["subscriptions", "update", "bus", "--exchange", "a b"];
-    let refused = crate::cli::cli(&app, &update).await;
-    assert!(!refused.status.success());
-    assert!(
-        crate::cli::stderr(&refused).contains("exchange"),
-        "{refused:?}"
-    );
     app.stop().await;
 }

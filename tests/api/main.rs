@@ -11,6 +11,7 @@ mod alerts_store;
 mod amqp;
 mod amqp_consumer;
 mod amqp_process;
+mod amqp_settings;
 mod apidoc;
 mod apidoc_fuzz;
 mod backup;
