@@ -92,6 +92,64 @@ async fn amqp_a_broker_stopped_killed_and_started_loses_no_completed_event() {
     app.stop().await;
 }
 
+/// At-most-once: a publish whose confirm never comes (the broker frozen with SIGSTOP after the
+/// connection was made) may have been taken, so the event is abandoned, not published again;
+/// once the broker runs again the next event goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_at_most_once_abandons_a_publish_without_its_confirm() {
+    if broker().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let private = tokio::task::block_in_place(|| PrivateBroker::start(dir.path(), &RABBITMQ));
+    let n = names();
+    drop(declared(&private.url, &n).await);
+    let app = app_with_bus(&private.url, &n, "mode = \"at-most-once\"").await;
+    send_orders(&app, "a", 1).await;
+    until_published(&app, 1, Duration::from_secs(30)).await;
+    let pid = std::fs::read_to_string(private.folder().join("node.pid")).unwrap();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name}");
+    };
+    signal("-STOP");
+    send_orders(&app, "b", 1).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let state = loop {
+        let event = app.event("shop", "b-0").await;
+        let bus = event["subscriptions"][0].clone();
+        if bus["abandoned"] == true {
+            break bus;
+        }
+        if Instant::now() > deadline {
+            signal("-CONT");
+            panic!("not abandoned: {event}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    signal("-CONT");
+    assert_eq!(state["status"], "failed", "{state}");
+    let error = state["last_error"].as_str().unwrap();
+    assert!(error.contains("no confirm from the broker"), "{error}");
+    send_orders(&app, "c", 1).await;
+    until_published(&app, 2, Duration::from_secs(30)).await;
+    let messages = client(&private.url).await.take_all(&n.queue).await;
+    let in_queue = copies(&messages);
+    for id in ["a-0", "c-0"] {
+        assert_eq!(in_queue.get(&webhook_id("shop", id)), Some(&1), "{id}");
+    }
+    // The abandoned one was on its way: the broker may have taken it, once.
+    assert!(
+        in_queue
+            .get(&webhook_id("shop", "b-0"))
+            .is_none_or(|c| *c == 1)
+    );
+    app.stop().await;
+}
+
 const EVENTS: usize = 300;
 const KILLS: usize = 3;
 

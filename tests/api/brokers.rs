@@ -227,6 +227,11 @@ impl PrivateBroker {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The broker's temporary folder (its control script's), where it keeps its pid files.
+    pub fn folder(&self) -> &Path {
+        self.ctl.parent().unwrap()
+    }
+
     /// `stop` (SIGTERM), `kill` or `start` (the same port and store); the script bounds each.
     pub fn ctl(&self, action: &str) {
         let status = Command::new(&self.ctl).arg(action).status().unwrap();
