@@ -15,7 +15,7 @@
 //!   rules), validated in one place for the config, the API and the CLI; who claims each kind.
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
-//! - [`forward`]: `http` and `nats` subscriptions: signed calls to the user's endpoint or
+//! - [`forward`]: `http`, `nats` and `amqp` subscriptions: signed calls to the user's endpoint or
 //!   publishes to a broker, one claim, retry and circuit-breaker path.
 //! - [`pull`]: `pull` subscriptions served over HTTP: claims, acks and leases for the user's
 //!   workers, and `listen` sessions.

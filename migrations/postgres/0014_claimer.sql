@@ -4,6 +4,6 @@
 ALTER TABLE subscriptions ADD COLUMN claimer text NOT NULL DEFAULT 'batch'
     CHECK (claimer IN ('batch', 'one-at-a-time', 'own'));
 UPDATE subscriptions
-   SET claimer = CASE WHEN kind IN ('http', 'nats', 'pull') THEN 'own'
+   SET claimer = CASE WHEN kind IN ('http', 'nats', 'amqp', 'pull') THEN 'own'
                       WHEN kind = 'downstream' THEN 'one-at-a-time'
                       ELSE 'batch' END;

@@ -8,6 +8,7 @@ ALTER TABLE subscriptions ADD COLUMN claimer TEXT NOT NULL DEFAULT 'batch'
     CHECK (claimer = 'batch' OR claimer = 'one-at-a-time' OR claimer = 'own');
 -- The kinds as this version knows them (what each node writes from now on).
 UPDATE subscriptions
-   SET claimer = CASE WHEN kind = 'http' OR kind = 'nats' OR kind = 'pull' THEN 'own'
+   SET claimer = CASE WHEN kind = 'http' OR kind = 'nats' OR kind = 'amqp' OR kind = 'pull'
+                      THEN 'own'
                       WHEN kind = 'downstream' THEN 'one-at-a-time'
                       ELSE 'batch' END;

@@ -20,8 +20,8 @@ pub struct FieldArgs {
     /// A glob on the event type it takes (repeat for several); default: every type.
     #[arg(long = "type", value_name = "GLOB")]
     types: Vec<String>,
-    /// `http`: the endpoint to call; `nats`: the broker (the field `url`; `--url` is the
-    /// server's).
+    /// `http`: the endpoint to call; `nats`, `amqp`: the broker (the field `url`; `--url` is
+    /// the server's).
     #[arg(long, value_name = "URL")]
     endpoint_url: Option<String>,
     /// `nats`: the subject template (`{source}`, `{type}`).
@@ -30,6 +30,12 @@ pub struct FieldArgs {
     /// `nats`: the JetStream stream checked before the first publish.
     #[arg(long)]
     stream: Option<String>,
+    /// `amqp`: the exchange (`""`: the default exchange).
+    #[arg(long)]
+    exchange: Option<String>,
+    /// `amqp`: the routing key template (`{source}`, `{type}`).
+    #[arg(long)]
+    routing_key: Option<String>,
     /// `http`: a `whsec_` secret (default: one is generated and printed once).
     #[arg(long)]
     signing_secret: Option<String>,
@@ -73,7 +79,7 @@ pub struct FieldArgs {
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     name: String,
-    /// `http`, `nats`, `pull`, `loyalty-credit`, `audit`, `downstream`.
+    /// `http`, `nats`, `amqp`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     #[arg(long)]
     kind: String,
     /// Boxed: the flags of every field would make this the largest command by far.
@@ -119,6 +125,8 @@ impl FieldArgs {
             ("url", &self.endpoint_url),
             ("subject", &self.subject),
             ("stream", &self.stream),
+            ("exchange", &self.exchange),
+            ("routing_key", &self.routing_key),
             ("signing_secret", &self.signing_secret),
             ("ca_file", &self.ca_file),
             ("mode", &self.mode),

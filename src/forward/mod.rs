@@ -1,7 +1,7 @@
 //! Subscriptions of kind `http` (SPEC section 13): each matching event is POSTed to the user's
-//! endpoint, signed as a Standard Webhooks sender signs, until a 2xx. Kind `nats` is the same
-//! forwarder with a publish to a JetStream subject instead of the POST ([`Via`]): claims,
-//! breaker, retries, pause, ordering and commits are shared.
+//! endpoint, signed as a Standard Webhooks sender signs, until a 2xx. Kinds `nats` and `amqp`
+//! are the same forwarder with a publish to a JetStream subject or a RabbitMQ exchange instead
+//! of the POST ([`Via`]): claims, breaker, retries, pause, ordering and commits are shared.
 //!
 //! One forwarder per subscription and node. It claims due events of its subscription in
 //! batches (one statement; the claim also fans new events out), starts each call as a task,
@@ -15,6 +15,7 @@
 //! a run of failed calls the subscription claims nothing until its next probe, one event,
 //! whose success closes it (see `Store::claim_subscription`).
 
+mod amqp;
 pub mod call;
 mod nats;
 
@@ -58,9 +59,10 @@ pub struct ForwardOptions {
 enum Via {
     Http(reqwest::Client),
     Nats(Box<nats::Publisher>),
+    Amqp(Box<amqp::Publisher>),
 }
 
-/// The forwarder of one `http` or `nats` subscription.
+/// The forwarder of one `http`, `nats` or `amqp` subscription.
 pub struct Forwarder {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
@@ -85,7 +87,8 @@ pub struct Forwarder {
 /// The results of `webhook_inbox_forwards_total`.
 const RESULTS: [&str; 10] = [
     "2xx",
-    // A `nats` publish acked, or refused by the broker (no stream takes its subject).
+    // A `nats` or `amqp` publish acked, or refused by the broker (no stream takes its subject,
+    // no queue its routing key).
     "acked",
     "refused",
     "3xx",
@@ -107,7 +110,7 @@ struct Done {
 }
 
 impl Forwarder {
-    /// The forwarder of `sub` (of kind `http` or `nats`), signing an `http` one's calls with
+    /// The forwarder of `sub` (of kind `http`, `nats` or `amqp`), signing an `http` one's calls with
     /// the secrets `secrets` reads.
     pub fn new(
         store: Arc<dyn Store>,
@@ -124,6 +127,9 @@ impl Forwarder {
         let via = match sub.kind {
             crate::subscriptions::Kind::Nats => {
                 Via::Nats(Box::new(nats::Publisher::new(target.clone())))
+            }
+            crate::subscriptions::Kind::Amqp => {
+                Via::Amqp(Box::new(amqp::Publisher::new(target.clone())))
             }
             _ => Via::Http(call::client(&target)?),
         };
@@ -324,14 +330,14 @@ impl Forwarder {
         if event.claimed_until - now < needed {
             return None;
         }
-        // A `nats` subscription signs nothing: its broker's own credentials authenticate it.
+        // A broker kind signs nothing: the broker's own credentials authenticate it.
         let secrets = match &self.via {
             Via::Http(_) => match self.secrets.signing().await {
                 Ok(secrets) if !secrets.is_empty() => secrets,
                 Ok(_) => return Some(call::not_sent("no signing secret in the store".into())),
                 Err(e) => return Some(call::not_sent(format!("cannot sign: {e:#}"))),
             },
-            Via::Nats(_) => Vec::new(),
+            Via::Nats(_) | Via::Amqp(_) => Vec::new(),
         };
         let started = Instant::now();
         let body = std::mem::take(&mut event.payload);
@@ -350,11 +356,16 @@ impl Forwarder {
                     .publish((event, traceparent.as_deref()), body)
                     .await
             }
+            Via::Amqp(publisher) => {
+                publisher
+                    .publish((event, traceparent.as_deref()), body)
+                    .await
+            }
         };
         self.metrics
             .observe_processing(started.elapsed().as_secs_f64());
         let result = match &answer {
-            Answer::Delivered(_) if matches!(self.via, Via::Nats(_)) => "acked",
+            Answer::Delivered(_) if !matches!(self.via, Via::Http(_)) => "acked",
             Answer::Delivered(_) => "2xx",
             Answer::Gone => "410",
             Answer::Failed { result, .. } => result,

@@ -12,7 +12,7 @@ use tokio::sync::OnceCell;
 
 use super::call::{Answer, webhook_id};
 use crate::store::Claimed;
-use crate::subscriptions::{HttpTarget, nats::subject_for};
+use crate::subscriptions::{HttpTarget, template};
 
 /// The broker of one subscription: connected on the first publish (and again after a failed
 /// connect), then kept; the client reconnects by itself after that.
@@ -103,7 +103,7 @@ impl Publisher {
             Err(answer) => return answer,
         };
         let claim = &event.claim;
-        let subject = subject_for(
+        let subject = template::fill(
             self.target
                 .subject
                 .as_deref()

@@ -147,7 +147,7 @@ impl Registry {
         match kind {
             Kind::LoyaltyCredit => &self.loyalty,
             Kind::Downstream => &self.downstream,
-            Kind::Audit | Kind::Http | Kind::Nats | Kind::Pull => &self.audit,
+            Kind::Audit | Kind::Http | Kind::Nats | Kind::Amqp | Kind::Pull => &self.audit,
         }
     }
 

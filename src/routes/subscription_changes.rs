@@ -34,28 +34,34 @@ fn refused(e: FieldError) -> ApiError {
 pub struct SubscriptionFields {
     /// `[a-z0-9][a-z0-9-]{0,62}`; not in a `PATCH`.
     name: Option<String>,
-    /// `http`, `nats`, `pull`, `loyalty-credit`, `audit`, `downstream`; not in a `PATCH`.
+    /// `http`, `nats`, `amqp`, `pull`, `loyalty-credit`, `audit`, `downstream`; not in a
+    /// `PATCH`.
     kind: Option<String>,
     /// Default: every source but `requests` (which only `downstream` takes).
     sources: Option<Vec<String>>,
     /// Globs on the event type (`*`, `?`); default: every type.
     types: Option<Vec<String>>,
-    /// `http` and `nats` only: the endpoint, or the broker's `nats://` or `tls://` URL (shown
-    /// back as `url_origin` only: its user info, path or query may be a credential).
+    /// `http`, `nats` and `amqp` only: the endpoint, or the broker's `nats://`, `tls://`,
+    /// `amqp://` or `amqps://` URL (shown back as `url_origin` only: its user info, path or
+    /// query may be a credential).
     url: Option<String>,
     /// `nats` only: the subject template (`{source}`, `{type}`), e.g. `webhooks.{source}.{type}`.
     subject: Option<String>,
     /// `nats` only: the JetStream stream checked before the first publish.
     stream: Option<String>,
+    /// `amqp` only: the exchange it publishes to (`""`: the default exchange).
+    exchange: Option<String>,
+    /// `amqp` only: the routing key template (`{source}`, `{type}`), e.g. `webhooks.{source}`.
+    routing_key: Option<String>,
     /// `http` only: a `whsec_` secret; generated (and answered once) when omitted.
     signing_secret: Option<String>,
-    /// `http` and `nats` only.
+    /// `http`, `nats` and `amqp` only.
     timeout_ms: Option<u64>,
-    /// `http` and `nats` only: a PEM CA file on the nodes.
+    /// `http`, `nats` and `amqp` only: a PEM CA file on the nodes.
     ca_file: Option<String>,
-    /// `http` and `nats` only: calls or publishes in flight.
+    /// `http`, `nats` and `amqp` only: calls or publishes in flight.
     concurrency: Option<u64>,
-    /// `http` and `nats` only: 0 = unlimited.
+    /// `http`, `nats` and `amqp` only: 0 = unlimited.
     rate_per_second: Option<u32>,
     /// `at-least-once` or `at-most-once`.
     mode: Option<String>,

@@ -14,7 +14,7 @@ use crate::store::routes::Live;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionView {
     name: String,
-    /// `http`, `nats`, `pull`, `loyalty-credit`, `audit`, `downstream`.
+    /// `http`, `nats`, `amqp`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     kind: String,
     route: RouteView,
     /// `active`, `paused` (claims nothing; its events wait), `probing` (an `http`
@@ -44,7 +44,8 @@ pub struct SubscriptionView {
     backoff_base_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     backoff_max_ms: Option<u64>,
-    /// `http` and `nats` only: where it calls or publishes, as scheme, host and port alone (`https://hooks.example`).
+    /// `http`, `nats` and `amqp` only: where it calls or publishes, as scheme, host and port
+    /// alone (`https://hooks.example`, `amqps://rabbit.internal:5671`).
     /// The whole URL is never shown: its user info, path or query may be a credential (a
     /// Slack or Discord webhook URL is one). A `PATCH` of `url` replaces it whole.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,6 +55,11 @@ pub struct SubscriptionView {
     subject: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<String>,
+    /// `amqp` only: the exchange (`""`: the default one) and the routing key template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exchange: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    routing_key: Option<String>,
     /// `http` only: the settings of its calls (SPEC section 13's names).
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
@@ -158,6 +164,8 @@ pub(super) fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         url_origin: None,
         subject: None,
         stream: None,
+        exchange: None,
+        routing_key: None,
         timeout_ms: None,
         concurrency: None,
         rate_per_second: None,
@@ -228,6 +236,8 @@ fn with_rules(
         view.url_origin = origin_of(&http.url);
         view.subject = http.subject.clone();
         view.stream = http.stream.clone();
+        view.exchange = http.exchange.clone();
+        view.routing_key = http.routing_key.clone();
         view.timeout_ms = Some(http.timeout_ms);
         view.concurrency = Some(http.concurrency);
         view.rate_per_second = Some(http.rate_per_second);

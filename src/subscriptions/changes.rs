@@ -25,6 +25,11 @@ pub struct HttpSettings {
     pub subject: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<String>,
+    /// `amqp` only, as `subject` and `stream` are `nats`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
 }
 
 impl HttpSettings {
@@ -37,6 +42,8 @@ impl HttpSettings {
             ca_file: target.ca_file.clone(),
             subject: target.subject.clone(),
             stream: target.stream.clone(),
+            exchange: target.exchange.clone(),
+            routing_key: target.routing_key.clone(),
         }
     }
 
@@ -59,6 +66,8 @@ impl HttpSettings {
             url: self.url.clone(),
             subject: self.subject.clone(),
             stream: self.stream.clone(),
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
             signing_secrets: secrets,
             timeout_ms: self.timeout_ms,
             ca_file: self.ca_file.clone(),
@@ -80,6 +89,8 @@ fn settings_of(sub: &Subscription) -> SubscriptionSettings {
         url: http.map(|t| t.url.clone()),
         subject: http.and_then(|t| t.subject.clone()),
         stream: http.and_then(|t| t.stream.clone()),
+        exchange: http.and_then(|t| t.exchange.clone()),
+        routing_key: http.and_then(|t| t.routing_key.clone()),
         signing_secret: None,
         timeout_ms: http.map(|t| t.timeout_ms),
         ca_file: http.and_then(|t| t.ca_file.clone()),
@@ -117,7 +128,7 @@ pub fn body_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldErro
 /// `current` with the fields of `patch` laid over it (a field given as `null` goes back to
 /// its default), checked as the config is, but for the `ca_file`'s contents: this runs in the
 /// registry's writing transaction, on whichever node took the request, so the caller checks a
-/// changed `ca_file` ([`check_ca_file`](super::settings::check_ca_file)) before it, and an
+/// changed `ca_file` ([`check_ca_file`](super::check_ca_file)) before it, and an
 /// unchanged one is not read again (a node without the file could otherwise change nothing of
 /// the subscription). `name` and `kind` are not changed by a patch: a subscription of another
 /// kind is another subscription.
@@ -147,7 +158,7 @@ pub fn patched(
     let mut merged: SubscriptionSettings =
         serde_path_to_error::deserialize(fields).map_err(body_error)?;
     let ca_file = match merged.kind {
-        Kind::Http | Kind::Nats => merged.ca_file.take(),
+        kind if kind.is_call_out() => merged.ca_file.take(),
         _ => None,
     };
     let mut sub = validate(&merged, consumers, downstream_mode)?;

@@ -7,16 +7,19 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod amqp;
 mod changes;
 pub mod filter;
 pub mod nats;
 mod settings;
+mod target;
+pub mod template;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
 pub use settings::{
-    FieldError, OneOrMany, SubscriptionSettings, check_ca_file, check_tokens, from_settings,
-    valid_name, validate,
+    FieldError, OneOrMany, SubscriptionSettings, check_tokens, from_settings, valid_name, validate,
 };
+pub use target::check_ca_file;
 
 use crate::config::{ConsumerSettings, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
@@ -32,6 +35,7 @@ pub enum Kind {
     Audit,
     Downstream,
     Nats,
+    Amqp,
 }
 
 impl Kind {
@@ -43,6 +47,7 @@ impl Kind {
             Kind::Audit => "audit",
             Kind::Downstream => "downstream",
             Kind::Nats => "nats",
+            Kind::Amqp => "amqp",
         }
     }
 
@@ -54,6 +59,7 @@ impl Kind {
             Kind::Audit,
             Kind::Downstream,
             Kind::Nats,
+            Kind::Amqp,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -65,7 +71,7 @@ impl Kind {
         match self {
             Kind::LoyaltyCredit | Kind::Audit => Claimer::Batch,
             Kind::Downstream => Claimer::OneAtATime,
-            Kind::Http | Kind::Nats | Kind::Pull => Claimer::Own,
+            Kind::Http | Kind::Nats | Kind::Amqp | Kind::Pull => Claimer::Own,
         }
     }
 
@@ -73,14 +79,15 @@ impl Kind {
     pub fn lane(self) -> i64 {
         match self {
             Kind::LoyaltyCredit | Kind::Audit => 0,
-            Kind::Downstream | Kind::Http | Kind::Nats | Kind::Pull => 1,
+            Kind::Downstream | Kind::Http | Kind::Nats | Kind::Amqp | Kind::Pull => 1,
         }
     }
 
     /// Whether a forwarder of this node delivers it (SPEC section 13's call-out kinds: a POST
-    /// to an endpoint, a publish to a NATS JetStream subject), with [`HttpTarget`]'s settings.
+    /// to an endpoint, a publish to a NATS JetStream subject or to a RabbitMQ exchange), with
+    /// [`HttpTarget`]'s settings.
     pub fn is_call_out(self) -> bool {
-        matches!(self, Kind::Http | Kind::Nats)
+        matches!(self, Kind::Http | Kind::Nats | Kind::Amqp)
     }
 
     /// Whether events stored but not fanned out yet are this subscription's backlog: every
@@ -186,8 +193,8 @@ pub struct Subscription {
     pub max_attempts: u32,
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
-    /// Where a subscription of kind `http` or `nats` delivers its events; `None` for every
-    /// other kind.
+    /// Where a subscription of kind `http`, `nats` or `amqp` delivers its events; `None` for
+    /// every other kind.
     pub http: Option<HttpTarget>,
     /// The bearer token of a `pull` subscription's routes; `None` for every other kind, and
     /// until the service fills a generated one in from `data/` ([`token_file`]).
@@ -274,7 +281,7 @@ pub fn token_file(data_dir: &std::path::Path, name: &str) -> std::path::PathBuf 
 }
 
 /// The endpoint of an `http` subscription and how it is called (SPEC section 13); for a `nats`
-/// one, the broker's URL and the subject it publishes to: both kinds share the forwarder's
+/// or `amqp` one, the broker's URL and where it publishes: the kinds share the forwarder's
 /// timeout, concurrency, rate and CA, so they share these settings rather than copy them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpTarget {
@@ -284,6 +291,10 @@ pub struct HttpTarget {
     pub subject: Option<String>,
     /// `nats` only: the JetStream stream that must exist before anything is published.
     pub stream: Option<String>,
+    /// `amqp` only: the exchange (`""`: the default one) and the routing key template
+    /// (`{source}`, `{type}`), checked.
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
     /// The Standard Webhooks secrets it signs with, each `whsec_` and base64: every one signs
     /// each call (a receiver that knows any of them verifies it), which is how a rotation runs.
     /// Empty until the service fills it from `data/` ([`HttpTarget::secret_file`]).

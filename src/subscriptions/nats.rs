@@ -1,11 +1,8 @@
 //! A `nats` subscription's settings (SPEC section 13): the broker's URL and the subject
-//! template, checked the same way at start and in the API, and the subject an event is
-//! published to.
+//! template, checked the same way at start and in the API (the subject an event is published
+//! to is [`super::template::fill`]'s).
 
 use super::settings::FieldError;
-
-/// The placeholders a subject template may hold.
-const PLACEHOLDERS: [&str; 2] = ["{source}", "{type}"];
 
 fn invalid(field: &str, message: impl Into<String>) -> FieldError {
     FieldError {
@@ -51,10 +48,7 @@ pub fn check_url(url: &str) -> Result<(), FieldError> {
 /// A subject template: dot-separated tokens, none empty, no wildcard (`*`, `>`), no space,
 /// and no `{…}` but `{source}` and `{type}`.
 pub fn check_subject(template: &str) -> Result<(), FieldError> {
-    let mut filled = template.to_string();
-    for p in PLACEHOLDERS {
-        filled = filled.replace(p, "x");
-    }
+    let filled = super::template::skeleton(template);
     let bad = filled.is_empty()
         || filled.len() > 255
         || filled.split('.').any(|token| {
@@ -92,45 +86,9 @@ pub fn check_stream(stream: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// The subject an event is published to: each placeholder becomes exactly one token, its
-/// value with every character but ASCII letters, digits, `-` and `_` made `_` (a type's `.`
-/// would otherwise add tokens, and a `*` or `>` would be refused by the broker).
-pub fn subject_for(template: &str, source: &str, event_type: &str) -> String {
-    let token = |value: &str| -> String {
-        if value.is_empty() {
-            return "_".into();
-        }
-        value
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
-    template
-        .replace("{source}", &token(source))
-        .replace("{type}", &token(event_type))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_subject_is_filled_with_one_token_per_placeholder() {
-        let t = "webhooks.{source}.{type}";
-        assert_eq!(
-            subject_for(t, "stripe", "order.completed"),
-            "webhooks.stripe.order_completed"
-        );
-        assert_eq!(subject_for(t, "a b", "*>"), "webhooks.a_b.__");
-        assert_eq!(subject_for(t, "s", ""), "webhooks.s._");
-        assert_eq!(subject_for("fixed", "s", "t"), "fixed");
-    }
 
     #[test]
     fn templates_and_urls_are_checked() {

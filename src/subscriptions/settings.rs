@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{HttpTarget, Kind, Route, Subscription, implicit};
+use super::{Kind, Route, Subscription, implicit};
 use crate::config::{ConfigError, ConsumerSettings, MIN_TOKEN_LEN, Settings};
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
 use crate::signature::Secret;
@@ -22,6 +22,9 @@ pub struct SubscriptionSettings {
     /// `nats` only.
     pub subject: Option<String>,
     pub stream: Option<String>,
+    /// `amqp` only.
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
     pub signing_secret: Option<OneOrMany>,
     pub timeout_ms: Option<u64>,
     pub ca_file: Option<String>,
@@ -55,13 +58,6 @@ impl OneOrMany {
     }
 }
 
-/// The bounds of `concurrency` and `timeout_ms` of an `http` subscription.
-const MAX_CONCURRENCY: usize = 1024;
-const DEFAULT_CONCURRENCY: usize = 8;
-const DEFAULT_TIMEOUT_MS: u64 = 10_000;
-/// A CA bundle is a few kilobytes; the system's whole store is about 200 KB.
-const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
 /// A subscription's field that does not validate, and why: the config names it
 /// `subscriptions[i].<field>`, the API answers 422 naming `<field>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,7 +67,7 @@ pub struct FieldError {
     pub message: String,
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> FieldError {
+pub(super) fn invalid(field: &str, message: impl Into<String>) -> FieldError {
     FieldError {
         field: field.into(),
         message: message.into(),
@@ -184,7 +180,11 @@ fn one(
         ("rate_per_second", s.rate_per_second.is_some()),
         ("concurrency", s.concurrency.is_some()),
     ] {
-        only(field, set && !s.kind.is_call_out(), "http` or `nats")?;
+        only(
+            field,
+            set && !s.kind.is_call_out(),
+            "http`, `nats` or `amqp",
+        )?;
     }
     only(
         "signing_secret",
@@ -196,6 +196,12 @@ fn one(
         ("stream", s.stream.is_some()),
     ] {
         only(field, set && s.kind != Kind::Nats, "nats")?;
+    }
+    for (field, set) in [
+        ("exchange", s.exchange.is_some()),
+        ("routing_key", s.routing_key.is_some()),
+    ] {
+        only(field, set && s.kind != Kind::Amqp, "amqp")?;
     }
     only("token", s.token.is_some() && s.kind != Kind::Pull, "pull")?;
     let sources = match (&s.sources, s.kind) {
@@ -268,7 +274,7 @@ fn one(
         return Err(invalid("backoff_base_ms", "must not exceed backoff_max_ms"));
     }
     let http = match s.kind {
-        kind if kind.is_call_out() => Some(http_target(s, consumers)?),
+        kind if kind.is_call_out() => Some(super::target::http_target(s, consumers)?),
         _ => None,
     };
     let ordering = ordering(s)?;
@@ -332,97 +338,4 @@ fn ordering(s: &SubscriptionSettings) -> Result<Option<super::Ordering>, FieldEr
         path,
         on_failure: s.on_failure.unwrap_or_default(),
     }))
-}
-
-/// The endpoint of an `http` subscription, checked: a URL to call, secrets that are Standard
-/// Webhooks secrets, a timeout that ends before the lease does, a CA file that reads.
-/// A `ca_file` is a PEM file of certificates, on the disk of the node that reads it.
-pub fn check_ca_file(file: &str) -> Result<(), FieldError> {
-    // Read from a body of the API too: a device or a huge file (`/dev/zero`) would hold the
-    // request (and its memory) for ever.
-    let meta = std::fs::metadata(file)
-        .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
-    if !meta.is_file() || meta.len() > MAX_CA_FILE_BYTES {
-        return Err(invalid(
-            "ca_file",
-            format!("`{file}` is not a PEM file of at most {MAX_CA_FILE_BYTES} bytes"),
-        ));
-    }
-    let pem = std::fs::read(file)
-        .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
-    reqwest::Certificate::from_pem_bundle(&pem)
-        .ok()
-        .filter(|certs| !certs.is_empty())
-        .ok_or_else(|| invalid("ca_file", format!("`{file}` holds no PEM certificate")))?;
-    Ok(())
-}
-
-fn http_target(
-    s: &SubscriptionSettings,
-    consumers: &ConsumerSettings,
-) -> Result<HttpTarget, FieldError> {
-    let url = s.url.as_deref().ok_or_else(|| match s.kind {
-        Kind::Nats => invalid("url", "a `nats` subscription needs the broker's URL"),
-        _ => invalid("url", "an `http` subscription needs the URL to call"),
-    })?;
-    let (subject, stream) = match s.kind {
-        Kind::Nats => super::nats::destination(url, s.subject.as_deref(), s.stream.as_deref())?,
-        // The URL is never echoed: it may hold credentials.
-        _ => match reqwest::Url::parse(url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => (None, None),
-            _ => {
-                return Err(invalid(
-                    "url",
-                    "must be an absolute http:// or https:// URL with a host",
-                ));
-            }
-        },
-    };
-    let signing_secrets = match &s.signing_secret {
-        None => Vec::new(),
-        Some(secrets) => {
-            let list = secrets.list();
-            if list.is_empty() {
-                return Err(invalid("signing_secret", "an empty list signs nothing"));
-            }
-            for secret in &list {
-                crate::signature::Scheme::StandardWebhooks
-                    .check_secret(secret)
-                    .map_err(|m| invalid("signing_secret", m))?;
-            }
-            list.into_iter().map(Secret::new).collect()
-        }
-    };
-    let timeout_ms = s.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-    let half_lease_ms = consumers.lease_ms() / 2;
-    if timeout_ms == 0 || i64::try_from(timeout_ms).unwrap_or(i64::MAX) >= half_lease_ms {
-        return Err(invalid(
-            "timeout_ms",
-            format!(
-                "must be between 1 and half of consumers.lease_seconds ({half_lease_ms} ms), so \
-                 that a call always ends before its lease does"
-            ),
-        ));
-    }
-    let concurrency = s.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
-        return Err(invalid(
-            "concurrency",
-            format!("must be between 1 and {MAX_CONCURRENCY}"),
-        ));
-    }
-    let ca_file = s.ca_file.clone().filter(|f| !f.is_empty());
-    if let Some(file) = &ca_file {
-        check_ca_file(file)?;
-    }
-    Ok(HttpTarget {
-        url: url.to_string(),
-        subject,
-        stream,
-        signing_secrets,
-        timeout_ms,
-        ca_file,
-        concurrency,
-        rate_per_second: s.rate_per_second.unwrap_or(0),
-    })
 }

@@ -213,6 +213,44 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "base64",
         ),
         (
+            sub("name = \"a\"\nkind = \"amqp\"\nexchange = \"\"\nrouting_key = \"q\""),
+            "subscriptions[0].url",
+            "a `amqp` subscription needs the broker's URL",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"amqp\"\nurl = \"amqp://h\"\nrouting_key = \"q\""),
+            "subscriptions[0].exchange",
+            "needs the exchange",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"amqp\"\nurl = \"amqp://h\"\nexchange = \"x y\"\nrouting_key = \"q\"",
+            ),
+            "subscriptions[0].exchange",
+            "an exchange name",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"amqp\"\nurl = \"amqp://h\"\nexchange = \"x\"\nrouting_key = \"{id}\"",
+            ),
+            "subscriptions[0].routing_key",
+            "only placeholders",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"amqp\"\nurl = \"http://h\"\nexchange = \"x\"\nrouting_key = \"q\"",
+            ),
+            "subscriptions[0].url",
+            "amqp://",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"nats\"\nurl = \"nats://h\"\nsubject = \"a\"\nrouting_key = \"q\"",
+            ),
+            "subscriptions[0].routing_key",
+            "amqp",
+        ),
+        (
             sub("name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\nsigning_secret = []"),
             "subscriptions[0].signing_secret",
             "empty",

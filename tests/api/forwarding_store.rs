@@ -19,6 +19,8 @@ fn subscriptions() -> [Subscription; 2] {
     let target = HttpTarget {
         subject: None,
         stream: None,
+        exchange: None,
+        routing_key: None,
         url: "http://127.0.0.1:9/hooks".into(),
         signing_secrets: Vec::new(),
         timeout_ms: 1000,

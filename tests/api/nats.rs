@@ -8,10 +8,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, message::StreamMessage};
-use serde_json::{Value, json};
+use serde_json::json;
 use webhook_inbox::forward::call::webhook_id;
-use webhook_inbox::startup::BuildOptions;
 
+use crate::brokers::{app_with_table, send_orders, until_published};
 use crate::helpers::*;
 use crate::registry_routes::{assert_names, create};
 
@@ -97,51 +97,7 @@ max_attempts = 200
 }
 
 pub async fn app_with_bus(url: &str, prefix: &str, extra: &str) -> TestApp {
-    let table = bus_table(url, prefix, extra);
-    spawn_app_with(
-        move |c: &mut String| {
-            *c = c.replace("workers = 0", "workers = 1");
-            c.push_str(&table);
-        },
-        BuildOptions {
-            idle_poll: Some(Duration::from_millis(50)),
-            ..BuildOptions::default()
-        },
-    )
-    .await
-}
-
-/// Wait (bounded) until `bus` has nothing pending or claimed and `want` completed.
-pub async fn until_published(app: &TestApp, want: i64, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let view = app.get("/subscriptions/bus").await.body;
-        let c = &view["counts"];
-        if c["completed"] == want && c["pending"] == 0 && c["claimed"] == 0 {
-            return view;
-        }
-        assert!(Instant::now() < deadline, "not published: {view}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `n` orders from `shop`, each delivered twice (the second a duplicate); their bodies by id.
-pub async fn send_orders(app: &TestApp, prefix: &str, n: usize) -> Vec<(String, String)> {
-    let mut sent = Vec::new();
-    for i in 0..n {
-        let id = format!("{prefix}-{i}");
-        let body = order_body(&format!("o-{id}"), "c1", 1);
-        assert_eq!(
-            app.deliver("shop", &id, &body).await.body["status"],
-            "queued"
-        );
-        assert_eq!(
-            app.deliver("shop", &id, &body).await.body["status"],
-            "duplicate"
-        );
-        sent.push((id, body));
-    }
-    sent
+    app_with_table(bus_table(url, prefix, extra)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

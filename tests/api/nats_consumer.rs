@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
+use crate::brokers::until_published;
 use crate::helpers::*;
-use crate::nats::{app_with_bus, broker, jetstream_of, stored, unique, until_published};
+use crate::nats::{app_with_bus, broker, jetstream_of, stored, unique};
 use crate::process::exit_within;
 
 /// The virtual environment `scripts/test-deps` installs `nats-py` into.

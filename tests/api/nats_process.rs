@@ -7,99 +7,15 @@
 //! restart test starts a broker of its own through `scripts/with-nats`.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use webhook_inbox::forward::call::webhook_id;
 
-use crate::helpers::*;
+use crate::brokers::{NATS, PrivateBroker, send, send_orders, until_published, wait_completed};
 use crate::nats::{
-    app_with_bus, broker, bus_table, distinct_ids, jetstream_of, make_stream, send_orders, stored,
-    unique, until_published,
+    app_with_bus, broker, bus_table, distinct_ids, jetstream_of, make_stream, stored, unique,
 };
-use crate::process::{ServerProcess, exit_within, free_port, write_config};
-
-/// A throwaway broker for one test: `scripts/with-nats` around a command that writes its URL
-/// and control script into a file and then waits. Dropping it sends SIGTERM to the script,
-/// which stops its command and the broker.
-pub(crate) struct PrivateBroker {
-    script: Option<Child>,
-    pub(crate) url: String,
-    ctl: PathBuf,
-    log: PathBuf,
-}
-
-impl PrivateBroker {
-    fn start(dir: &Path) -> PrivateBroker {
-        PrivateBroker::start_with(dir, "")
-    }
-
-    /// A broker started with server `options` (`WITH_NATS_OPTIONS`).
-    pub(crate) fn start_with(dir: &Path, options: &str) -> PrivateBroker {
-        let handoff = dir.join("broker");
-        let log = dir.join("with-nats.log");
-        let script = Command::new("bash")
-            .env("WITH_NATS_OPTIONS", options)
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/with-nats"))
-            .args(["sh", "-c"])
-            // Bounded too: the broker goes away after ten minutes whatever happens.
-            .arg(
-                r#"printf '%s\n%s\n' "$TEST_NATS_URL" "$TEST_NATS_CTL" >"$1.tmp" \
-                   && mv "$1.tmp" "$1" && exec sleep 600"#,
-            )
-            .arg("sh")
-            .arg(&handoff)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("run scripts/with-nats");
-        let mut broker = PrivateBroker {
-            script: Some(script),
-            url: String::new(),
-            ctl: PathBuf::new(),
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let text = loop {
-            if let Ok(text) = std::fs::read_to_string(&handoff) {
-                break text;
-            }
-            if let Some(status) = broker.script.as_mut().unwrap().try_wait().unwrap() {
-                panic!("with-nats exited ({status}): {}", broker.logs());
-            }
-            assert!(Instant::now() < deadline, "no broker: {}", broker.logs());
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut lines = text.lines();
-        broker.url = lines.next().unwrap().to_string();
-        broker.ctl = PathBuf::from(lines.next().unwrap());
-        broker
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `stop` (SIGTERM), `kill` or `start` (the same port and store); the script bounds each.
-    fn ctl(&self, action: &str) {
-        let status = Command::new(&self.ctl).arg(action).status().unwrap();
-        assert!(status.success(), "nats ctl {action}: {}", self.logs());
-    }
-}
-
-impl Drop for PrivateBroker {
-    fn drop(&mut self) {
-        if let Some(mut script) = self.script.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(script.id().to_string())
-                .status();
-            exit_within(&mut script, Duration::from_secs(30), "with-nats on SIGTERM");
-        }
-    }
-}
+use crate::process::{ServerProcess, free_port, write_config};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_a_broker_stopped_and_started_mid_run_gets_every_event_once() {
@@ -107,7 +23,7 @@ async fn nats_a_broker_stopped_and_started_mid_run_gets_every_event_once() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let private = tokio::task::block_in_place(|| PrivateBroker::start(dir.path()));
+    let private = tokio::task::block_in_place(|| PrivateBroker::start(dir.path(), &NATS));
     let (name, prefix) = (unique("S"), unique("p"));
     make_stream(&jetstream_of(&private.url).await, &name, &prefix).await;
     let app = app_with_bus(&private.url, &prefix, &format!("stream = \"{name}\"")).await;
@@ -147,7 +63,7 @@ async fn nats_credentials_come_from_the_url() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let private =
-            tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), options));
+            tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), &NATS, options));
         let with = |creds: &str| {
             private
                 .url
@@ -194,27 +110,6 @@ async fn nats_credentials_come_from_the_url() {
 
 const EVENTS: usize = 300;
 const KILLS: usize = 2;
-
-/// One signed delivery of `shop`: its status and answer (0 when the connection failed, which a
-/// killed server gives).
-fn send(
-    client: &reqwest::blocking::Client,
-    base: &str,
-    settings: &webhook_inbox::config::Settings,
-    id: &str,
-) -> (u16, serde_json::Value) {
-    let body = order_body(&format!("o-{id}"), "c1", 1);
-    let mut req = client
-        .post(format!("{base}/webhooks/shop"))
-        .body(body.clone());
-    for (k, v) in sign_for(settings, "shop", id, body.as_bytes()) {
-        req = req.header(k, v);
-    }
-    match req.send() {
-        Ok(r) => (r.status().as_u16(), r.json().unwrap_or_default()),
-        Err(_) => (0, serde_json::Value::Null),
-    }
-}
 
 #[test]
 fn nats_sigkill_mid_publish_loses_nothing_and_the_stream_holds_each_event_once() {
@@ -269,26 +164,9 @@ fn nats_sigkill_mid_publish_loses_nothing_and_the_stream_holds_each_event_once()
             );
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let view: serde_json::Value = client
-            .get(format!("{}/subscriptions/bus", server.base))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        let c = &view["counts"];
-        if c["completed"] == EVENTS as i64 && c["pending"] == 0 && c["claimed"] == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not published: {view}\n{}",
-            server.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_completed(&server.base, EVENTS, true, Duration::from_secs(120), || {
+        server.logs()
+    });
     let messages = rt.block_on(stored(&js, &name));
     assert_eq!(messages.len(), EVENTS, "the stream holds each event once");
     let in_stream = distinct_ids(&messages);
@@ -343,21 +221,13 @@ fn nats_nodes_on_postgresql_publish_each_event_once() {
         );
         assert_eq!(status, 200, "{answer}");
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let view: serde_json::Value = client
-            .get(format!("{}/subscriptions/bus", nodes[0].base))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        if view["counts"]["completed"] == EVENTS as i64 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not published: {view}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_completed(
+        &nodes[0].base,
+        EVENTS,
+        false,
+        Duration::from_secs(90),
+        String::new,
+    );
     let messages = rt.block_on(stored(&js, &name));
     assert_eq!(messages.len(), EVENTS);
     assert_eq!(distinct_ids(&messages).len(), EVENTS);

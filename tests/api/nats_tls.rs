@@ -4,11 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::brokers::{NATS, PrivateBroker, send_orders, until_published};
 use crate::https::Pki;
-use crate::nats::{
-    app_with_bus, broker, make_stream, send_orders, stored, unique, until_published,
-};
-use crate::nats_process::PrivateBroker;
+use crate::nats::{app_with_bus, broker, make_stream, stored, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_tls_with_an_internal_ca_needs_the_ca_file() {
@@ -25,7 +23,8 @@ async fn nats_tls_with_an_internal_ca_needs_the_ca_file() {
         cert.display(),
         key.display()
     );
-    let private = tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), &options));
+    let private =
+        tokio::task::block_in_place(|| PrivateBroker::start_with(dir.path(), &NATS, &options));
     let url = private.url.replacen("nats://", "tls://", 1);
     let client = async_nats::ConnectOptions::new()
         .add_root_certificates(ca.clone())

@@ -1,0 +1,185 @@
+//! `examples/amqp_consumer.py`, run as a user would run it, against a queue an `amqp`
+//! subscription filled, SIGKILLed several times mid-stream: it credits each order once although
+//! the queue holds some events twice (published again, as after a lost confirm), some orders
+//! come under two event ids, and every kill leaves messages taken and not acked (or committed
+//! and not acked), which RabbitMQ delivers again.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lapin::BasicProperties;
+use lapin::options::BasicPublishOptions;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use webhook_inbox::forward::call::webhook_id;
+
+use crate::amqp::{Client, app_with_bus, broker, client, names};
+use crate::brokers::until_published;
+use crate::helpers::*;
+use crate::process::exit_within;
+
+/// The virtual environment `scripts/test-deps` installs `pika` into.
+const AMQP_PYTHON: &str = "/opt/webhook-inbox/amqp-consumer/bin/python3";
+
+/// Events published by the test itself beside the subscription's: enough that a kill lands
+/// while the consumer works.
+const MORE: usize = 600;
+const KILLS: usize = 3;
+
+/// A message as webhook-inbox publishes it (message_id, headers, JSON body).
+async fn publish_like_the_node(rabbit: &Client, exchange: &str, key: &str, id: &str, body: &str) {
+    let mut headers = FieldTable::default();
+    for (name, value) in [
+        ("webhook-inbox-source", "shop"),
+        ("webhook-inbox-event-id", id),
+        ("webhook-inbox-event-type", "order.completed"),
+    ] {
+        headers.insert(name.into(), AMQPValue::LongString(LongString::from(value)));
+    }
+    let properties = BasicProperties::default()
+        .with_message_id(webhook_id("shop", id).into())
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_headers(headers);
+    rabbit
+        .channel
+        .basic_publish(
+            exchange.into(),
+            key.into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            properties,
+        )
+        .await
+        .expect("publish");
+}
+
+fn consumer(url: &str, queue: &str, db: &Path, log: &Path) -> Child {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/amqp_consumer.py");
+    Command::new(AMQP_PYTHON)
+        .arg(&example)
+        .args([
+            "--url",
+            url,
+            "--queue",
+            queue,
+            "--prefetch",
+            "20",
+            "--wait",
+            "0.3",
+        ])
+        .arg("--db")
+        .arg(db)
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .expect("run examples/amqp_consumer.py")
+}
+
+fn processed(db: &PathBuf) -> i64 {
+    let Ok(conn) = rusqlite::Connection::open(db) else {
+        return 0;
+    };
+    conn.query_row("SELECT count(*) FROM processed_messages", [], |r| r.get(0))
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_the_example_consumer_credits_each_order_once_through_sigkills() {
+    let Some(url) = broker() else { return };
+    if !crate::requires::available(
+        "the RabbitMQ consumer example's Python environment",
+        crate::requires::command(AMQP_PYTHON),
+    ) {
+        return;
+    }
+    let n = names();
+    let rabbit = client(&url).await;
+    rabbit.exchange(&n.exchange).await;
+    rabbit.queue(&n.queue, &n.exchange, &n.prefix).await;
+    let app = app_with_bus(&url, &n, "").await;
+    for i in 0..20 {
+        let body = order_body(&format!("o-{i}"), &format!("c{}", i % 4), 10);
+        app.deliver("shop", &format!("e-{i}"), &body).await;
+        if i % 5 == 0 {
+            app.deliver("shop", &format!("again-{i}"), &body).await;
+        }
+    }
+    until_published(&app, 24, Duration::from_secs(30)).await;
+    let key = format!("{}.shop.order_completed", n.prefix);
+    for i in 0..MORE {
+        let body = order_body(&format!("m-{i}"), &format!("c{}", i % 4), 1);
+        let id = format!("m-{i}");
+        publish_like_the_node(&rabbit, &n.exchange, &key, &id, &body).await;
+        // Published twice, as after a confirm lost with a node.
+        if i % 100 == 0 {
+            publish_like_the_node(&rabbit, &n.exchange, &key, &id, &body).await;
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("consumer.db");
+    let log = dir.path().join("consumer.log");
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let events = (24 + MORE) as i64;
+    for kill in 0..KILLS {
+        let mut child = consumer(&url, &n.queue, &db, &log);
+        let goal = (kill as i64 + 1) * events / (KILLS as i64 + 2);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while processed(&db) < goal {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the consumer exited ({status}): {}", logs());
+            }
+            assert!(Instant::now() < deadline, "no progress: {}", logs());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let mut child = consumer(&url, &n.queue, &db, &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while processed(&db) < events {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the consumer exited ({status}): {}", logs());
+        }
+        assert!(Instant::now() < deadline, "not consumed: {}", logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the last acks out, then stop it: nothing is left in the queue, taken or not.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = tokio::task::block_in_place(|| {
+        exit_within(
+            &mut child,
+            Duration::from_secs(15),
+            "the consumer on SIGTERM",
+        )
+    });
+    assert!(status.success(), "{status}: {}", logs());
+    assert_eq!(rabbit.take_all(&n.queue).await.len(), 0, "left unacked");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM processed_messages"), events);
+    assert_eq!(
+        count("SELECT count(*) FROM processed_messages WHERE outcome = 'business_duplicate'"),
+        4
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM loyalty_credits"),
+        20 + MORE as i64
+    );
+    assert_eq!(
+        count("SELECT sum(balance) FROM loyalty_balances"),
+        200 + MORE as i64
+    );
+    app.stop().await;
+}
