@@ -381,7 +381,7 @@ fn dashboard_previews_saves_and_removes_a_transform() {
 }
 
 #[test]
-#[ignore = "needs the amqp merge (wt-amqp): until then the API refuses kind `amqp` with 422"]
+
 fn dashboard_creates_and_edits_an_amqp_subscription() {
     if !browser_found() {
         return;

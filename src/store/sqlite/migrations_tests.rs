@@ -310,6 +310,7 @@ fn the_claimer_of_each_kind_follows_the_kind() {
         Kind::Audit,
         Kind::Downstream,
         Kind::Nats,
+        Kind::Amqp,
     ];
     for kind in kinds {
         conn.execute(
