@@ -14,6 +14,8 @@
 //! - [`ingest`]: the group-commit writer that stores deliveries.
 //! - [`consumer`]: claim, handle, finish, sweep; the worker pool.
 //! - [`forward`]: `http` subscriptions: signed calls to the user's endpoint, a circuit breaker.
+//! - [`transform`]: a subscription's jq program (jaq), run at delivery in warm worker
+//!   processes with a CPU, output and memory budget.
 //! - [`secrets`]: subscriptions' secrets shared through the store: sealed at rest with an
 //!   optional key, cached for the forwarders and pull routes, shown and rotated with a grace.
 //! - [`served`]: the registry's `http` and `pull` subscriptions a node serves, followed as the
@@ -50,3 +52,4 @@ pub mod store;
 pub mod subscriptions;
 pub mod telemetry;
 pub mod tls;
+pub mod transform;

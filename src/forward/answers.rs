@@ -23,6 +23,8 @@ impl Forwarder {
                     outcome: Outcome::Delivered,
                 };
             }
+            Some(Answer::Filtered) => return crate::transform::filtered(),
+            Some(Answer::Unshaped(message)) => return crate::transform::failed(message),
             // The subscription is paused; the event waits for its resume, due at once.
             Some(Answer::Gone) => {
                 return Next::Retry {
@@ -64,7 +66,8 @@ impl Forwarder {
     pub(super) async fn observe(self: &Arc<Self>, answer: &Option<Answer>, probe: bool) {
         let me = Arc::clone(self);
         let write = match answer {
-            None => return,
+            // The program's doing, not the endpoint's: no breaker moves.
+            None | Some(Answer::Filtered | Answer::Unshaped(_)) => return,
             Some(Answer::Gone) => {
                 tracing::warn!(
                     subscription = %self.sub.name,

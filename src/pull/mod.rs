@@ -55,6 +55,9 @@ pub struct Puller {
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
     /// A `listen` session's: its claims keep it alive.
     pub session: Option<session::Seen>,
+    /// The worker processes its `transform` runs in (none: claims are handed out as stored).
+    transforms: Option<Arc<crate::transform::Pool>>,
+    transform_counters: crate::transform::Counters,
 }
 
 /// The actions of `webhook_inbox_pulls_total`.
@@ -113,6 +116,8 @@ impl Puller {
             .map(|a| (*a, metrics.pull_counter(&sub.name, a)))
             .collect();
         Some(Puller {
+            transforms: None,
+            transform_counters: crate::transform::Counters::new(metrics, &sub.name),
             id,
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             sub,
@@ -121,6 +126,12 @@ impl Puller {
             counters,
             session: None,
         })
+    }
+
+    /// Its claims are shaped by its `transform` in `transforms`' workers.
+    pub fn shaped_by(mut self, transforms: Arc<crate::transform::Pool>) -> Puller {
+        self.transforms = Some(transforms);
+        self
     }
 
     /// A `listen` session's routes (origin `session`): its claims keep it alive.
@@ -354,7 +365,7 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
             s.woken = Box::pin(Arc::clone(&s.wait.queued).notified_owned());
             s.woken.as_mut().enable();
             let w = &s.wait;
-            match claim_once(&w.store, w.puller.id, &w.worker, w.max, w.lease_ms).await {
+            match claim_once(&w.store, &w.puller, &w.worker, w.max, w.lease_ms).await {
                 Ok(claims) if !claims.is_empty() || last => {
                     s.done = true;
                     // Only where a second delivery is within the contract: a stream dropped
@@ -389,8 +400,34 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
 
 /// One claim on the blocking pool. If the caller is gone by the time it commits (the client
 /// disconnected and its request was dropped), its claims go back at once rather than waiting
-/// out their leases.
+/// out their leases. With a `transform`, each claim's body is its output, and a claim it gave
+/// no output for or failed on is finished here, never handed out.
 pub async fn claim_once(
+    store: &Arc<dyn Store>,
+    puller: &Puller,
+    worker: &str,
+    max: usize,
+    lease_ms: i64,
+) -> StoreResult<Vec<Claimed>> {
+    let claims = claim_stored(store, puller.id, worker, max, lease_ms).await?;
+    match (&puller.transforms, &puller.sub.transform) {
+        (Some(pool), Some(transform)) => {
+            let counters = &puller.transform_counters;
+            crate::transform::shape_claims(pool, store, Some(transform), counters, claims).await
+        }
+        (None, Some(_)) if !claims.is_empty() => {
+            // A puller made without workers (not by `Served`) must not hand out untransformed
+            // bodies: the claims go back.
+            let refs: Vec<ClaimRef> = claims.iter().map(|c| c.claim.clone()).collect();
+            let store = Arc::clone(store);
+            let _ = tokio::task::spawn_blocking(move || store.release(&refs, now_ms())).await;
+            Ok(Vec::new())
+        }
+        _ => Ok(claims),
+    }
+}
+
+async fn claim_stored(
     store: &Arc<dyn Store>,
     sub: i64,
     worker: &str,

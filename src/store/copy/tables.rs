@@ -37,6 +37,7 @@ pub const TABLES: &[Table] = &[
             "settings",
             "seen_at",
             "filter",
+            "transform",
         ],
         key: 1,
         // The implicit three, made by the first migration of every database: the source's

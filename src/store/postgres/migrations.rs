@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "filters",
         include_str!("../../../migrations/postgres/0013_filters.sql"),
     ),
+    (
+        14,
+        "transforms",
+        include_str!("../../../migrations/postgres/0014_transforms.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

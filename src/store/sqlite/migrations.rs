@@ -107,6 +107,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "filters",
         include_str!("../../../migrations/sqlite/0020_filters.sql"),
     ),
+    (
+        21,
+        "transforms",
+        include_str!("../../../migrations/sqlite/0021_transforms.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
