@@ -37,6 +37,7 @@ mod endpoint;
 mod faults;
 mod filters;
 mod filters_store;
+mod transform_jq;
 mod forwarding;
 mod forwarding_crash;
 mod forwarding_nodes;
