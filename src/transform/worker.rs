@@ -17,15 +17,30 @@ const CACHED_PROGRAMS: usize = 64;
 /// The worker's loop. Returns when stdin closes (the node let it go or is gone).
 pub fn serve() -> io::Result<()> {
     limit_memory();
+    let parent = std::os::unix::process::parent_id();
     // On a thread with the stack the node's check compiled with: a program it accepted
     // compiles here too.
-    std::thread::Builder::new()
+    let work = std::thread::Builder::new()
         .name("transform-worker".into())
         .stack_size(super::COMPILE_STACK_BYTES)
-        .spawn(answer_requests)?
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("the worker's thread panicked")))
+        .spawn(answer_requests)?;
+    // A node that dies (SIGKILL) closes the pipe, which a program in a loop never reads: the
+    // worker watches for its parent to change and leaves with it.
+    loop {
+        if work.is_finished() {
+            return work
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the worker's thread panicked")));
+        }
+        if std::os::unix::process::parent_id() != parent {
+            std::process::exit(0);
+        }
+        std::thread::sleep(ORPHAN_CHECK);
+    }
 }
+
+/// How often a worker looks whether its node is still there.
+const ORPHAN_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn answer_requests() -> io::Result<()> {
     let mut input = BufReader::new(io::stdin().lock());

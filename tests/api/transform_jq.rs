@@ -12,7 +12,8 @@ use webhook_inbox::transform::{Pool, Ran, Transform};
 use crate::requires;
 
 const ORDER: &str = r#"{"id":"evt_1","type":"invoice.paid","data":{"amount":1250,"currency":"eur","customer":{"id":"cus_9","name":"Zoë Ünal","tags":["vip","eu"]},"lines":[{"sku":"a","qty":2,"price":300},{"sku":"b","qty":1,"price":650}]}}"#;
-const NUMBERS: &str = r#"{"int":42,"neg":-7,"float":2.5,"one":1.0,"exp":1e3,"big":12345678901234567890,"small":0.1}"#;
+const NUMBERS: &str =
+    r#"{"int":42,"neg":-7,"float":2.5,"one":1.0,"exp":1e3,"big":12345678901234567890,"small":0.1}"#;
 const TEXT: &str = r#"{"s":"héllo wörld ✓","b64":"aGVsbG8=","n":"42","emoji":"😀","empty":""}"#;
 
 /// Program and body: each is run by both.
@@ -24,19 +25,31 @@ const CORPUS: &[(&str, &str)] = &[
     (".data.lines | map(.qty * .price)", ORDER),
     (".data.lines | map(select(.qty > 1)) | length", ORDER),
     ("[.data.lines[] | .sku]", ORDER),
-    ("\"\\(.id) paid \\(.data.amount) \\(.data.currency)\"", ORDER),
+    (
+        "\"\\(.id) paid \\(.data.amount) \\(.data.currency)\"",
+        ORDER,
+    ),
     (".data.missing", ORDER),
     (".data.missing.deeper", ORDER),
     (".data.discount // 0", ORDER),
     (".data.currency // \"usd\"", ORDER),
     (".data.amount / 100", ORDER),
     (".data.amount % 7", ORDER),
-    ("reduce .data.lines[] as $l (0; . + $l.qty * $l.price)", ORDER),
-    ("if .data.amount > 1000 then \"big\" else \"small\" end", ORDER),
+    (
+        "reduce .data.lines[] as $l (0; . + $l.qty * $l.price)",
+        ORDER,
+    ),
+    (
+        "if .data.amount > 1000 then \"big\" else \"small\" end",
+        ORDER,
+    ),
     (".data | to_entries | map(.key)", ORDER),
     (".data.customer | keys", ORDER),
     (".data | with_entries(select(.key != \"lines\"))", ORDER),
-    ("{customer: .data.customer.id, tags: (.data.customer.tags | join(\",\"))}", ORDER),
+    (
+        "{customer: .data.customer.id, tags: (.data.customer.tags | join(\",\"))}",
+        ORDER,
+    ),
     (".data.customer.tags | length", ORDER),
     ("select(.type == \"invoice.paid\") | {id}", ORDER),
     ("select(.type == \"charge.refunded\") | {id}", ORDER),
@@ -137,8 +150,16 @@ fn the_product_delivers_what_jq_prints_or_a_documented_difference() {
                 same += 1;
             }
             Some((_, documented_ours, documented_jq)) => {
-                assert_eq!(ours, Out::One(documented_ours.to_string()), "ours: `{program}`");
-                assert_eq!(theirs, Out::One(documented_jq.to_string()), "jq: `{program}`");
+                assert_eq!(
+                    ours,
+                    Out::One(documented_ours.to_string()),
+                    "ours: `{program}`"
+                );
+                assert_eq!(
+                    theirs,
+                    Out::One(documented_jq.to_string()),
+                    "jq: `{program}`"
+                );
             }
         }
     }
