@@ -103,3 +103,4 @@ mod subscriptions;
 mod traces;
 mod transform_jq;
 mod transforms;
+mod transforms_pull;
