@@ -217,3 +217,61 @@ async fn the_preview_answers_what_a_transform_would_deliver() {
     );
     app.stop().await;
 }
+
+/// `listen --source shop --transform PROG`: the session's subscription carries the program,
+/// and the local endpoint gets its output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_transform_reshapes_what_the_session_forwards() {
+    let app = spawn_app().await;
+    let receiver = crate::receiver::Receiver::start(std::time::Duration::ZERO, 200);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webhook-inbox"))
+        .args([
+            "listen",
+            "--source",
+            "shop",
+            "--transform",
+            "{id, shaped: true}",
+        ])
+        .args(["--forward-to", &receiver.url, "--url", &app.url("")])
+        .args(["--admin-token", ADMIN_TOKEN, "--signing-secret", SW_SECRET])
+        .current_dir(dir.path())
+        .env_remove("WEBHOOK_INBOX_ADMIN_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("listen.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let session_transform = async || {
+        let list = app.get("/subscriptions").await.body;
+        list["subscriptions"].as_array().and_then(|l| {
+            l.iter()
+                .find(|s| s["origin"] == "session")
+                .map(|s| s["transform"].clone())
+        })
+    };
+    crate::receiver::until(
+        "the session opens",
+        std::time::Duration::from_secs(20),
+        async || session_transform().await.is_some(),
+    )
+    .await;
+    assert_eq!(session_transform().await, Some(json!("{id, shaped: true}")));
+    assert_eq!(
+        app.deliver("shop", "s1", r#"{"id":"s1","secret":"x"}"#)
+            .await
+            .status,
+        200
+    );
+    crate::receiver::until(
+        "listen forwards",
+        std::time::Duration::from_secs(20),
+        async || !receiver.calls().is_empty(),
+    )
+    .await;
+    let body: Value = serde_json::from_slice(&receiver.calls()[0].body).unwrap();
+    assert_eq!(body, json!({"id": "s1", "shaped": true}));
+    let _ = child.kill();
+    let _ = child.wait();
+    app.stop().await;
+}
