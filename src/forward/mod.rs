@@ -323,21 +323,9 @@ impl Forwarder {
         event: &mut Claimed,
         trace: Option<&crate::telemetry::traces::Delivery>,
     ) -> Option<Answer> {
-        // Shaped first, so that the lease check below covers the call that follows: every
-        // kind this forwarder serves delivers what its transform made.
-        let shaped = crate::transform::shape(
-            &self.options.transforms,
-            self.sub.transform.as_ref(),
-            event,
-            &self.transform_counters,
-        )
-        .await;
-        match shaped {
-            crate::transform::Shaped::Deliver => {}
-            crate::transform::Shaped::Filtered => return Some(Answer::Filtered),
-            crate::transform::Shaped::Failed(message) => {
-                return Some(Answer::Unshaped(message));
-            }
+        // Shaped first, so that the lease check below covers the call that follows.
+        if let Some(not_delivered) = self.shape(event).await {
+            return Some(not_delivered);
         }
         let now = now_ms();
         let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;

@@ -257,7 +257,10 @@ async fn looping_programs_fail_on_their_budget_and_nothing_is_left_running() {
     for (i, kind) in loops.iter().enumerate() {
         let failed = until_state(&app, &format!("loop-{i}"), "billing", "failed").await;
         let error = failed["last_error"].as_str().unwrap();
-        assert!(error.contains("ran past its time budget"), "{kind}: {error}");
+        assert!(
+            error.contains("ran past its time budget"),
+            "{kind}: {error}"
+        );
         assert_eq!(failed["attempts"], 1);
         until_state(&app, &format!("ok-{i}"), "billing", "completed").await;
         until_state(&app, &format!("loop-{i}"), "archive", "completed").await;
