@@ -19,6 +19,8 @@
 //!   publishes to a broker, one claim, retry and circuit-breaker path.
 //! - [`pull`]: `pull` subscriptions served over HTTP: claims, acks and leases for the user's
 //!   workers, and `listen` sessions.
+//! - [`transform`]: a subscription's jq program (jaq), run at delivery in warm worker
+//!   processes with a CPU, output and memory budget.
 //! - [`secrets`]: subscriptions' secrets shared through the store: sealed at rest with an
 //!   optional key, cached for the forwarders and pull routes, shown and rotated with a grace.
 //! - [`served`]: the registry's `http` and `pull` subscriptions a node serves, followed as the
@@ -55,3 +57,4 @@ pub mod store;
 pub mod subscriptions;
 pub mod telemetry;
 pub mod tls;
+pub mod transform;

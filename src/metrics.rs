@@ -44,6 +44,8 @@ pub struct Metrics {
     forwards: Family<Labels, Counter>,
     pulls: Family<Labels, Counter>,
     filtered_out: Family<Labels, Counter>,
+    transform_failures: Family<Labels, Counter>,
+    transform_filtered: Family<Labels, Counter>,
     alerts: Family<Labels, Counter>,
     alert_evaluations: Counter,
     purged: Counter,
@@ -105,6 +107,8 @@ impl Metrics {
             forwards: Family::default(),
             pulls: Family::default(),
             filtered_out: Family::default(),
+            transform_failures: Family::default(),
+            transform_filtered: Family::default(),
             alerts: Family::default(),
             alert_evaluations: Counter::default(),
             purged: Counter::default(),
@@ -193,6 +197,16 @@ impl Metrics {
             m.filtered_out.clone(),
         );
         registry.register(
+            "webhook_inbox_transform_failures",
+            "Deliveries whose transform failed (an error, several outputs, a budget), by subscription: each fails its state permanently",
+            m.transform_failures.clone(),
+        );
+        registry.register(
+            "webhook_inbox_transform_filtered",
+            "Deliveries whose transform gave no output, by subscription: each completes its state with outcome `filtered`",
+            m.transform_filtered.clone(),
+        );
+        registry.register(
             "webhook_inbox_alerts",
             "Alert notices by result: sent, retried (sent after a failed attempt; also counted in sent), failed (an attempt), dropped (given up)",
             m.alerts.clone(),
@@ -265,6 +279,19 @@ impl Metrics {
                 ("subscription", subscription.to_string()),
                 ("result", result.into()),
             ])
+            .clone()
+    }
+
+    /// One subscription's count of failed transforms (`failures`) or of transforms that gave
+    /// no output.
+    pub fn transform_counter(&self, subscription: &str, failures: bool) -> Counter {
+        let family = if failures {
+            &self.transform_failures
+        } else {
+            &self.transform_filtered
+        };
+        family
+            .get_or_create(&vec![("subscription", subscription.to_string())])
             .clone()
     }
 

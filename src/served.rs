@@ -102,6 +102,7 @@ impl Served {
                 Ok(key) => {
                     let tokens = Live::new(Arc::clone(&self.vault), &sub.name);
                     if let Some(puller) = Puller::new(*id, sub.clone(), &self.metrics, key, tokens)
+                        .map(|p| p.shaped_by(Arc::clone(&self.options.transforms)))
                     {
                         let session = live.iter().any(|l| l.id == *id && l.is_session());
                         pullers.push(Arc::new(if session { puller.as_session() } else { puller }));

@@ -47,6 +47,9 @@ pub struct BuildOptions {
     /// Replaces `alert_every_ms` (tests evaluate alerts every 100 ms; the setting's floor is a
     /// second).
     pub alert_every: Option<Duration>,
+    /// The binary whose `transform-worker` command runs transforms; default: this process's
+    /// (tests, whose process is the test harness, name the built `webhook-inbox`).
+    pub transform_worker: Option<std::path::PathBuf>,
 }
 
 pub struct Application {
@@ -224,7 +227,13 @@ impl Application {
         ));
         let traces = crate::telemetry::Traces::start(&settings.telemetry, metrics.span_counters())
             .context("starting the span exporter ([telemetry])")?;
+        let transforms = Arc::new(match options.transform_worker {
+            Some(exe) => crate::transform::Pool::new(exe),
+            None => crate::transform::Pool::of_this_binary()
+                .context("finding this binary, which runs the transforms")?,
+        });
         let forward_options = crate::forward::ForwardOptions {
+            transforms: Arc::clone(&transforms),
             traces: traces.clone(),
             lease_ms: settings.consumers.lease_ms(),
             idle_poll: options.idle_poll.unwrap_or(Duration::from_millis(500)),
@@ -309,6 +318,7 @@ impl Application {
             vault,
             stopping,
             traces,
+            transforms,
         });
         let port = listener.local_addr()?.port();
         let app_state = state.clone();

@@ -85,6 +85,9 @@ enum Command {
     /// The `[[alerts]]` channels: `alerts test` sends each a test notice.
     #[command(subcommand)]
     Alerts(alerts::AlertsCommand),
+    /// A worker process of the node's transforms (started by `serve`; reads its pipe).
+    #[command(hide = true)]
+    TransformWorker,
 }
 
 /// Settings as `serve` uses them, and whether they are the embedded default.
@@ -166,6 +169,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Alerts(command) => alerts::run(cli.config.as_deref(), command),
         Command::Completions(args) => manual::completions(args),
         Command::Man(args) => manual::man(args),
+        Command::TransformWorker => Ok(crate::transform::worker::serve()?),
     }
 }
 

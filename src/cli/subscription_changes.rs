@@ -70,6 +70,10 @@ pub struct FieldArgs {
     /// subscriptions guide).
     #[arg(long, value_name = "JSON", value_parser = json_text)]
     filter: Option<String>,
+    /// A jq program whose one output is delivered (`http`, `pull`, `nats`; see the
+    /// subscriptions guide). `--transform ''` on `update` removes it.
+    #[arg(long, value_name = "PROGRAM")]
+    transform: Option<String>,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -159,6 +163,15 @@ impl FieldArgs {
         {
             body.insert("filter".into(), filter);
         }
+        match self.transform.as_deref() {
+            None => {}
+            Some("") => {
+                body.insert("transform".into(), Value::Null);
+            }
+            Some(program) => {
+                body.insert("transform".into(), json!(program));
+            }
+        }
         body
     }
 }
@@ -220,7 +233,7 @@ pub fn delete(api: &Api, args: DeleteArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Args)]
 pub struct PreviewArgs {
-    /// The subscription whose filter decides.
+    /// The subscription whose filter decides and whose transform runs.
     name: String,
     /// The stored event, as SOURCE/EVENT_ID.
     #[arg(long, value_name = "SOURCE/ID")]
@@ -231,24 +244,42 @@ pub struct PreviewArgs {
     remote: Remote,
 }
 
-/// What a subscription's filter makes of a stored event (`POST /subscriptions/preview`):
-/// nothing changes.
+/// What a subscription's filter and transform make of a stored event (`POST
+/// /subscriptions/preview`): nothing changes.
 pub fn preview(api: &Api, args: PreviewArgs) -> anyhow::Result<()> {
     let Some((source, event_id)) = args.event.split_once('/') else {
         anyhow::bail!("--event takes SOURCE/EVENT_ID, e.g. stripe/evt_123");
     };
     let client = ApiClient::new(api, &args.remote)?;
     let sub = client.get(&format!("/subscriptions/{}", segment(&args.name)), &[])?;
-    let body = json!({"filter": sub["filter"], "event": {"source": source, "event_id": event_id}});
+    let body = json!({
+        "filter": sub["filter"],
+        "transform": sub["transform"],
+        "event": {"source": source, "event_id": event_id},
+    });
     let answer = client.post("/subscriptions/preview", &[], Some(&body))?;
     if args.json {
         println!("{answer}");
     } else if answer["matches"] == json!(true) {
-        println!(
-            "{}: takes {source}/{event_id}; it would deliver:",
-            args.name
-        );
-        println!("{}", serde_json::to_string_pretty(&answer["delivered"])?);
+        match answer["outcome"].as_str() {
+            Some("filtered") => println!(
+                "{}: takes {source}/{event_id}, and its transform gives no output: it would \
+                 complete as `filtered`, nothing delivered",
+                args.name
+            ),
+            Some("failed") => println!(
+                "{}: takes {source}/{event_id}, and its transform fails: {}",
+                args.name,
+                answer["error"].as_str().unwrap_or("")
+            ),
+            _ => {
+                println!(
+                    "{}: takes {source}/{event_id}; it would deliver:",
+                    args.name
+                );
+                println!("{}", serde_json::to_string_pretty(&answer["delivered"])?);
+            }
+        }
     } else {
         println!("{}: its filter leaves {source}/{event_id} out", args.name);
     }

@@ -14,6 +14,23 @@ use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Outcome};
 use super::call::Answer;
 
 impl Forwarder {
+    /// Run the subscription's transform on the claimed event (every kind this forwarder serves
+    /// delivers what it made): `Some` answer when nothing is to be delivered.
+    pub(super) async fn shape(&self, event: &mut Claimed) -> Option<Answer> {
+        let shaped = crate::transform::shape(
+            &self.options.transforms,
+            self.sub.transform.as_ref(),
+            event,
+            &self.transform_counters,
+        )
+        .await;
+        match shaped {
+            crate::transform::Shaped::Deliver => None,
+            crate::transform::Shaped::Filtered => Some(Answer::Filtered),
+            crate::transform::Shaped::Failed(message) => Some(Answer::Unshaped(message)),
+        }
+    }
+
     /// The event's next state.
     pub(super) fn next(&self, event: &Claimed, answer: &Option<Answer>, now: i64) -> Next {
         let (error, unknown, retry_after_ms) = match answer {
@@ -23,6 +40,8 @@ impl Forwarder {
                     outcome: Outcome::Delivered,
                 };
             }
+            Some(Answer::Filtered) => return crate::transform::filtered(),
+            Some(Answer::Unshaped(message)) => return crate::transform::failed(message),
             // The subscription is paused; the event waits for its resume, due at once.
             Some(Answer::Gone) => {
                 return Next::Retry {
@@ -64,7 +83,8 @@ impl Forwarder {
     pub(super) async fn observe(self: &Arc<Self>, answer: &Option<Answer>, probe: bool) {
         let me = Arc::clone(self);
         let write = match answer {
-            None => return,
+            // The program's doing, not the endpoint's: no breaker moves.
+            None | Some(Answer::Filtered | Answer::Unshaped(_)) => return,
             Some(Answer::Gone) => {
                 tracing::warn!(
                     subscription = %self.sub.name,

@@ -13,6 +13,11 @@ use crate::subscriptions::HttpTarget;
 pub enum Answer {
     /// A 2xx: done.
     Delivered(u16),
+    /// Not called: the subscription's transform gave no output (completed `filtered`).
+    Filtered,
+    /// Not called: the transform failed (the message); failed permanently, the endpoint
+    /// untouched.
+    Unshaped(String),
     /// 410 Gone: the endpoint asked to stop. The subscription is paused; the event waits.
     Gone,
     /// Anything else: retried with backoff, not before `retry_after_ms` when the endpoint

@@ -53,6 +53,8 @@ pub struct ForwardOptions {
     pub name: String,
     /// Spans of each claim, call and answer (`[telemetry]`).
     pub traces: crate::telemetry::Traces,
+    /// The worker processes that run transforms (also the pull routes' and the preview's).
+    pub transforms: Arc<crate::transform::Pool>,
 }
 
 /// How a forwarder delivers an event.
@@ -79,6 +81,7 @@ pub struct Forwarder {
     failures: AtomicU32,
     /// `webhook_inbox_forwards_total` of this subscription, by result.
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
+    transform_counters: crate::transform::Counters,
     /// The registry's version its node serves, and how to ask the node to read the registry
     /// now (see [`Forwarder::fenced_by`]).
     applied: Option<(watch::Receiver<i64>, Arc<Notify>)>,
@@ -139,6 +142,7 @@ impl Forwarder {
             .collect();
         Ok(Forwarder {
             counters,
+            transform_counters: crate::transform::Counters::new(&metrics, &sub.name),
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             worker: format!("{}-{}", options.name, sub.name),
             store,
@@ -325,6 +329,10 @@ impl Forwarder {
         event: &mut Claimed,
         trace: Option<&crate::telemetry::traces::Delivery>,
     ) -> Option<Answer> {
+        // Shaped first, so that the lease check below covers the call that follows.
+        if let Some(not_delivered) = self.shape(event).await {
+            return Some(not_delivered);
+        }
         let now = now_ms();
         let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
         if event.claimed_until - now < needed {
@@ -365,6 +373,7 @@ impl Forwarder {
         self.metrics
             .observe_processing(started.elapsed().as_secs_f64());
         let result = match &answer {
+            Answer::Filtered | Answer::Unshaped(_) => "not_sent",
             Answer::Delivered(_) if !matches!(self.via, Via::Http(_)) => "acked",
             Answer::Delivered(_) => "2xx",
             Answer::Gone => "410",

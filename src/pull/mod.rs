@@ -15,7 +15,10 @@
 //! a client that is gone by the time it commits is given back at once.
 
 pub mod body;
+mod claim;
 pub mod session;
+
+pub use claim::claim_once;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,13 +26,11 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::consumer::Backoff;
 use crate::domain::time::now_ms;
-use crate::store::{
-    AttemptResult, ClaimRef, Claimed, Next, Outcome, Store, StoreError, StoreResult,
-};
+use crate::store::{AttemptResult, ClaimRef, Claimed, Next, Outcome, Store};
 use crate::subscriptions::Subscription;
 
 /// The most events one claim returns.
@@ -55,6 +56,9 @@ pub struct Puller {
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
     /// A `listen` session's: its claims keep it alive.
     pub session: Option<session::Seen>,
+    /// The worker processes its `transform` runs in (none: claims are handed out as stored).
+    transforms: Option<Arc<crate::transform::Pool>>,
+    transform_counters: crate::transform::Counters,
 }
 
 /// The actions of `webhook_inbox_pulls_total`.
@@ -113,6 +117,8 @@ impl Puller {
             .map(|a| (*a, metrics.pull_counter(&sub.name, a)))
             .collect();
         Some(Puller {
+            transforms: None,
+            transform_counters: crate::transform::Counters::new(metrics, &sub.name),
             id,
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             sub,
@@ -121,6 +127,12 @@ impl Puller {
             counters,
             session: None,
         })
+    }
+
+    /// Its claims are shaped by its `transform` in `transforms`' workers.
+    pub fn shaped_by(mut self, transforms: Arc<crate::transform::Pool>) -> Puller {
+        self.transforms = Some(transforms);
+        self
     }
 
     /// A `listen` session's routes (origin `session`): its claims keep it alive.
@@ -354,7 +366,7 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
             s.woken = Box::pin(Arc::clone(&s.wait.queued).notified_owned());
             s.woken.as_mut().enable();
             let w = &s.wait;
-            match claim_once(&w.store, w.puller.id, &w.worker, w.max, w.lease_ms).await {
+            match claim_once(&w.store, &w.puller, &w.worker, w.max, w.lease_ms).await {
                 Ok(claims) if !claims.is_empty() || last => {
                     s.done = true;
                     // Only where a second delivery is within the contract: a stream dropped
@@ -385,33 +397,4 @@ pub fn wait_for_claims(wait: Wait) -> impl futures_util::Stream<Item = Waited> {
         }
         Some((Waited::Heartbeat, s))
     })
-}
-
-/// One claim on the blocking pool. If the caller is gone by the time it commits (the client
-/// disconnected and its request was dropped), its claims go back at once rather than waiting
-/// out their leases.
-pub async fn claim_once(
-    store: &Arc<dyn Store>,
-    sub: i64,
-    worker: &str,
-    max: usize,
-    lease_ms: i64,
-) -> StoreResult<Vec<Claimed>> {
-    let (sent, received) = oneshot::channel();
-    let store = Arc::clone(store);
-    let worker = worker.to_string();
-    tokio::task::spawn_blocking(move || {
-        let claimed = store
-            .claim_subscription(&worker, sub, max, lease_ms, now_ms())
-            .map(|c| c.claims);
-        if let Err(Ok(claims)) = sent.send(claimed) {
-            let refs: Vec<ClaimRef> = claims.iter().map(|c| c.claim.clone()).collect();
-            if let Err(e) = store.release(&refs, now_ms()) {
-                tracing::warn!(error = %e, "cannot give back a gone client's claims");
-            }
-        }
-    });
-    received
-        .await
-        .map_err(|_| StoreError::Internal(anyhow::anyhow!("the claim's task ended abnormally")))?
 }

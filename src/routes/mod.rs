@@ -65,6 +65,9 @@ pub struct AppState {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// Spans of deliveries and pull claims (`[telemetry]`; off: none).
     pub traces: crate::telemetry::Traces,
+    /// The worker processes that run transforms (the preview's; the forwarders' and pull
+    /// routes' are the same).
+    pub transforms: Arc<crate::transform::Pool>,
 }
 
 /// Run a store call on the blocking pool, keeping the request's span.

@@ -1,7 +1,7 @@
 //! `POST /subscriptions/preview` (SPEC section 13, admin): what a filter makes of one event, a
 //! stored one or a body given, without changing anything. The decision is the Rust evaluator
-//! the corpus test holds both stores' fan-outs to (`Filter::matches`). Transformations are not
-//! built yet: a `transform` is refused naming it.
+//! the corpus test holds both stores' fan-outs to (`Filter::matches`). A `transform` runs as at
+//! delivery, in the node's transform workers, with the same budgets.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ pub struct PreviewRequest {
     /// As a subscription's `filter`.
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
-    /// Not supported yet: refused with 422 naming it.
+    /// As a subscription's `transform`: a jq program.
     #[schema(value_type = Option<String>)]
     transform: Option<Value>,
     /// A stored event.
@@ -46,16 +46,55 @@ pub struct EventRef {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Preview {
     matches: bool,
-    /// When it matches: the body as stored (its JSON value; text as a string), which is what a
-    /// subscription without a transform delivers. Null when it does not match.
+    /// When it matches: what would be delivered: the transform's output, or without one the
+    /// body as stored (its JSON value; text as a string). Null when it does not match, when the
+    /// transform gives no output or fails.
     #[schema(value_type = serde_json::Value, required = true)]
     delivered: Option<Box<RawValue>>,
     /// A stored body that is neither JSON nor UTF-8, when it matches (then `delivered` is null).
     #[serde(skip_serializing_if = "Option::is_none")]
     delivered_base64: Option<String>,
-    /// What running the transform failed with; null (no transform runs yet).
+    /// What running the transform failed with (the attempt would fail permanently with it).
     #[schema(value_type = Option<String>, required = true)]
     error: Option<String>,
+    /// What a delivery would do: `delivered`, `filtered` (the transform gave no output: the
+    /// state completes with outcome `filtered`), `failed` (see `error`), or `not_matched`.
+    outcome: &'static str,
+}
+
+impl Preview {
+    fn not_matched() -> Preview {
+        Preview {
+            matches: false,
+            delivered: None,
+            delivered_base64: None,
+            error: None,
+            outcome: "not_matched",
+        }
+    }
+
+    /// What `transform` makes of a matching event's stored `payload`.
+    async fn transformed(
+        state: &AppState,
+        transform: &crate::transform::Transform,
+        payload: &[u8],
+    ) -> Preview {
+        let (delivered, error, outcome) = match state.transforms.run(transform, payload).await {
+            crate::transform::Ran::One(json) => {
+                let text = String::from_utf8(json).unwrap_or_default();
+                (RawValue::from_string(text).ok(), None, "delivered")
+            }
+            crate::transform::Ran::Nothing => (None, None, "filtered"),
+            crate::transform::Ran::Failed(message) => (None, Some(message), "failed"),
+        };
+        Preview {
+            matches: true,
+            delivered,
+            delivered_base64: None,
+            error,
+            outcome,
+        }
+    }
 }
 
 fn refused(field: &str, message: impl std::fmt::Display) -> ApiError {
@@ -73,7 +112,7 @@ fn refused(field: &str, message: impl std::fmt::Display) -> ApiError {
         (status = 404, description = "`not_found`: no such event", body = ErrorBody),
         (status = 409, description = "`conflict`: the event's body was purged", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 422, description = "`invalid_request`, naming the field (`filter` with its path and operator; `transform`: not supported yet)", body = ErrorBody),
+        (status = 422, description = "`invalid_request`, naming the field (`filter` with its path and operator; `transform` with jaq's message and position)", body = ErrorBody),
     ))]
 pub async fn preview(
     _: Admin,
@@ -88,12 +127,13 @@ pub async fn preview(
             let field = crate::subscriptions::body_error(e);
             refused(&field.field, field.message)
         })?;
-    if asked.transform.as_ref().is_some_and(|t| !t.is_null()) {
-        return Err(refused(
-            "transform",
-            "transformations are not supported yet: preview a `filter` alone",
-        ));
-    }
+    let transform = match asked.transform.as_ref().filter(|t| !t.is_null()) {
+        None => None,
+        Some(Value::String(code)) => {
+            Some(crate::transform::Transform::parse(code).map_err(|m| refused("transform", m))?)
+        }
+        Some(_) => return Err(refused("transform", "a jq program is a string")),
+    };
     let filter = asked
         .filter
         .as_ref()
@@ -109,17 +149,20 @@ pub async fn preview(
                 "give a stored `event` ({\"source\", \"event_id\"}) or a `body`",
             ));
         }
-        (None, Some(body)) => {
-            let matches = filter.as_ref().is_none_or(|f| f.holds(&body));
-            Preview {
-                matches,
-                delivered: matches
-                    .then(|| serde_json::value::to_raw_value(&body).ok())
-                    .flatten(),
+        (None, Some(body)) => match (filter.as_ref().is_none_or(|f| f.holds(&body)), &transform) {
+            (false, _) => Preview::not_matched(),
+            (true, Some(transform)) => {
+                let bytes = serde_json::to_vec(&body).unwrap_or_default();
+                Preview::transformed(&state, transform, &bytes).await
+            }
+            (true, None) => Preview {
+                matches: true,
+                delivered: serde_json::value::to_raw_value(&body).ok(),
                 delivered_base64: None,
                 error: None,
-            }
-        }
+                outcome: "delivered",
+            },
+        },
         (Some(event), None) => {
             let (source, event_id) = (event.source.clone(), event.event_id.clone());
             let detail = blocking(&state, move |s| s.event(&source, &event_id))
@@ -136,14 +179,22 @@ pub async fn preview(
                 ));
             }
             let matches = filter.as_ref().is_none_or(|f| f.matches(&detail.payload));
-            let shown = matches.then(|| {
-                crate::pull::body::encode(detail.content_type.as_deref(), &detail.payload)
-            });
-            Preview {
-                matches,
-                delivered_base64: shown.as_ref().and_then(|b| b.body_base64.clone()),
-                delivered: shown.and_then(|b| b.body),
-                error: None,
+            match (matches, &transform) {
+                (false, _) => Preview::not_matched(),
+                (true, Some(transform)) => {
+                    Preview::transformed(&state, transform, &detail.payload).await
+                }
+                (true, None) => {
+                    let shown =
+                        crate::pull::body::encode(detail.content_type.as_deref(), &detail.payload);
+                    Preview {
+                        matches,
+                        delivered_base64: shown.body_base64,
+                        delivered: shown.body,
+                        error: None,
+                        outcome: "delivered",
+                    }
+                }
             }
         }
     };

@@ -79,6 +79,10 @@ pub struct SubscriptionFields {
     /// `{"any":[…]}`, `{"not":…}` (docs/guides/subscriptions.md).
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
+    /// A jq program run at delivery (`http`, `pull`, `nats`): its one output is delivered,
+    /// as JSON; none completes the event `filtered`; an error or several outputs fail it
+    /// (docs/guides/subscriptions.md, "Transformations"). `null` in a `PATCH` removes it.
+    transform: Option<String>,
 }
 
 /// A subscription just made: as `GET /subscriptions/{name}` shows it, with its generated

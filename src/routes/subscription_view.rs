@@ -82,6 +82,10 @@ pub struct SubscriptionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     filter: Option<serde_json::Value>,
+    /// A jq program whose one output is what is delivered (SPEC section 13). Absent without
+    /// one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transform: Option<String>,
     /// In `GET /subscriptions/{name}` of an ordered subscription that holds: the keys held by a
     /// failed event (the oldest 100), until ops retry it to completion or skip it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,6 +177,7 @@ pub(super) fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         ordered_by: None,
         on_failure: None,
         filter: None,
+        transform: None,
         held_keys: None,
     }
 }
@@ -210,7 +215,7 @@ pub(super) fn with_registry(view: SubscriptionView, registered: &[Live]) -> Subs
     with_rules(
         view,
         ordered,
-        live.filter.as_ref(),
+        (live.filter.as_ref(), live.transform.as_ref()),
         backoff,
         live.settings.as_ref(),
     )
@@ -221,7 +226,10 @@ pub(super) fn with_registry(view: SubscriptionView, registered: &[Live]) -> Subs
 fn with_rules(
     mut view: SubscriptionView,
     ordered: Option<(&str, crate::subscriptions::OnFailure)>,
-    filter: Option<&crate::subscriptions::filter::Filter>,
+    (filter, transform): (
+        Option<&crate::subscriptions::filter::Filter>,
+        Option<&crate::transform::Transform>,
+    ),
     (backoff_base_ms, backoff_max_ms): (u64, u64),
     http: Option<&crate::subscriptions::HttpSettings>,
 ) -> SubscriptionView {
@@ -230,6 +238,7 @@ fn with_rules(
         view.on_failure = Some(on_failure.as_str());
     }
     view.filter = filter.map(|f| f.to_json());
+    view.transform = transform.map(|t| t.as_str().to_string());
     view.backoff_base_ms = Some(backoff_base_ms);
     view.backoff_max_ms = Some(backoff_max_ms);
     if let Some(http) = http {
@@ -304,7 +313,7 @@ pub(super) fn written_view(
     with_rules(
         view(&info, now),
         ordered,
-        sub.filter.as_ref(),
+        (sub.filter.as_ref(), sub.transform.as_ref()),
         backoff,
         http.as_ref(),
     )

@@ -26,6 +26,8 @@ pub struct Live {
     pub origin: String,
     /// Conditions on the body, compiled into the fan-out with the route.
     pub filter: Option<crate::subscriptions::filter::Filter>,
+    /// The jq program run at delivery, if any.
+    pub transform: Option<crate::transform::Transform>,
 }
 
 impl Live {
@@ -69,6 +71,7 @@ impl Live {
                     on_failure: o.on_failure,
                 }),
             filter: self.filter.clone(),
+            transform: self.transform.clone(),
         }
     }
 }
@@ -107,8 +110,7 @@ impl Rules {
 
 /// The columns `load` reads for a [`Live`], after `id, name, lane, sources, types,
 /// except_types, start_after_seq, ordered_by, on_failure`.
-pub const RULE_COLUMNS: &str =
-    "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin, filter";
+pub const RULE_COLUMNS: &str = "kind, mode, max_attempts, backoff_base_ms, backoff_max_ms, settings, origin, filter, transform";
 
 /// A subscription's filter from its column (JSON, checked when written). One that does not
 /// parse (written by a newer version with an operator this one lacks) is logged and left out:
@@ -129,6 +131,13 @@ pub fn filter_from_row(
             None
         }
     }
+}
+
+/// A subscription's transform from its column (checked when written). One this node cannot
+/// compile (a newer jaq's function) is kept as it is: its runs fail each attempt with jaq's
+/// message, in the history, until the program or the node changes; never delivered untransformed.
+pub fn transform_from_row(text: Option<&str>) -> Option<crate::transform::Transform> {
+    text.map(crate::transform::Transform::unchecked)
 }
 
 /// The filter as its column keeps it.

@@ -89,6 +89,8 @@ pub enum Outcome {
     DuplicateOrder,
     Delivered,
     Logged,
+    /// A transform gave no output: nothing was delivered, by the subscription's own rule.
+    Filtered,
 }
 
 impl Outcome {
@@ -98,6 +100,7 @@ impl Outcome {
             Outcome::DuplicateOrder => "duplicate_order",
             Outcome::Delivered => "delivered",
             Outcome::Logged => "logged",
+            Outcome::Filtered => "filtered",
         }
     }
 
@@ -107,6 +110,7 @@ impl Outcome {
             Outcome::DuplicateOrder,
             Outcome::Delivered,
             Outcome::Logged,
+            Outcome::Filtered,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

@@ -104,6 +104,7 @@ fn settings_of(sub: &Subscription) -> SubscriptionSettings {
         ordered_by: sub.ordering.as_ref().map(|o| o.pointer.clone()),
         on_failure: sub.ordering.as_ref().map(|o| o.on_failure),
         filter: sub.filter.as_ref().map(super::filter::Filter::to_json),
+        transform: sub.transform.as_ref().map(|t| t.as_str().to_string()),
     }
 }
 

@@ -90,6 +90,12 @@ impl Kind {
         matches!(self, Kind::Http | Kind::Nats | Kind::Amqp)
     }
 
+    /// Whether a `transform` may reshape what it delivers: the kinds that deliver the body to
+    /// someone else (a forwarder's, and `pull`), not the in-process effects.
+    pub fn takes_transform(self) -> bool {
+        self.is_call_out() || self == Kind::Pull
+    }
+
     /// Whether events stored but not fanned out yet are this subscription's backlog: every
     /// kind but `downstream`, which takes submitted requests only (they have their state rows
     /// from their insert). Counted as pending for it in `GET /subscriptions`.
@@ -203,6 +209,9 @@ pub struct Subscription {
     pub ordering: Option<Ordering>,
     /// Conditions on the body (`filter`); `None`: every event its route takes.
     pub filter: Option<filter::Filter>,
+    /// A jq program whose one output is what is delivered (`transform`); `None`: the body as
+    /// stored.
+    pub transform: Option<crate::transform::Transform>,
 }
 
 /// What a failed event of an ordered subscription does to the later events of its key.
@@ -336,6 +345,7 @@ pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec
         token: None,
         ordering: None,
         filter: None,
+        transform: None,
     };
     vec![
         with(

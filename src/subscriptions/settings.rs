@@ -39,6 +39,8 @@ pub struct SubscriptionSettings {
     pub on_failure: Option<super::OnFailure>,
     /// Conditions on the body (`subscriptions::filter`), as TOML or JSON.
     pub filter: Option<serde_json::Value>,
+    /// A jq program run at delivery (`crate::transform`).
+    pub transform: Option<String>,
 }
 
 /// `signing_secret`: one secret, or several while a rotation runs (each signs every call).
@@ -284,6 +286,22 @@ fn one(
         .map(super::filter::Filter::parse)
         .transpose()
         .map_err(|e| invalid("filter", e.to_string()))?;
+    let transform = match &s.transform {
+        None => None,
+        Some(_) if !s.kind.takes_transform() => {
+            return Err(invalid(
+                "transform",
+                format!(
+                    "kind `{}` delivers nothing to reshape: a transform is for `http`, `pull`, \
+                     `nats` and the other delivering kinds",
+                    s.kind.as_str()
+                ),
+            ));
+        }
+        Some(code) => {
+            Some(crate::transform::Transform::parse(code).map_err(|m| invalid("transform", m))?)
+        }
+    };
     let token = match &s.token {
         Some(token) if token.len() < MIN_TOKEN_LEN || token.chars().any(char::is_whitespace) => {
             return Err(invalid(
@@ -312,6 +330,7 @@ fn one(
         token,
         ordering,
         filter,
+        transform,
     })
 }
 

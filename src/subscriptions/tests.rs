@@ -281,10 +281,22 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "no PEM certificate",
         ),
         (
-            // Transformations are not built yet.
             sub("name = \"a\"\nkind = \"audit\"\ntransform = \".id\""),
-            "transform",
-            "unknown field",
+            "subscriptions[0].transform",
+            "kind `audit` delivers nothing to reshape",
+        ),
+        (
+            sub("name = \"a\"\nkind = \"pull\"\ntransform = \"{id: .id\""),
+            "subscriptions[0].transform",
+            "expected closing brace at 1:9",
+        ),
+        (
+            sub(&format!(
+                "name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\ntransform = \"{}\"",
+                ".".repeat(20_000)
+            )),
+            "subscriptions[0].transform",
+            "over the limit of 16384",
         ),
         (
             sub("name = \"a\"\nkind = \"audit\"\nfilter = 1"),

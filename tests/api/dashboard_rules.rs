@@ -332,7 +332,7 @@ fn dashboard_creates_and_edits_a_nats_subscription() {
 }
 
 #[test]
-#[ignore = "needs the transform merge (wt-transform): until then the API refuses `transform` with 422"]
+
 fn dashboard_previews_saves_and_removes_a_transform() {
     if !browser_found() {
         return;

@@ -168,13 +168,13 @@ async fn preview_decides_a_stored_event_or_a_body_and_changes_nothing() {
     assert_eq!(by_body.status, 200, "{}", by_body.body);
     assert_eq!(
         by_body.body,
-        json!({"matches": false, "delivered": null, "error": null})
+        json!({"matches": false, "delivered": null, "error": null, "outcome": "not_matched"})
     );
     let no_filter = preview(json!({"body": [1, 2]})).await;
     assert_eq!(no_filter.body["matches"], true);
     assert_eq!(no_filter.body["delivered"], json!([1, 2]));
     // Refusals: each names its field; an unknown event is 404.
-    let transform = preview(json!({"transform": ".data", "body": {}})).await;
+    let transform = preview(json!({"transform": ".data |", "body": {}})).await;
     transform.assert_error(422, "invalid_request");
     assert!(
         message(&transform).starts_with("transform: "),

@@ -125,6 +125,10 @@ pub async fn spawn_in(dir: TempDir, config: &str, mut options: BuildOptions) -> 
     init_logs();
     let settings = Settings::from_toml(config, "test", Vec::new()).expect("test config is valid");
     options.http_workers = options.http_workers.or(Some(2));
+    // This process is the test harness: transforms run in the built binary's workers.
+    options.transform_worker = options
+        .transform_worker
+        .or_else(|| Some(env!("CARGO_BIN_EXE_webhook-inbox").into()));
     let app = Application::build(settings.clone(), options).expect("app builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let store = app.store();
@@ -367,5 +371,6 @@ pub fn test_subscription(
         token: None,
         ordering: None,
         filter: None,
+        transform: None,
     }
 }

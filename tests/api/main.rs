@@ -107,3 +107,6 @@ mod sessions;
 mod stores;
 mod subscriptions;
 mod traces;
+mod transform_jq;
+mod transforms;
+mod transforms_pull;

@@ -77,6 +77,7 @@ pub fn ordered_pull(on_failure: OnFailure) -> Subscription {
             on_failure,
         }),
         filter: None,
+        transform: None,
     }
 }
 

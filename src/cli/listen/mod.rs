@@ -48,6 +48,10 @@ pub struct ListenArgs {
     /// With --source: the event types the session takes (globs; default: every type).
     #[arg(long, value_name = "GLOB", num_args = 1.., requires = "sources")]
     types: Vec<String>,
+    /// With --source: a jq program run on each event before it is forwarded: its one output
+    /// is the body (no output: the event is completed `filtered`; see the subscriptions guide).
+    #[arg(long, value_name = "PROGRAM", requires = "sources")]
+    transform: Option<String>,
     /// With --source: the admin token that opens the session [default: the config's
     /// `admin_token`, else the generated admin-token file].
     #[arg(
@@ -125,7 +129,7 @@ pub fn run(config: Option<&Path>, mut args: ListenArgs) -> anyhow::Result<()> {
             args.url.clone(),
             args.listen_token.take().or(args.admin_token.take()),
             &args.sources,
-            &args.types,
+            (&args.types, args.transform.as_deref()),
         )?;
         eprintln!(
             "Session `{}` opened: events stored from now on, until this stops.",

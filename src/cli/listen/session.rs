@@ -17,13 +17,14 @@ pub struct Session {
 }
 
 impl Session {
-    /// Make the session's subscription on the server: `sources` and `types` its route.
+    /// Make the session's subscription on the server: `sources` and `types` its route, and
+    /// `transform` what it makes of each event.
     pub fn open(
         config: Option<&std::path::Path>,
         url: Option<String>,
         admin_token: Option<String>,
         sources: &[String],
-        types: &[String],
+        (types, transform): (&[String], Option<&str>),
     ) -> anyhow::Result<Session> {
         let before = Before::default();
         let remote = Remote {
@@ -44,6 +45,9 @@ impl Session {
         let mut body = json!({"name": name, "kind": "pull", "sources": sources});
         if !types.is_empty() {
             body["types"] = json!(types);
+        }
+        if let Some(program) = transform {
+            body["transform"] = json!(program);
         }
         let made = api
             .post("/subscriptions", &[("session", "true".into())], Some(&body))

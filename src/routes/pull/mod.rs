@@ -121,7 +121,7 @@ pub async fn claim(
     let worker = format!("{}-pull-{}", state.worker_name, puller.sub.name);
     let max = max as usize;
     let claim_started = SystemTime::now();
-    let claims = pull::claim_once(&state.store, puller.id, &worker, max, lease_ms).await?;
+    let claims = pull::claim_once(&state.store, &puller, &worker, max, lease_ms).await?;
     if !claims.is_empty() || wait_ms == 0 {
         let claimed = (claim_started, SystemTime::now());
         return Ok(HttpResponse::Ok().json(render(&puller, claims, &state.traces, claimed)));

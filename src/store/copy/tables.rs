@@ -38,6 +38,7 @@ pub const TABLES: &[Table] = &[
             "seen_at",
             "filter",
             "claimer",
+            "transform",
         ],
         key: 1,
         // The implicit three, made by the first migration of every database: the source's

@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "claimer",
         include_str!("../../../migrations/postgres/0014_claimer.sql"),
     ),
+    (
+        15,
+        "transforms",
+        include_str!("../../../migrations/postgres/0015_transforms.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migration runs ("webhook-inbox" in ASCII, cut to

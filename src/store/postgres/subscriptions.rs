@@ -257,6 +257,7 @@ pub(super) fn load(db: &mut Db<'_>) -> StoreResult<Routes> {
                 settings: crate::subscriptions::HttpSettings::parse(r.try_get(14)?),
                 origin: r.try_get(15)?,
                 filter: routes::filter_from_row(r.try_get(1)?, r.try_get(16)?),
+                transform: routes::transform_from_row(r.try_get(17)?),
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;

@@ -112,6 +112,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "claimer",
         include_str!("../../../migrations/sqlite/0021_claimer.sql"),
     ),
+    (
+        22,
+        "transforms",
+        include_str!("../../../migrations/sqlite/0022_transforms.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -25,7 +25,8 @@ pub(super) fn write_row(
         "UPDATE subscriptions SET kind = ?2, lane = ?3, sources = ?4, types = ?5,
                 except_types = ?6, ordered_by = ?7, on_failure = ?8, mode = ?9,
                 max_attempts = ?10, backoff_base_ms = ?11, backoff_max_ms = ?12,
-                settings = ?13, origin = ?14, filter = ?15, claimer = ?16
+                settings = ?13, origin = ?14, filter = ?15, claimer = ?16,
+                transform = ?17
           WHERE id = ?1",
     )?
     .execute(params![
@@ -47,6 +48,7 @@ pub(super) fn write_row(
         origin,
         routes::filter_column(sub),
         sub.kind.claimer().as_str(),
+        sub.transform.as_ref().map(|t| t.as_str()),
     ])?;
     Ok(())
 }

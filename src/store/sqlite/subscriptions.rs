@@ -103,6 +103,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
                     &r.get::<_, String>(1)?,
                     r.get::<_, Option<String>>(16)?.as_deref(),
                 ),
+                transform: routes::transform_from_row(r.get::<_, Option<String>>(17)?.as_deref()),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

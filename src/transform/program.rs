@@ -1,0 +1,144 @@
+//! A jq program as jaq compiles and runs it: the code the worker process runs for each event,
+//! and the compile-only check of [`super::Transform::parse`].
+
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars, data};
+use jaq_json::Val;
+
+/// What one run of a program made of one body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ran {
+    /// Exactly one output: its JSON text, compact.
+    One(Vec<u8>),
+    /// No output: the event is left out (outcome `filtered`).
+    Nothing,
+    /// An error, several outputs, an output over the budget, a body that is not JSON: the
+    /// attempt fails permanently with this message.
+    Failed(String),
+}
+
+type Data = data::JustLut<Val>;
+/// A compiled program.
+pub type Compiled = jaq_core::compile::Filter<jaq_core::Native<Data>>;
+
+/// Compile `code`, or say what is wrong and where (`line:column`, from 1).
+pub fn compile(code: &str) -> Result<Compiled, String> {
+    let defs = jaq_core::defs()
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs());
+    let funs = jaq_core::funs()
+        .chain(jaq_std::funs())
+        .chain(jaq_json::funs());
+    let arena = Arena::default();
+    let program = File { code, path: () };
+    let modules = Loader::new(defs)
+        .load(&arena, program)
+        .map_err(|errors| load_errors(code, errors))?;
+    Compiler::default()
+        .with_funs(funs)
+        .compile(modules)
+        .map_err(|errors| {
+            let (what, at) = errors
+                .into_iter()
+                .flat_map(|(_, list)| list)
+                .map(|(name, undefined)| {
+                    (format!("undefined {} `{name}`", undefined.as_str()), name)
+                })
+                .next()
+                .unwrap_or_else(|| ("does not compile".into(), code));
+            format!("{what} at {}", position(code, at))
+        })
+}
+
+fn load_errors(code: &str, errors: jaq_core::load::Errors<&str, ()>) -> String {
+    use jaq_core::load::Error;
+    let Some((_, first)) = errors.into_iter().next() else {
+        return "does not parse".into();
+    };
+    match first {
+        Error::Io(list) => list
+            .into_iter()
+            .next()
+            .map(|(path, why)| format!("cannot import `{path}`: {why}"))
+            .unwrap_or_else(|| "cannot import".into()),
+        Error::Lex(list) => match list.first() {
+            Some((expected, found)) => format!(
+                "expected {} at {}",
+                expected.as_str(),
+                position(code, found)
+            ),
+            None => "does not parse".into(),
+        },
+        Error::Parse(list) => match list.first() {
+            Some((expected, found)) => {
+                let got = if found.is_empty() {
+                    "the end".to_string()
+                } else {
+                    format!("`{}`", found.chars().take(20).collect::<String>())
+                };
+                format!(
+                    "expected {}, found {got} at {}",
+                    expected.as_str(),
+                    position(code, found)
+                )
+            }
+            None => "does not parse".into(),
+        },
+    }
+}
+
+/// `line:column` (from 1, columns in characters) of `part`, a slice of `code`.
+fn position(code: &str, part: &str) -> String {
+    let start = jaq_core::load::span(code, part).start.min(code.len());
+    let before = &code[..code.floor_char_boundary(start)];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!("{line}:{column}")
+}
+
+/// Run `program` on `body` (JSON): its one output, compact, if it is at most `max_output`
+/// bytes of JSON. Stops at the second output or the first error.
+pub fn run(program: &Compiled, body: &[u8], max_output: usize) -> Ran {
+    let input = match jaq_json::read::parse_single(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return Ran::Failed(format!(
+                "the body is not JSON ({e}): a transform reads JSON"
+            ));
+        }
+    };
+    let ctx = Ctx::<Data>::new(&program.lut, Vars::new([]));
+    let mut outputs = program.id.run((ctx, input)).map(jaq_core::unwrap_valr);
+    let first = match outputs.next() {
+        None => return Ran::Nothing,
+        Some(Err(e)) => return Ran::Failed(format!("the program failed: {e}")),
+        Some(Ok(v)) => v,
+    };
+    match outputs.next() {
+        None => {}
+        Some(Err(e)) => {
+            return Ran::Failed(format!("the program failed after its first output: {e}"));
+        }
+        Some(Ok(_)) => {
+            return Ran::Failed(
+                "the program gave more than one output: a transform delivers exactly one value \
+                 (collect them with `[...]`)"
+                    .into(),
+            );
+        }
+    }
+    let text = first.to_string();
+    if text.len() > max_output {
+        return Ran::Failed(format!(
+            "the output is {} bytes, over the budget of {max_output}",
+            text.len()
+        ));
+    }
+    // jaq prints what JSON cannot hold (NaN, infinities, byte strings) in forms of its own.
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+        return Ran::Failed(format!(
+            "the output is not JSON ({e}): NaN, an infinity or bytes"
+        ));
+    }
+    Ran::One(text.into_bytes())
+}

@@ -1,0 +1,135 @@
+//! What a delivery does with a transform's outcome: the one step every delivering kind shares
+//! (the forwarder's `http` and `nats`, and any kind it serves; a pull claim), so that a new kind
+//! gets it by being one of them.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+
+use super::{Pool, Ran, Transform};
+use crate::domain::time::now_ms;
+use crate::store::{AttemptResult, Claimed, Finish, Next, Outcome, Store, StoreResult};
+
+/// What becomes of a claimed event once its subscription's transform ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shaped {
+    /// Deliver it: its payload is now the output (or as stored, without a transform).
+    Deliver,
+    /// No output: completed with outcome `filtered`, nothing delivered.
+    Filtered,
+    /// Failed permanently with this message (ops fix the program, then retry).
+    Failed(String),
+}
+
+impl Shaped {
+    /// The state it leaves, when it is not delivered.
+    pub fn next(&self) -> Option<Next> {
+        match self {
+            Shaped::Deliver => None,
+            Shaped::Filtered => Some(filtered()),
+            Shaped::Failed(message) => Some(failed(message)),
+        }
+    }
+}
+
+/// The state of an event its transform gave no output for: completed, and the history says why.
+pub fn filtered() -> Next {
+    Next::Complete {
+        effect: None,
+        outcome: Outcome::Filtered,
+    }
+}
+
+/// The state of an event its transform failed on: failed at once, whatever the budget left (the
+/// same program fails the same way on the same body), with the program's message.
+pub fn failed(message: &str) -> Next {
+    Next::Fail {
+        error: format!("transform: {message}"),
+        result: AttemptResult::PermanentError,
+        abandoned: false,
+    }
+}
+
+/// `webhook_inbox_transform_failures_total` and `webhook_inbox_transform_filtered_total` of
+/// one subscription.
+#[derive(Clone)]
+pub struct Counters {
+    failures: Counter,
+    filtered: Counter,
+}
+
+impl Counters {
+    pub fn new(metrics: &crate::metrics::Metrics, subscription: &str) -> Counters {
+        Counters {
+            failures: metrics.transform_counter(subscription, true),
+            filtered: metrics.transform_counter(subscription, false),
+        }
+    }
+}
+
+/// Run `transform` (if any) on the claimed event: its payload becomes the output, JSON.
+pub async fn shape(
+    pool: &Pool,
+    transform: Option<&Transform>,
+    event: &mut Claimed,
+    counters: &Counters,
+) -> Shaped {
+    let Some(transform) = transform else {
+        return Shaped::Deliver;
+    };
+    match pool.run(transform, &event.payload).await {
+        Ran::One(output) => {
+            event.payload = output;
+            event.content_type = Some("application/json".into());
+            Shaped::Deliver
+        }
+        Ran::Nothing => {
+            counters.filtered.inc();
+            Shaped::Filtered
+        }
+        Ran::Failed(message) => {
+            counters.failures.inc();
+            Shaped::Failed(message)
+        }
+    }
+}
+
+/// A pull claim's events, shaped: those to hand out, with their outputs. The others are
+/// finished here (fenced by their claims, as an ack is): never handed out.
+pub async fn shape_claims(
+    pool: &Pool,
+    store: &Arc<dyn Store>,
+    transform: Option<&Transform>,
+    counters: &Counters,
+    claims: Vec<Claimed>,
+) -> StoreResult<Vec<Claimed>> {
+    if transform.is_none() {
+        return Ok(claims);
+    }
+    // Side by side: the pool's slots bound how many run at once.
+    let shaped = futures_util::future::join_all(claims.into_iter().map(|mut claim| async move {
+        let next = shape(pool, transform, &mut claim, counters).await.next();
+        (claim, next)
+    }))
+    .await;
+    let mut kept = Vec::with_capacity(shaped.len());
+    let mut finished = Vec::new();
+    for (claim, next) in shaped {
+        match next {
+            None => kept.push(claim),
+            Some(next) => finished.push(Finish {
+                claim: claim.claim,
+                next,
+            }),
+        }
+    }
+    if !finished.is_empty() {
+        let store = Arc::clone(store);
+        tokio::task::spawn_blocking(move || store.finish(&finished, now_ms()))
+            .await
+            .map_err(|e| {
+                crate::store::StoreError::Internal(anyhow::anyhow!("finishing claims: {e}"))
+            })??;
+    }
+    Ok(kept)
+}

@@ -1,0 +1,136 @@
+//! The worker process (`webhook-inbox transform-worker`, hidden): reads requests from stdin,
+//! runs each, writes each answer to stdout, until stdin closes.
+//!
+//! Frames, little-endian lengths: a request is `u32 len, program, u32 len, body`; an answer is
+//! `u8 tag, u32 len, bytes` with tag 0 (one output, its JSON), 1 (no output) or 2 (failed,
+//! the message).
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+
+use super::program::{self, Compiled, Ran};
+use super::{MEMORY_LIMIT_BYTES, OUTPUT_BUDGET};
+
+/// Compiled programs kept by a worker (a node has few transforms; the set is dropped when full).
+const CACHED_PROGRAMS: usize = 64;
+
+/// The worker's loop. Returns when stdin closes (the node let it go or is gone).
+pub fn serve() -> io::Result<()> {
+    limit_memory();
+    let parent = std::os::unix::process::parent_id();
+    // On a thread with the stack the node's check compiled with: a program it accepted
+    // compiles here too.
+    let work = std::thread::Builder::new()
+        .name("transform-worker".into())
+        .stack_size(super::COMPILE_STACK_BYTES)
+        .spawn(answer_requests)?;
+    // A node that dies (SIGKILL) closes the pipe, which a program in a loop never reads: the
+    // worker watches for its parent to change and leaves with it.
+    loop {
+        if work.is_finished() {
+            return work
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the worker's thread panicked")));
+        }
+        if std::os::unix::process::parent_id() != parent {
+            std::process::exit(0);
+        }
+        std::thread::sleep(ORPHAN_CHECK);
+    }
+}
+
+/// How often a worker looks whether its node is still there.
+const ORPHAN_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+fn answer_requests() -> io::Result<()> {
+    let mut input = BufReader::new(io::stdin().lock());
+    let mut output = BufWriter::new(io::stdout().lock());
+    let mut cache: HashMap<String, Result<Compiled, String>> = HashMap::new();
+    loop {
+        let program = match read_chunk(&mut input) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let body = read_chunk(&mut input)?;
+        let program = String::from_utf8_lossy(&program).into_owned();
+        if cache.len() >= CACHED_PROGRAMS && !cache.contains_key(&program) {
+            cache.clear();
+        }
+        let compiled = cache
+            .entry(program)
+            .or_insert_with_key(|code| program::compile(code));
+        let ran = match compiled {
+            Ok(filter) => program::run(filter, &body, OUTPUT_BUDGET),
+            Err(e) => Ran::Failed(format!("the program does not compile: {e}")),
+        };
+        write_answer(&mut output, &ran)?;
+        output.flush()?;
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn limit_memory() {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let limit = Rlimit {
+        current: Some(MEMORY_LIMIT_BYTES),
+        maximum: Some(MEMORY_LIMIT_BYTES),
+    };
+    // Without the limit a worker is still a process of its own: the kernel's OOM killer would
+    // pick it (the largest) rather than the node.
+    let _ = setrlimit(Resource::As, limit);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn limit_memory() {}
+
+fn read_chunk(r: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let mut chunk = vec![0u8; u32::from_le_bytes(len) as usize];
+    r.read_exact(&mut chunk)?;
+    Ok(chunk)
+}
+
+fn len32(bytes: &[u8]) -> io::Result<[u8; 4]> {
+    u32::try_from(bytes.len())
+        .map(u32::to_le_bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a frame over 4 GiB"))
+}
+
+/// A request's frame.
+pub fn request(program: &str, body: &[u8]) -> io::Result<Vec<u8>> {
+    let mut frame = Vec::with_capacity(8 + program.len() + body.len());
+    frame.extend_from_slice(&len32(program.as_bytes())?);
+    frame.extend_from_slice(program.as_bytes());
+    frame.extend_from_slice(&len32(body)?);
+    frame.extend_from_slice(body);
+    Ok(frame)
+}
+
+fn write_answer(w: &mut impl Write, ran: &Ran) -> io::Result<()> {
+    let (tag, bytes): (u8, &[u8]) = match ran {
+        Ran::One(json) => (0, json),
+        Ran::Nothing => (1, &[]),
+        Ran::Failed(message) => (2, message.as_bytes()),
+    };
+    w.write_all(&[tag])?;
+    w.write_all(&len32(bytes)?)?;
+    w.write_all(bytes)
+}
+
+/// Read one answer (the node's side).
+pub fn read_answer(r: &mut impl Read) -> io::Result<Ran> {
+    let mut tag = [0u8; 1];
+    r.read_exact(&mut tag)?;
+    let bytes = read_chunk(r)?;
+    match tag[0] {
+        0 => Ok(Ran::One(bytes)),
+        1 => Ok(Ran::Nothing),
+        2 => Ok(Ran::Failed(String::from_utf8_lossy(&bytes).into_owned())),
+        other => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a transform worker answered tag {other}"),
+        )),
+    }
+}
