@@ -51,7 +51,7 @@ pub enum StoreError {
     /// edge answers 503 with `Retry-After`: not acknowledged. Usually nothing was committed,
     /// but a commit whose fsync failed is on disk all the same (a retry is then a duplicate).
     #[error("store unavailable: {0}")]
-    Unavailable(#[source] Unavailable),
+    Unavailable(Unavailable),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -79,15 +79,29 @@ impl StoreError {
 }
 
 /// Why the store could not answer: what failed, and the error underneath when there is one.
-#[derive(Debug, thiserror::Error)]
-#[error("{what}")]
+/// Its text is the whole chain (`what: cause: cause`), so that wherever it is shown (a log
+/// line, a start-up error, an event's `last_error`) the cause is there; the cause is not
+/// repeated as the error's `source`, which would print it twice in a chain.
+#[derive(Debug)]
 pub struct Unavailable {
     what: String,
-    #[source]
     cause: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.chain())
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
 impl Unavailable {
+    /// The error underneath, kept as it was raised.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.cause.as_deref()
+    }
+
     /// What failed and every cause under it, `what: cause: cause`: for a log line or an
     /// event's `last_error`.
     pub fn chain(&self) -> String {

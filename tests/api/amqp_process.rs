@@ -116,6 +116,23 @@ async fn amqp_at_most_once_abandons_a_publish_without_its_confirm() {
         assert!(status.success(), "kill {name}");
     };
     signal("-STOP");
+    // The signal is asynchronous: publish only once the broker is seen stopped (state `T`).
+    let frozen = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        if state == "T" {
+            break;
+        }
+        assert!(Instant::now() < frozen, "the broker did not stop: {stat}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     send_orders(&app, "b", 1).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let state = loop {

@@ -228,7 +228,8 @@ fn an_unavailable_store_keeps_its_cause() {
     let crate::store::StoreError::Unavailable(why) = &err else {
         panic!("not unavailable: {err}");
     };
-    assert!(std::error::Error::source(why).is_some(), "{err}");
+    assert!(why.cause().is_some(), "{err}");
+    assert!(err.to_string().contains("database is locked"), "{err}");
     let chain = why.chain();
     assert!(
         chain.starts_with("database busy: database is locked"),
