@@ -51,18 +51,19 @@ impl Kind {
         }
     }
 
+    /// Every kind.
+    pub const ALL: [Kind; 7] = [
+        Kind::Http,
+        Kind::Pull,
+        Kind::LoyaltyCredit,
+        Kind::Audit,
+        Kind::Downstream,
+        Kind::Nats,
+        Kind::Amqp,
+    ];
+
     pub fn parse(s: &str) -> Option<Kind> {
-        [
-            Kind::Http,
-            Kind::Pull,
-            Kind::LoyaltyCredit,
-            Kind::Audit,
-            Kind::Downstream,
-            Kind::Nats,
-            Kind::Amqp,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
     /// Who claims its events: the one place that says it (kept in the registry's `claimer`

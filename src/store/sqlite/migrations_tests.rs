@@ -303,16 +303,7 @@ fn the_claimer_of_each_kind_follows_the_kind() {
     conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
     let before = MIGRATIONS.iter().position(|m| m.0 == 21).unwrap();
     apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
-    let kinds = [
-        Kind::Http,
-        Kind::Pull,
-        Kind::LoyaltyCredit,
-        Kind::Audit,
-        Kind::Downstream,
-        Kind::Nats,
-        Kind::Amqp,
-    ];
-    for kind in kinds {
+    for kind in Kind::ALL {
         conn.execute(
             "INSERT INTO subscriptions (name, kind, lane, created_at) VALUES (?1, ?1, ?2, 0)
              ON CONFLICT (name) DO NOTHING",
@@ -321,7 +312,7 @@ fn the_claimer_of_each_kind_follows_the_kind() {
         .unwrap();
     }
     apply_all(&mut conn, &MIGRATIONS[before..]).unwrap();
-    for kind in kinds {
+    for kind in Kind::ALL {
         let claimer: String = conn
             .query_row(
                 "SELECT claimer FROM subscriptions WHERE kind = ?1",
