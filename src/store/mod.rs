@@ -391,12 +391,16 @@ impl std::fmt::Debug for Hold {
 /// any is pending, else completed (the `events` view's rule). Failures, claims and pending
 /// states are read where their partial indexes hold them; `completed` is the rest of the
 /// events that have a live state, one ordered walk of the state table's key (what
-/// `status_counts` pays already for its `count(*)`). A state pending for a `listen` session
+/// `status_counts` pays already for its `count(*)`), which looks a state's subscription up only
+/// while some subscription is removed (at 800,000 states, 40 ms of CPU against 87 with
+/// the lookup, in SQLite's shell). A state pending for a `listen` session
 /// (origin `session`) makes no event pending here: it is pending for that session only (the
 /// subscription is joined already; its claims and failures count as any other's).
 pub const EVENT_COUNTS: &str = "SELECT
-    (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
-      WHERE u.removed_at IS NULL),
+    (CASE WHEN EXISTS (SELECT 1 FROM subscriptions WHERE removed_at IS NOT NULL)
+          THEN (SELECT count(DISTINCT seq) FROM event_state
+                 WHERE sub IN (SELECT id FROM subscriptions WHERE removed_at IS NULL))
+          ELSE (SELECT count(DISTINCT seq) FROM event_state) END),
     (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub
       WHERE s.status = 'failed' AND u.removed_at IS NULL),
     (SELECT count(DISTINCT s.seq) FROM event_state s JOIN subscriptions u ON u.id = s.sub

@@ -153,3 +153,54 @@ async fn events_stats_counts_statuses_the_oldest_pending_and_receipts_per_minute
         .sum();
     assert_eq!(total_again, 4);
 }
+
+/// `received_per_minute` counts each event in the minute it was received, on both stores:
+/// across minutes, with a minute of none between, an event older than the window left out, and
+/// a gap in `seq` (a purged event) counted as nothing.
+fn receipts_are_counted_in_their_minutes_across_gaps(kind: crate::stores::StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::stores::TestDb::create(kind, dir.path());
+    let store = db.open_store();
+    const MINUTE: i64 = 60_000;
+    let now = webhook_inbox::domain::time::now_ms();
+    let since = now - now.rem_euclid(MINUTE) - 59 * MINUTE;
+    // (minute after `since`, how many): one two hours before the window, then 3, 0, 2, 1.
+    let plan: [(i64, usize); 5] = [(-120, 1), (10, 3), (12, 2), (40, 1), (59, 4)];
+    let mut n = 0;
+    for (minute, count) in plan {
+        let batch: Vec<_> = (0..count)
+            .map(|i| {
+                n += 1;
+                let mut d = crate::harness::new_delivery(
+                    "shop",
+                    &format!("m-{n}"),
+                    "order.completed",
+                    "{}",
+                );
+                d.received_at = since + minute * MINUTE + i as i64 * 1_000;
+                d
+            })
+            .collect();
+        store.insert_deliveries(&batch).unwrap();
+    }
+    // The second event of minute 10 gone (as a purge would leave it): `seq` 3 is a gap.
+    if kind == crate::stores::StoreKind::Postgres {
+        db.execute(
+            "DELETE FROM event_payloads WHERE seq = (SELECT seq FROM event_log WHERE event_id = 'm-3')",
+        );
+    }
+    db.execute("DELETE FROM event_log WHERE event_id = 'm-3'");
+    let minutes = store.received_per_minute(since).unwrap();
+    assert_eq!(
+        minutes,
+        vec![
+            (since + 10 * MINUTE, 2),
+            (since + 12 * MINUTE, 2),
+            (since + 40 * MINUTE, 1),
+            (since + 59 * MINUTE, 4),
+        ]
+    );
+    assert_eq!(store.received_per_minute(now + MINUTE).unwrap(), vec![]);
+}
+
+crate::stores::store_tests!(receipts_are_counted_in_their_minutes_across_gaps);

@@ -250,33 +250,6 @@ pub(super) fn status_counts(db: &mut Db<'_>) -> StoreResult<StatusCounts> {
     })
 }
 
-const MINUTE_MS: i64 = 60_000;
-
-/// Events newest first by `seq`, read through a portal a chunk at a time, stopping at the
-/// first received before `since`: the cost is the window's events, not the table's.
-pub(super) fn received_per_minute(db: &mut Db<'_>, since: i64) -> StoreResult<Vec<(i64, i64)>> {
-    let mut minutes: Vec<(i64, i64)> = Vec::new();
-    db.walk(
-        "SELECT received_at FROM event_log ORDER BY seq DESC",
-        &[],
-        512,
-        |row| {
-            let received_at: i64 = row.try_get(0)?;
-            if received_at < since {
-                return Ok(false);
-            }
-            let minute = received_at - received_at.rem_euclid(MINUTE_MS);
-            match minutes.iter_mut().rev().find(|(m, _)| *m == minute) {
-                Some((_, n)) => *n += 1,
-                None => minutes.push((minute, 1)),
-            }
-            Ok(true)
-        },
-    )?;
-    minutes.sort_unstable();
-    Ok(minutes)
-}
-
 /// The SET list of a retry: due now (the database's clock), a fresh budget, no outcome.
 fn retry_set() -> String {
     format!(

@@ -97,7 +97,7 @@ impl Store for PostgresStore {
     }
 
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
-        self.tx(|db| events::received_per_minute(db, since))
+        self.tx(|db| sql::stats::received_per_minute(db, since))
     }
 
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {

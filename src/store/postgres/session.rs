@@ -183,29 +183,6 @@ impl Db<'_> {
         Ok(self.tx.batch_execute(sql)?)
     }
 
-    /// Run `sql` through a portal, `chunk` rows at a time, until `each` says stop.
-    pub(super) fn walk(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-        chunk: i32,
-        mut each: impl FnMut(&Row) -> StoreResult<bool>,
-    ) -> StoreResult<()> {
-        let statement = self.statement(sql)?;
-        let portal = self.tx.bind(&statement, params)?;
-        loop {
-            let rows = self.tx.query_portal(&portal, chunk)?;
-            for row in &rows {
-                if !each(row)? {
-                    return Ok(());
-                }
-            }
-            if rows.len() < chunk as usize {
-                return Ok(());
-            }
-        }
-    }
-
     pub(super) fn commit(self) -> StoreResult<()> {
         self.tx.commit().map_err(|e| match StoreError::from(e) {
             // Whether a commit whose answer was lost took effect is unknown: not

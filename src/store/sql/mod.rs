@@ -1,12 +1,14 @@
 //! What the two stores' ops SQL shares, written once above their dialects (issue 59): a value
 //! either driver binds and one row reader ([`conn`]), the few places where the two dialects
-//! differ ([`Dialect`]), and the statements built over them ([`events`], [`rejections`]). The
-//! hot paths (ingest, fan-out, claim, finish, leases) stay per store, each with its measured
-//! tuning; what is here is the ops half, where the two were the same logic written twice.
+//! differ ([`Dialect`]), and the statements built over them ([`events`], [`rejections`],
+//! [`stats`]). The hot paths (ingest, fan-out, claim, finish, leases) stay per store, each with
+//! its measured tuning; what is here is the ops half, where the two were the same logic written
+//! twice.
 
 pub mod conn;
 pub mod events;
 pub mod rejections;
+pub mod stats;
 
 pub use conn::{Conn, Row, Value, pg_params};
 pub use events::{events_page, events_where, failed_states, retry_events_filter};

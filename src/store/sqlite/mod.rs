@@ -33,7 +33,6 @@ mod registry;
 mod requests;
 mod rows;
 mod secrets;
-mod stats;
 mod subscriptions;
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 
 use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, registry, requests, secrets, stats, subscriptions,
+    purge, registry, requests, secrets, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::registry::{Change, Created, Updated};
@@ -85,7 +85,7 @@ impl Store for SqliteStore {
     }
 
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
-        self.read(|c| stats::received_per_minute(c, since))
+        self.read(|c| sql::stats::received_per_minute(&mut sql::conn::Sqlite(c), since))
     }
 
     fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
