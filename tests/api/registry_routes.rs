@@ -400,3 +400,48 @@ async fn a_restart_keeps_api_made_subscriptions_and_a_config_does_not_take_them_
     assert_eq!(shown.body["state"], "active");
     assert_eq!(shown.body["max_attempts"], 9);
 }
+
+/// `GET /events/stats` counts an event while a live subscription has a state of it: one taken
+/// only by a subscription since removed is counted nowhere (its states stay, finished
+/// `removed`), and the events of the live ones still count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_leave_out_the_events_of_a_removed_subscription() {
+    let app = spawn_app_with(
+        |c| {
+            c.push_str(
+                "\n[[subscriptions]]\nname = \"kept\"\nkind = \"audit\"\ntypes = [\"kept.*\"]\n",
+            )
+        },
+        BuildOptions::default(),
+    )
+    .await;
+    let made = create(
+        &app,
+        json!({"name": "workers", "kind": "pull", "sources": ["shop"], "types": ["pulled.*"]}),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    app.deliver("shop", "k1", r#"{"type":"kept.one"}"#).await;
+    app.deliver("shop", "k2", r#"{"type":"kept.two"}"#).await;
+    app.deliver("shop", "p1", r#"{"type":"pulled.one"}"#).await;
+    app.drain().await;
+    let counts = |body: &Value| body["counts"].clone();
+    let before = app.get("/events/stats").await;
+    assert_eq!(
+        counts(&before.body),
+        json!({"pending": 1, "claimed": 0, "completed": 2, "failed": 0})
+    );
+    let removed = send(
+        &app,
+        reqwest::Method::DELETE,
+        "/subscriptions/workers",
+        None,
+    )
+    .await;
+    assert_eq!(removed.status, 200, "{}", removed.body);
+    let after = app.get("/events/stats").await;
+    assert_eq!(
+        counts(&after.body),
+        json!({"pending": 0, "claimed": 0, "completed": 2, "failed": 0})
+    );
+}
