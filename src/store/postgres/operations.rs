@@ -21,6 +21,10 @@ use crate::store::{
 };
 use crate::subscriptions::Subscription;
 
+/// [`crate::store::event_counts_sql`]: PostgreSQL's planner needs no hint.
+static EVENT_COUNTS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::store::event_counts_sql(|_| String::new()));
+
 impl Store for PostgresStore {
     fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
         self
@@ -86,7 +90,7 @@ impl Store for PostgresStore {
 
     fn event_counts(&self) -> StoreResult<StatusCounts> {
         self.tx(|db| {
-            let r = db.query_one(crate::store::EVENT_COUNTS, &[])?;
+            let r = db.query_one(&EVENT_COUNTS, &[])?;
             Ok(crate::store::event_counts_of(
                 r.try_get(0)?,
                 r.try_get(1)?,

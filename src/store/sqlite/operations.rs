@@ -20,6 +20,11 @@ use crate::store::{
 };
 use crate::subscriptions::Subscription;
 
+/// [`crate::store::event_counts_sql`] with SQLite's index hints.
+static EVENT_COUNTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    crate::store::event_counts_sql(|index| format!("INDEXED BY {index}"))
+});
+
 impl Store for SqliteStore {
     fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
         self
@@ -78,7 +83,7 @@ impl Store for SqliteStore {
     fn event_counts(&self) -> StoreResult<StatusCounts> {
         self.read(|conn| {
             let (a, b, c, d) = conn
-                .prepare_cached(crate::store::EVENT_COUNTS)?
+                .prepare_cached(&EVENT_COUNTS)?
                 .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
             Ok(crate::store::event_counts_of(a, b, c, d))
         })
