@@ -396,13 +396,13 @@ impl std::fmt::Debug for Hold {
 /// `session`) makes no event pending here: it is pending for that session only (the
 /// subscription is joined already; its claims and failures count as any other's).
 ///
-/// `indexed_by` names an index for SQLite (`INDEXED BY …`; nothing for PostgreSQL): for a
+/// The dialect names an index for SQLite (`INDEXED BY …`; nothing for PostgreSQL): for a
 /// `count(DISTINCT s.seq)` SQLite's planner preferred the state table's key, already in `seq`
 /// order, to the small partial index of claimed or pending states, and looked every state up
 /// in the table to test its status: 485 ms of the 551 this statement took at 800,000 completed
 /// states (82 ms with the indexes named; issue 60, docs/performance.md).
-pub fn event_counts_sql(indexed_by: fn(&str) -> String) -> String {
-    let (leases, due) = (indexed_by("events_leases"), indexed_by("events_due"));
+pub fn event_counts_sql<D: sql::Dialect>() -> String {
+    let (leases, due) = (D::indexed_by("events_leases"), D::indexed_by("events_due"));
     format!(
         "SELECT
     (CASE WHEN EXISTS (SELECT 1 FROM subscriptions WHERE removed_at IS NOT NULL)

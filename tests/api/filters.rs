@@ -6,6 +6,13 @@
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, async_store_tests};
+
+async_store_tests!(
+    a_filter_that_cannot_compile_is_refused_naming_its_path_and_operator,
+    an_event_a_filter_leaves_out_has_no_state_there_and_says_so,
+    preview_decides_a_stored_event_or_a_body_and_changes_nothing,
+);
 
 async fn create(app: &TestApp, body: Value) -> Reply {
     app.admin_post("/subscriptions", Some(body)).await
@@ -29,9 +36,8 @@ fn message(reply: &Reply) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_filter_that_cannot_compile_is_refused_naming_its_path_and_operator() {
-    let app = spawn_app().await;
+async fn a_filter_that_cannot_compile_is_refused_naming_its_path_and_operator(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let cases = [
         (
             json!({"path": "/data/object/amount", "gte": {"v": 1}}),
@@ -86,9 +92,8 @@ async fn a_filter_that_cannot_compile_is_refused_naming_its_path_and_operator() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_a_filter_leaves_out_has_no_state_there_and_says_so() {
-    let app = spawn_app().await;
+async fn an_event_a_filter_leaves_out_has_no_state_there_and_says_so(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let made = create(
         &app,
         json!({"name": "big-usd", "kind": "pull", "sources": ["shop"], "filter": usd_over_1000()}),
@@ -143,9 +148,8 @@ async fn an_event_a_filter_leaves_out_has_no_state_there_and_says_so() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preview_decides_a_stored_event_or_a_body_and_changes_nothing() {
-    let app = spawn_app().await;
+async fn preview_decides_a_stored_event_or_a_body_and_changes_nothing(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let body = charge("usd", json!(2500));
     assert_eq!(app.deliver("shop", "ch_1", &body).await.status, 200);
     let preview = |v: Value| {

@@ -99,16 +99,26 @@ pub fn init_logs() {
 
 /// [`spawn_app`] on a fresh database of `kind`.
 pub async fn spawn_app_on(kind: crate::stores::StoreKind) -> TestApp {
+    spawn_app_with_on(kind, |_| {}, BuildOptions::default()).await
+}
+
+/// [`spawn_app_with`] on a fresh database of `kind`.
+pub async fn spawn_app_with_on(
+    kind: crate::stores::StoreKind,
+    tweak: impl FnOnce(&mut String),
+    options: BuildOptions,
+) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::stores::TestDb::create(kind, dir.path());
-    let config: String = test_config(&dir)
+    let mut config: String = test_config(&dir)
         .lines()
         .map(|line| match line.starts_with("database_url") {
             true => format!("database_url = \"{}\"\n", db.url()),
             false => format!("{line}\n"),
         })
         .collect();
-    let mut app = spawn_in(dir, &config, BuildOptions::default()).await;
+    tweak(&mut config);
+    let mut app = spawn_in(dir, &config, options).await;
     app.db = Some(db);
     app
 }

@@ -15,6 +15,7 @@ use webhook_inbox::store::{Claimed, Finish, Next, Outcome};
 use webhook_inbox::subscriptions::{Kind, OnFailure, Ordering, Route, Subscription};
 
 use crate::helpers::*;
+use crate::stores::StoreKind;
 
 /// What the claimers saw, checked as they go: a key is held by one claimer at a time, and its
 /// next claim is always its earliest unfinished event.
@@ -255,12 +256,17 @@ fn racing_claimers_keep_each_keys_order(kind: crate::stores::StoreKind) {
     }
 }
 
-async fn ordered_app(on_failure: &str) -> TestApp {
+async fn ordered_app(kind: StoreKind, on_failure: &str) -> TestApp {
     let extra = format!(
         "ordered_by = \"/data/customer_id\"\non_failure = \"{on_failure}\"\nbackoff_base_ms = 1\n\
          backoff_max_ms = 2"
     );
-    spawn_app_with(crate::pull::pull_config(&extra), BuildOptions::default()).await
+    spawn_app_with_on(
+        kind,
+        crate::pull::pull_config(&extra),
+        BuildOptions::default(),
+    )
+    .await
 }
 
 async fn claim_ids(app: &TestApp) -> Vec<(String, String)> {
@@ -290,9 +296,8 @@ async fn ack(app: &TestApp, token: &str, outcome: &str) {
 
 /// A failed event holds its key (others go on) until ops skip it; the skip is in its history,
 /// and the held key is shown until then.
-#[tokio::test]
-async fn a_failed_event_holds_its_key_until_skipped() {
-    let app = ordered_app("hold").await;
+async fn a_failed_event_holds_its_key_until_skipped(kind: StoreKind) {
+    let app = ordered_app(kind, "hold").await;
     for (id, key) in [("a1", "A"), ("a2", "A"), ("b1", "B"), ("b2", "B")] {
         app.deliver("shop", id, &order_body(id, key, 1)).await;
     }
@@ -358,9 +363,8 @@ async fn a_failed_event_holds_its_key_until_skipped() {
 }
 
 /// With `on_failure = "skip"`, a failed event lets the later events of its key go on.
-#[tokio::test]
-async fn on_failure_skip_lets_the_key_go_on() {
-    let app = ordered_app("skip").await;
+async fn on_failure_skip_lets_the_key_go_on(kind: StoreKind) {
+    let app = ordered_app(kind, "skip").await;
     for id in ["a1", "a2"] {
         app.deliver("shop", id, &order_body(id, "A", 1)).await;
     }
@@ -383,9 +387,8 @@ async fn on_failure_skip_lets_the_key_go_on() {
 }
 
 /// A retried event keeps its place: the next event of its key waits for its retry.
-#[tokio::test]
-async fn a_retry_keeps_its_place_and_keyless_events_wait_for_nothing() {
-    let app = ordered_app("hold").await;
+async fn a_retry_keeps_its_place_and_keyless_events_wait_for_nothing(kind: StoreKind) {
+    let app = ordered_app(kind, "hold").await;
     app.deliver("shop", "a1", &order_body("a1", "A", 1)).await;
     app.deliver("shop", "a2", &order_body("a2", "A", 1)).await;
     let note = json!({"type": "note", "data": {"text": "no key"}}).to_string();
@@ -529,7 +532,7 @@ async fn an_http_subscription_forwards_each_key_in_order() {
 /// Seen failing with that second look left out (b1 never claimed).
 #[tokio::test]
 async fn a_long_held_key_does_not_hold_back_the_keys_behind_it() {
-    let app = ordered_app("hold").await;
+    let app = ordered_app(StoreKind::Sqlite, "hold").await;
     for i in 1..=101 {
         let id = format!("a{i}");
         app.deliver("shop", &id, &order_body(&id, "A", 1)).await;
@@ -543,4 +546,17 @@ async fn a_long_held_key_does_not_hold_back_the_keys_behind_it() {
     assert_eq!(next.len(), 1, "b1 waits behind a1's held key");
     assert_eq!(next[0]["event_id"], "b1");
     app.stop().await;
+}
+
+/// Of the async tests above, those run on both stores (in a module of their own: `store_tests!`
+/// above names its modules `sqlite` and `postgres` too).
+mod both {
+    use super::*;
+    use crate::stores::async_store_tests;
+
+    async_store_tests!(
+        a_failed_event_holds_its_key_until_skipped,
+        on_failure_skip_lets_the_key_go_on,
+        a_retry_keeps_its_place_and_keyless_events_wait_for_nothing,
+    );
 }

@@ -7,6 +7,12 @@ use webhook_inbox::startup::BuildOptions;
 
 use crate::helpers::*;
 use crate::registry_routes::{assert_names, create, patch, send};
+use crate::stores::{StoreKind, async_store_tests};
+
+async_store_tests!(
+    a_patch_of_the_implicit_audit_keeps_its_exception,
+    a_removed_session_is_no_longer_listed,
+);
 
 /// A `PATCH` reads the `ca_file` only when it changes: a node whose disk lacks the file (here:
 /// the file removed after the create) still changes the subscription's other fields, and a
@@ -108,9 +114,8 @@ async fn a_listen_token_opens_and_closes_sessions_and_nothing_else() {
 /// A `PATCH` of the implicit `audit` keeps its exception ("every type but `order.completed`",
 /// which `loyalty` takes): it is no field of a config table, and was dropped by the patch.
 /// Seen failing (`except_types` gone) without the line that carries it over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_patch_of_the_implicit_audit_keeps_its_exception() {
-    let app = spawn_app().await;
+async fn a_patch_of_the_implicit_audit_keeps_its_exception(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let before = send(&app, reqwest::Method::GET, "/subscriptions/audit", None).await;
     assert_eq!(
         before.body["route"]["except_types"],
@@ -132,9 +137,8 @@ async fn a_patch_of_the_implicit_audit_keeps_its_exception() {
 
 /// A removed session is no longer listed (every `listen` run makes one: the list would grow
 /// for ever), while a removed subscription of another origin still is.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_removed_session_is_no_longer_listed() {
-    let app = spawn_app().await;
+async fn a_removed_session_is_no_longer_listed(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let session = json!({"name": "dev-laptop-2", "kind": "pull"});
     let opened = send(
         &app,

@@ -7,6 +7,15 @@ use serde_json::{Value, json};
 use webhook_inbox::startup::BuildOptions;
 
 use crate::helpers::*;
+use crate::stores::{StoreKind, async_store_tests};
+
+async_store_tests!(
+    create_answers_201_once_with_the_generated_secret_and_409_for_a_taken_name,
+    the_view_shows_the_settings_and_the_url_only_as_its_origin,
+    bad_bodies_are_refused_naming_the_field_never_500,
+    patch_changes_the_given_fields_and_refuses_name_kind_and_what_the_config_refuses,
+    delete_finishes_the_unfinished_states_and_a_later_event_gets_none,
+);
 
 pub(crate) async fn send(
     app: &TestApp,
@@ -61,9 +70,10 @@ pub(crate) fn assert_names(reply: &Reply, field: &str) {
     assert!(message.contains(field), "{field} not named: {message}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_answers_201_once_with_the_generated_secret_and_409_for_a_taken_name() {
-    let app = spawn_app().await;
+async fn create_answers_201_once_with_the_generated_secret_and_409_for_a_taken_name(
+    kind: StoreKind,
+) {
+    let app = spawn_app_on(kind).await;
     let made = create(
         &app,
         json!({"name": "hooks", "kind": "http", "url": "http://127.0.0.1:9/in",
@@ -101,9 +111,8 @@ async fn create_answers_201_once_with_the_generated_secret_and_409_for_a_taken_n
 
 /// The view carries what an editor needs (the rules and the kind's settings, by the config's
 /// names), and the URL only as its origin: its user info, path and query may be credentials.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_view_shows_the_settings_and_the_url_only_as_its_origin() {
-    let app = spawn_app().await;
+async fn the_view_shows_the_settings_and_the_url_only_as_its_origin(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let url = "https://user:pw-sekrit@hooks.example:8443/services/T0/tok-sekrit?key=q-sekrit";
     let made = create(
         &app,
@@ -151,9 +160,8 @@ async fn the_view_shows_the_settings_and_the_url_only_as_its_origin() {
 
 /// What the config refuses, the API refuses, naming the same field; bad bodies are 4xx in the
 /// error shape, never 500.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_bodies_are_refused_naming_the_field_never_500() {
-    let app = spawn_app().await;
+async fn bad_bodies_are_refused_naming_the_field_never_500(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let refused = [
         (json!({"name": "Bad Name", "kind": "audit"}), "name"),
         (
@@ -239,9 +247,10 @@ async fn bad_bodies_are_refused_naming_the_field_never_500() {
     assert!(!names.contains(&"x"), "{names:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn patch_changes_the_given_fields_and_refuses_name_kind_and_what_the_config_refuses() {
-    let app = spawn_app().await;
+async fn patch_changes_the_given_fields_and_refuses_name_kind_and_what_the_config_refuses(
+    kind: StoreKind,
+) {
+    let app = spawn_app_on(kind).await;
     let made = create(
         &app,
         json!({"name": "hooks", "kind": "http", "url": "http://127.0.0.1:9/in",
@@ -302,9 +311,8 @@ async fn patch_changes_the_given_fields_and_refuses_name_kind_and_what_the_confi
     assert_eq!(shown.body["mode"], "at-most-once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_finishes_the_unfinished_states_and_a_later_event_gets_none() {
-    let app = spawn_app().await;
+async fn delete_finishes_the_unfinished_states_and_a_later_event_gets_none(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     let made = create(
         &app,
         json!({"name": "workers", "kind": "pull", "sources": ["shop"]}),

@@ -309,9 +309,8 @@ fn a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_document_racing_a_submit_lands_before_it_or_gets_409() {
-    let app = spawn_app().await;
+async fn a_document_racing_a_submit_lands_before_it_or_gets_409(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     for round in 0..10 {
         let id = create(&app).await;
         let barrier = Arc::new(Barrier::new(2));
@@ -357,9 +356,8 @@ async fn a_document_racing_a_submit_lands_before_it_or_gets_409() {
     }
 }
 
-#[tokio::test]
-async fn bad_requests_get_the_error_shape() {
-    let app = spawn_app().await;
+async fn bad_requests_get_the_error_shape(kind: StoreKind) {
+    let app = spawn_app_on(kind).await;
     app.post("/requests", None, None)
         .await
         .assert_error(401, "unauthorized");
@@ -440,7 +438,8 @@ async fn bad_requests_get_the_error_shape() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    assert_eq!(app.count("SELECT count(*) FROM request_documents"), 0);
+    let request = app.get(&format!("/requests/{id}")).await;
+    assert_eq!(request.body["documents"], json!([]), "{}", request.body);
 }
 
 /// A purged submission takes its request's documents (its body) with it, on every store; a
@@ -489,3 +488,15 @@ store_tests!(
     six_workers_drain_fifty_submissions_calling_downstream_once_each,
     a_worker_that_dies_after_claiming_abandons_at_most_once_and_repeats_at_least_once,
 );
+
+/// Of the async tests above, those run on both stores (in a module of their own: `store_tests!`
+/// above names its modules `sqlite` and `postgres` too).
+mod both {
+    use super::*;
+    use crate::stores::async_store_tests;
+
+    async_store_tests!(
+        a_document_racing_a_submit_lands_before_it_or_gets_409,
+        bad_requests_get_the_error_shape,
+    );
+}

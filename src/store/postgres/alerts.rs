@@ -11,10 +11,8 @@ use postgres::Row;
 
 use super::PostgresStore;
 use super::session::Db;
-use crate::store::StoreResult;
-use crate::store::alerts::{
-    ActiveAlert, AlertStore, AlertSubject, FAILED_SINCE, Notice, Observation, SUBJECTS,
-};
+use crate::store::alerts::{ActiveAlert, AlertStore, AlertSubject, Notice, Observation};
+use crate::store::{StoreResult, sql};
 
 const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
                       created_at, attempts";
@@ -179,73 +177,18 @@ impl AlertStore for PostgresStore {
     }
 
     fn active_alerts(&self) -> StoreResult<Vec<ActiveAlert>> {
-        self.tx(|db| {
-            db.query(
-                "SELECT alert, episode, started_at, coalesce(figure, '') FROM alert_state
-                  WHERE active ORDER BY alert",
-                &[],
-            )?
-            .iter()
-            .map(|r| {
-                Ok(ActiveAlert {
-                    alert: r.try_get(0)?,
-                    episode: r.try_get(1)?,
-                    since: r.try_get(2)?,
-                    figure: r.try_get(3)?,
-                })
-            })
-            .collect()
-        })
+        self.tx(|db| sql::alerts::active_alerts(db))
     }
 
     fn subjects(&self) -> StoreResult<Vec<AlertSubject>> {
-        self.tx(|db| {
-            // The first event not fanned out yet: a range of the log's key from the cursor.
-            let unrouted: Option<i64> = db
-                .query_opt(
-                    "SELECT l.received_at FROM event_log l
-                      WHERE l.lane = 0 AND l.seq > (SELECT after_seq FROM queue_cursor)
-                      ORDER BY l.seq LIMIT 1",
-                    &[],
-                )?
-                .map(|r| r.try_get(0))
-                .transpose()?;
-            db.query(SUBJECTS, &[])?
-                .iter()
-                .map(|r| {
-                    Ok(AlertSubject {
-                        name: r.try_get(0)?,
-                        kind: r.try_get(1)?,
-                        origin: r.try_get(2)?,
-                        paused: r.try_get(3)?,
-                        probe_at: r.try_get(4)?,
-                        oldest_due_at: r.try_get(5)?,
-                    }
-                    .with_unrouted(unrouted))
-                })
-                .collect()
-        })
+        self.tx(|db| sql::alerts::subjects(db))
     }
 
     fn failed_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
-        self.tx(|db| {
-            db.query(FAILED_SINCE, &[&since])?
-                .iter()
-                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                .collect()
-        })
+        self.tx(|db| sql::alerts::failed_since(db, since))
     }
 
     fn rejected_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
-        self.tx(|db| {
-            db.query(
-                "SELECT source, count(*) FROM rejections WHERE received_at >= $1
-                  GROUP BY source ORDER BY source",
-                &[&since],
-            )?
-            .iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect()
-        })
+        self.tx(|db| sql::alerts::rejected_since(db, since))
     }
 }

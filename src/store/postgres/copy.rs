@@ -169,7 +169,7 @@ pub(super) fn finished(db: &mut Db<'_>, cursor: i64) -> StoreResult<()> {
                            (SELECT max({column}) FROM {table}) IS NOT NULL)"
         ))?;
     }
-    super::subscriptions::bump(db)
+    crate::store::sql::registry::bump(db)
 }
 
 /// Mark a copy into this database as started, or clear the mark.

@@ -20,6 +20,7 @@ mod alerts;
 mod breaker;
 mod consume;
 mod copy;
+mod dialect;
 mod errors;
 mod events;
 mod fan_out;
@@ -32,9 +33,7 @@ mod migrations;
 mod operations;
 mod ordering;
 mod purge;
-mod registry;
-mod requests;
-mod rows;
+mod routes;
 mod secrets;
 mod session;
 mod subscriptions;
@@ -155,8 +154,25 @@ impl PostgresStore {
         Ok(())
     }
 
-    fn fresh_routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
-        self.routes()
+    /// See `Store::prune_subscriptions`: each removal commits, then its states are finished
+    /// (see [`Self::finish_removed`]).
+    fn prune(&self, now: i64, sessions_idle_before: i64) -> StoreResult<usize> {
+        let removed = self.tx(|db| subscriptions::prune(db, now))?;
+        self.finish_removed(&removed, now)?;
+        // Idle sessions, each removed as a `DELETE` removes it (a node that dies in between
+        // leaves its states to the pass below, at the next beat).
+        let idle = self.tx(|db| super::sql::registry::idle_sessions(db, sessions_idle_before))?;
+        let mut sessions = 0;
+        for name in &idle {
+            if super::Store::remove_subscription(self, name, true, now)?.is_some() {
+                sessions += 1;
+            }
+        }
+        // What a node that died between a removal's commit and its finishing left pending.
+        let left = self.tx(|db| super::sql::registry::left_unfinished(db))?;
+        self.finish_removed(&left, now)?;
+        self.tx(|db| secrets::drop_expired(db, now))?;
+        Ok(removed.len() + sessions)
     }
 
     /// Run `f` with a pooled connection.

@@ -4,28 +4,28 @@
 use crate::store::sql;
 use std::sync::Arc;
 
+use super::session::Db;
 use super::{
     PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
-    migrations, off_async, ordering, purge, registry, requests, secrets, subscriptions,
+    migrations, off_async, ordering, purge, secrets, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
-use crate::store::registry::{Change, Created, Updated};
 use crate::store::secrets::{Purpose, Rotation, StoredSecret};
 use crate::store::{
-    AddDocument, ClaimFor, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail,
-    EventFilter, EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder,
-    InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection,
-    Page, PurgeBatch, PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord,
-    RetryOutcome, SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
-    SubscriptionClaim, SubscriptionInfo,
+    ClaimFor, ClaimRef, Claimed, DecideExpiry, Finish, Finished, HeldKey, Hold, Holder,
+    InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch,
+    PurgeCutoffs, Readiness, SkipOutcome, StatusCounts, Store, StoreError, StoreResult,
+    SubmitOutcome, SubscriptionClaim,
 };
 use crate::subscriptions::Subscription;
 
-/// [`crate::store::event_counts_sql`]: PostgreSQL's planner needs no hint.
+/// [`crate::store::event_counts_sql`] for PostgreSQL.
 static EVENT_COUNTS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| crate::store::event_counts_sql(|_| String::new()));
+    std::sync::LazyLock::new(crate::store::event_counts_sql::<super::dialect::Dialect>);
 
 impl Store for PostgresStore {
+    crate::store::sql::ops::ops_methods!();
+
     fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
         self
     }
@@ -74,16 +74,6 @@ impl Store for PostgresStore {
         self.tx(|db| ingest::insert_all(db, batch, &self.routes))
     }
 
-    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
-        let routes = self.routes()?;
-        self.tx(|db| events::detail(db, &routes, source, event_id))
-    }
-
-    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
-        let routes = self.routes()?;
-        self.tx(|db| events::list(db, &routes, filter, page))
-    }
-
     fn status_counts(&self) -> StoreResult<StatusCounts> {
         self.tx(events::status_counts)
     }
@@ -102,11 +92,6 @@ impl Store for PostgresStore {
 
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
         self.tx(|db| sql::stats::received_per_minute(db, since))
-    }
-
-    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
-        let routes = self.routes()?;
-        self.tx(|db| events::export(db, &routes, filter, page))
     }
 
     fn claim(
@@ -180,25 +165,6 @@ impl Store for PostgresStore {
         self.tx(|db| leases::sweep(db, now, decide))
     }
 
-    fn retry(
-        &self,
-        source: &str,
-        event_id: &str,
-        subscription: Option<&str>,
-        force: bool,
-        now: i64,
-    ) -> StoreResult<RetryOutcome> {
-        let routes = self.routes()?;
-        let sub = match subscription {
-            Some(name) => match routes.named(name) {
-                Some(live) => Some(live.id),
-                None => return Ok(RetryOutcome::NotFound),
-            },
-            None => None,
-        };
-        self.tx(|db| events::retry(db, &routes, source, event_id, sub, force, now))
-    }
-
     fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
         let synced = self.tx(|db| subscriptions::sync(db, subs, now))?;
         self.routes.forget();
@@ -207,33 +173,7 @@ impl Store for PostgresStore {
     }
 
     fn prune_subscriptions(&self, now: i64, sessions_idle_before: i64) -> StoreResult<usize> {
-        let removed = self.tx(|db| subscriptions::prune(db, now))?;
-        self.finish_removed(&removed, now)?;
-        // Idle sessions, each removed as a `DELETE` removes it (a node that dies in between
-        // leaves its states to the pass below, at the next beat).
-        let idle = self.tx(|db| registry::idle_sessions(db, sessions_idle_before))?;
-        let mut sessions = 0;
-        for name in &idle {
-            if self.remove_subscription(name, true, now)?.is_some() {
-                sessions += 1;
-            }
-        }
-        // What a node that died between a removal's commit and its finishing left pending.
-        let left = self.tx(super::registry::left_unfinished)?;
-        self.finish_removed(&left, now)?;
-        self.tx(|db| secrets::drop_expired(db, now))?;
-        Ok(removed.len() + sessions)
-    }
-
-    fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
-        self.tx(|db| subscriptions::node_seen(db, node, subscriptions, now))
-    }
-
-    fn node_gone(&self, node: &str) -> StoreResult<()> {
-        self.tx(|db| {
-            db.execute("DELETE FROM nodes WHERE name = $1", &[&node])?;
-            Ok(())
-        })
+        self.prune(now, sessions_idle_before)
     }
 
     fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
@@ -279,53 +219,13 @@ impl Store for PostgresStore {
         self.routes.left_out().totals()
     }
 
-    fn registry_at(&self) -> StoreResult<(i64, Vec<crate::store::routes::Live>)> {
-        let routes = self.fresh_routes()?;
-        Ok((routes.version, routes.live.clone()))
-    }
-
-    fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
-        Ok(self.fresh_routes()?.live.clone())
-    }
-
-    fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
-        Ok(self
-            .routes()?
-            .live
-            .iter()
-            .map(|s| (s.id, s.name.clone()))
-            .collect())
-    }
-
-    fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()> {
-        self.tx(|db| registry::session_seen(db, sub, now))
-    }
-
-    fn create_subscription(
-        &self,
-        sub: &Subscription,
-        secrets: &[(Purpose, String)],
-        origin: &str,
-        now: i64,
-    ) -> StoreResult<Created> {
-        let created = self.tx(|db| registry::create(db, sub, secrets, origin, now));
-        self.routes.forget();
-        created
-    }
-
-    fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {
-        let updated = self.tx(|db| registry::update(db, name, change));
-        self.routes.forget();
-        updated
-    }
-
     fn remove_subscription(
         &self,
         name: &str,
         sessions_only: bool,
         now: i64,
     ) -> StoreResult<Option<usize>> {
-        let removed = self.tx(|db| registry::remove(db, name, sessions_only, now));
+        let removed = self.tx(|db| sql::registry::remove(db, name, sessions_only, now));
         self.routes.forget();
         // Finished after the removal commits, as a sync's removals are (see `finish_removed`).
         match removed? {
@@ -334,10 +234,6 @@ impl Store for PostgresStore {
             )),
             None => Ok(None),
         }
-    }
-
-    fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
-        self.tx(|db| subscriptions::list(db, completed))
     }
 
     fn claim_subscription(
@@ -377,10 +273,6 @@ impl Store for PostgresStore {
         self.tx(|db| leases::extend(db, claims, lease_ms, now))
     }
 
-    fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
-        self.tx(|db| subscriptions::set_paused(db, name, paused))
-    }
-
     fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>> {
         let routes = self.routes()?;
         let Some(sub) = routes.named(name) else {
@@ -388,11 +280,6 @@ impl Store for PostgresStore {
         };
         self.tx(|db| subscriptions::backfill(db, sub, since, now))
             .map(Some)
-    }
-
-    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
-        let routes = self.routes()?;
-        self.tx(|db| events::retry_failed(db, &routes, filter, now))
     }
 
     fn skip(&self, source: &str, event_id: &str, sub: &str, _now: i64) -> StoreResult<SkipOutcome> {
@@ -433,41 +320,13 @@ impl Store for PostgresStore {
         self.tx(purge::counts)
     }
 
-    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
-        self.tx(|db| requests::create(db, id, now))
-    }
-
-    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
-        self.tx(|db| requests::get(db, id))
-    }
-
-    fn add_document(
-        &self,
-        request_id: &str,
-        doc: &NewDocument,
-        now: i64,
-    ) -> StoreResult<AddDocument> {
-        self.tx(|db| requests::add_document(db, request_id, doc, now))
-    }
-
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
-        self.tx(|db| requests::submit(db, &self.routes, id, now))
-    }
-
-    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
-        self.tx(|db| requests::documents(db, id))
-    }
-
-    fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
-        self.tx(|db| sql::rejections::record(db, batch, keep, since))
-    }
-
-    fn rejections(
-        &self,
-        filter: &RejectionFilter,
-        page: Page,
-    ) -> StoreResult<Vec<RejectionRecord>> {
-        self.tx(|db| sql::rejections::list(db, filter, page))
+        self.tx(|db| {
+            sql::requests::submit(db, id, now, |db, delivery| {
+                let batch = std::slice::from_ref(delivery);
+                Ok(ingest::insert_all(db, batch, &self.routes)?.remove(0))
+            })
+        })
     }
 
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
@@ -505,5 +364,31 @@ impl Store for PostgresStore {
     /// An advisory lock on a connection of its own, outside the pool (see `hold`).
     fn hold(&self, holder: Holder) -> StoreResult<Option<Hold>> {
         off_async(|| hold::take(&self.connect, holder))
+    }
+}
+
+/// What [`crate::store::sql::ops::ops_methods`] runs the shared statements with.
+impl PostgresStore {
+    fn reading<T: Send>(
+        &self,
+        f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send,
+    ) -> StoreResult<T> {
+        self.tx(f)
+    }
+
+    fn writing<T: Send>(
+        &self,
+        f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send,
+    ) -> StoreResult<T> {
+        self.tx(f)
+    }
+
+    fn registry_writing<T: Send>(
+        &self,
+        f: impl FnOnce(&mut Db<'_>) -> StoreResult<T> + Send,
+    ) -> StoreResult<T> {
+        let written = self.tx(f);
+        self.routes.forget();
+        written
     }
 }

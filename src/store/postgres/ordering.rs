@@ -2,9 +2,9 @@
 //! (The key itself is read at the fan-out; the claims keep the order: see `consume`.)
 
 use super::NOW_MS;
-use super::events::{fill_subscriptions, get};
 use super::session::Db;
 use super::subscriptions::Routes;
+use crate::store::sql::view::{fill_subscriptions, get};
 use crate::store::sqlite::SKIPPED_BY_OPS;
 use crate::store::{HeldKey, SkipOutcome, Status, StoreResult};
 
@@ -56,7 +56,7 @@ pub(super) fn skip(
     let Some(mut event) = get(db, source, event_id)? else {
         return Ok(SkipOutcome::NotFound);
     };
-    fill_subscriptions(db, routes, std::slice::from_mut(&mut event))?;
+    fill_subscriptions(db, &routes.live, std::slice::from_mut(&mut event))?;
     Ok(SkipOutcome::Skipped(Box::new(event)))
 }
 

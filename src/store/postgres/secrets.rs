@@ -47,7 +47,7 @@ pub(super) fn keep(
         &[&name, &purpose.as_str(), &value, &now],
     )?;
     if added > 0 {
-        super::subscriptions::bump(db)?;
+        crate::store::sql::registry::bump(db)?;
     }
     let row = db.query_one(
         &format!(
@@ -80,7 +80,7 @@ pub(super) fn put_config(
             &[&name, &purpose.as_str(), value, &now, &expires],
         )?;
     }
-    super::subscriptions::bump(db)
+    crate::store::sql::registry::bump(db)
 }
 
 /// `value` becomes current; the one before stays valid for `grace_ms`.
@@ -114,7 +114,7 @@ pub(super) fn rotate(
          VALUES ($1, $2, $3, $4)",
         &[&name, &purpose.as_str(), &value, &now],
     )?;
-    super::subscriptions::bump(db)?;
+    crate::store::sql::registry::bump(db)?;
     Ok(Rotation::Rotated { previous_until })
 }
 

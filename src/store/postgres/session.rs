@@ -223,21 +223,3 @@ pub(super) fn connection_config(url: &str, wait: Duration) -> anyhow::Result<pos
     config.tcp_user_timeout(Duration::from_secs(10));
     Ok(config)
 }
-
-/// The shared ops statements ([`crate::store::sql`]) on a PostgreSQL transaction.
-impl crate::store::sql::Conn for Db<'_> {
-    fn execute(&mut self, sql: &str, params: &[crate::store::sql::Value]) -> StoreResult<u64> {
-        let sql = crate::store::sql::conn::numbered_for_postgres(sql);
-        Db::execute(self, &sql, &crate::store::sql::pg_params(params))
-    }
-
-    fn query(
-        &mut self,
-        sql: &str,
-        params: &[crate::store::sql::Value],
-    ) -> StoreResult<Vec<crate::store::sql::Row>> {
-        let sql = crate::store::sql::conn::numbered_for_postgres(sql);
-        let rows = Db::query(self, &sql, &crate::store::sql::pg_params(params))?;
-        rows.iter().map(crate::store::sql::conn::pg_row).collect()
-    }
-}

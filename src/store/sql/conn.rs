@@ -17,6 +17,9 @@ pub enum Value {
     Int(i64),
     Text(String),
     Bytes(Vec<u8>),
+    /// A list of integers, for the dialect's [`in_list`](super::Dialect::in_list): a JSON
+    /// array for SQLite's `json_each`, a `bigint[]` for PostgreSQL's `ANY`.
+    Ints(Vec<i64>),
 }
 
 impl From<Option<i64>> for Value {
@@ -35,8 +38,26 @@ impl From<Option<&str>> for Value {
 /// shared statements. Their SQL numbers its parameters `?1`, `?2`, … (SQLite's own form,
 /// rewritten as `$1`, `$2`, … for PostgreSQL).
 pub trait Conn {
+    /// How this store's SQL differs where the shared statements care.
+    type Dialect: super::Dialect;
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64>;
     fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>>;
+    /// Before a change of the registry: whatever makes two changes of it run one after the
+    /// other, each reading what it changes (SQLite: nothing, its write transaction holds the
+    /// database's one write lock; PostgreSQL: the sync's locks, see its `lock_registry`).
+    fn lock_registry(&mut self) -> StoreResult<()>;
+    /// After queuing work (a retry): wake the claimers of other nodes (PostgreSQL's `NOTIFY`;
+    /// SQLite's claimers are this process's, woken by its writer).
+    fn queued(&mut self) -> StoreResult<()>;
+
+    fn query_opt(&mut self, sql: &str, params: &[Value]) -> StoreResult<Option<Row>> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    fn query_one(&mut self, sql: &str, params: &[Value]) -> StoreResult<Row> {
+        self.query_opt(sql, params)?
+            .ok_or_else(|| internal(format!("no row from {sql}")))
+    }
 }
 
 /// One row, its columns in the statement's order.
@@ -44,6 +65,10 @@ pub trait Conn {
 pub struct Row(Vec<Value>);
 
 impl Row {
+    pub fn new(values: Vec<Value>) -> Row {
+        Row(values)
+    }
+
     fn at(&self, i: usize) -> StoreResult<&Value> {
         self.0
             .get(i)
@@ -75,9 +100,27 @@ impl Row {
         self.opt_text(i)?
             .ok_or_else(|| internal(format!("column {i}: NULL")))
     }
+
+    /// A boolean, stored as an integer by SQLite and read as 0 or 1 from PostgreSQL's.
+    pub fn bool(&self, i: usize) -> StoreResult<bool> {
+        Ok(self.int(i)? != 0)
+    }
+
+    pub fn opt_bytes(&self, i: usize) -> StoreResult<Option<Vec<u8>>> {
+        match self.at(i)? {
+            Value::Null => Ok(None),
+            Value::Bytes(v) => Ok(Some(v.clone())),
+            other => Err(internal(format!("column {i}: bytes, not {other:?}"))),
+        }
+    }
+
+    pub fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
+        self.opt_bytes(i)?
+            .ok_or_else(|| internal(format!("column {i}: NULL")))
+    }
 }
 
-fn internal(message: String) -> StoreError {
+pub(crate) fn internal(message: String) -> StoreError {
     StoreError::Internal(anyhow::anyhow!(message))
 }
 
@@ -89,8 +132,14 @@ impl rusqlite::ToSql for Value {
             Value::Int(i) => ValueRef::Integer(*i),
             Value::Text(s) => ValueRef::Text(s.as_bytes()),
             Value::Bytes(b) => ValueRef::Blob(b),
+            Value::Ints(list) => return Ok(ToSqlOutput::Owned(json_list(list).into())),
         }))
     }
+}
+
+fn json_list(list: &[i64]) -> String {
+    let items: Vec<String> = list.iter().map(i64::to_string).collect();
+    format!("[{}]", items.join(","))
 }
 
 impl ToSql for Value {
@@ -109,6 +158,7 @@ impl ToSql for Value {
             },
             Value::Text(s) => s.to_sql(ty, out),
             Value::Bytes(b) => b.to_sql(ty, out),
+            Value::Ints(list) => list.to_sql(ty, out),
         }
     }
 
@@ -119,6 +169,7 @@ impl ToSql for Value {
             || matches!(*ty, Type::BOOL | Type::INT2 | Type::INT4)
             || <String as ToSql>::accepts(ty)
             || <Vec<u8> as ToSql>::accepts(ty)
+            || <Vec<i64> as ToSql>::accepts(ty)
     }
 
     fn to_sql_checked(
@@ -133,6 +184,7 @@ impl ToSql for Value {
             }
             Value::Text(_) => <String as ToSql>::accepts(ty),
             Value::Bytes(_) => <Vec<u8> as ToSql>::accepts(ty),
+            Value::Ints(_) => <Vec<i64> as ToSql>::accepts(ty),
         };
         if !fits {
             return Err(Box::new(WrongType::new::<Value>(ty.clone())));
@@ -164,41 +216,6 @@ pub fn numbered_for_postgres(sql: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// A SQLite connection (or a transaction, through its `Deref`).
-pub struct Sqlite<'c>(pub &'c rusqlite::Connection);
-
-impl Conn for Sqlite<'_> {
-    fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<u64> {
-        let changed = self
-            .0
-            .prepare_cached(sql)?
-            .execute(rusqlite::params_from_iter(params))?;
-        Ok(changed as u64)
-    }
-
-    fn query(&mut self, sql: &str, params: &[Value]) -> StoreResult<Vec<Row>> {
-        let mut statement = self.0.prepare_cached(sql)?;
-        let columns = statement.column_count();
-        let rows = statement.query_map(rusqlite::params_from_iter(params), |r| {
-            (0..columns)
-                .map(|i| {
-                    use rusqlite::types::ValueRef;
-                    Ok(match r.get_ref(i)? {
-                        ValueRef::Null => Value::Null,
-                        ValueRef::Integer(v) => Value::Int(v),
-                        // No shared statement reads a REAL.
-                        ValueRef::Real(v) => Value::Text(v.to_string()),
-                        ValueRef::Text(v) => Value::Text(String::from_utf8_lossy(v).into_owned()),
-                        ValueRef::Blob(v) => Value::Bytes(v.to_vec()),
-                    })
-                })
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .map(Row)
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
-    }
 }
 
 /// A PostgreSQL row read into values, by each column's type.

@@ -1,14 +1,23 @@
 //! What the two stores' ops SQL shares, written once above their dialects (issue 59): a value
 //! either driver binds and one row reader ([`conn`]), the few places where the two dialects
-//! differ ([`Dialect`]), and the statements built over them ([`events`], [`rejections`],
-//! [`stats`]). The hot paths (ingest, fan-out, claim, finish, leases) stay per store, each with
-//! its measured tuning; what is here is the ops half, where the two were the same logic written
-//! twice.
+//! differ ([`Dialect`], implemented in each store's `dialect.rs`), and the statements built
+//! over them: `GET /events`' filters ([`events`]), the event views ([`view`]), retries
+//! ([`retry`]), requests, the registry and its lists, refused deliveries, the breaker's and
+//! the alerts' reads, the overview's receipts per minute ([`stats`]). The hot paths (ingest,
+//! fan-out, claim, finish, leases) stay per store, each with its measured tuning; what is here
+//! is the ops half, where the two were the same logic written twice.
 
+pub mod alerts;
 pub mod conn;
 pub mod events;
+pub mod ops;
+pub mod registry;
 pub mod rejections;
+pub mod requests;
+pub mod retry;
 pub mod stats;
+pub mod subscriptions;
+pub mod view;
 
 pub use conn::{Conn, Row, Value, pg_params};
 pub use events::{events_page, events_where, failed_states, retry_events_filter};
@@ -24,12 +33,40 @@ pub trait Dialect {
     const NONE: &'static str;
     /// The events waiting for their fan-out (lane 0, after the cursor), on `events`.
     const WAITS: &'static str;
+    /// How many events wait for their fan-out, and when the first of them was received: one
+    /// row of two columns, read without routing them.
+    const WAITING: &'static str;
+    /// The fan-out's cursor (the last `seq` fanned out), a scalar subquery.
+    const CURSOR: &'static str;
+    /// The database's clock in unix milliseconds (PostgreSQL: shared by every node).
+    const NOW_MS: &'static str;
+    /// The last `seq` the log has given, an expression: a new subscription takes what follows.
+    const NEWEST_SEQ: &'static str;
     /// Where the events of a status can be, read from the state table's partial indexes (and
     /// the log after the cursor for pending): a condition on `events.seq` that narrows the scan
     /// before `status` is tested. `None` for a status with no narrower place.
     fn status_candidates(status: Status) -> Option<&'static str>;
     /// A route as a condition on `{alias}source` and `{alias}event_type`.
     fn route_sql(route: &Route, alias: &str) -> String;
+    /// A test that a column is in the list bound at `param` (a [`Value::Ints`]).
+    fn in_list(param: &str) -> String;
+    /// The rows read are locked to the commit, those of `table` (an alias) only: what reads
+    /// then writes them in one transaction is not raced by another node (SQLite: nothing, its
+    /// write transaction is alone).
+    fn lock(table: &str) -> String;
+    /// An index the statement must read `table` through (SQLite's planner, shown a scan of
+    /// the state table as cheap, picks it).
+    fn indexed_by(index: &str) -> String;
+    /// The strings of the JSON array `column` as a table aliased `alias`, its one column
+    /// `value`.
+    fn json_texts(column: &str, alias: &str) -> String;
+    /// The values of `expr` in a group as one JSON array (text).
+    fn json_agg(expr: &str) -> String;
+    /// When a retried state is due: now by the clock the claims compare with (SQLite: the
+    /// caller's `now`, bound; PostgreSQL: the database's).
+    fn due_now(params: &mut Params<Self>, now: i64) -> String
+    where
+        Self: Sized;
 }
 
 /// The values of a statement being built, each bound where [`Params::bind`] says.
@@ -67,11 +104,33 @@ mod tests {
         }
         const NONE: &'static str = "false";
         const WAITS: &'static str = "waits";
+        const WAITING: &'static str = "waiting";
+        const CURSOR: &'static str = "cursor";
+        const NOW_MS: &'static str = "now";
+        const NEWEST_SEQ: &'static str = "newest";
         fn status_candidates(_: Status) -> Option<&'static str> {
             Some("candidates")
         }
         fn route_sql(_: &Route, _: &str) -> String {
             "route".into()
+        }
+        fn in_list(p: &str) -> String {
+            format!("IN {p}")
+        }
+        fn lock(_: &str) -> String {
+            String::new()
+        }
+        fn indexed_by(_: &str) -> String {
+            String::new()
+        }
+        fn json_texts(c: &str, a: &str) -> String {
+            format!("{c} {a}")
+        }
+        fn json_agg(e: &str) -> String {
+            e.into()
+        }
+        fn due_now(params: &mut Params<Self>, now: i64) -> String {
+            params.bind(Value::Int(now))
         }
     }
 

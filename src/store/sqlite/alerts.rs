@@ -5,8 +5,9 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::SqliteStore;
-use crate::store::StoreResult;
-use crate::store::alerts::{ActiveAlert, AlertStore, AlertSubject, Notice, Observation, SUBJECTS};
+use super::dialect::Sqlite;
+use crate::store::alerts::{ActiveAlert, AlertStore, AlertSubject, Notice, Observation};
+use crate::store::{StoreResult, sql};
 
 const NOTICE: &str = "id, alert, episode, phase, channel, title, figure, since, link, \
                       created_at, attempts";
@@ -225,70 +226,18 @@ impl AlertStore for SqliteStore {
     }
 
     fn active_alerts(&self) -> StoreResult<Vec<ActiveAlert>> {
-        self.read(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT alert, episode, started_at, ifnull(figure, '') FROM alert_state
-                  WHERE active = 1 ORDER BY alert",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(ActiveAlert {
-                    alert: r.get(0)?,
-                    episode: r.get(1)?,
-                    since: r.get(2)?,
-                    figure: r.get(3)?,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
+        self.read(|c| sql::alerts::active_alerts(&mut Sqlite(c)))
     }
 
     fn subjects(&self) -> StoreResult<Vec<AlertSubject>> {
-        self.read(|c| {
-            // The first event not fanned out yet: a range of the log's rowid from the cursor.
-            let unrouted: Option<i64> = c
-                .prepare_cached(
-                    "SELECT (SELECT received_at FROM event_log WHERE seq > q.after_seq AND lane = 0
-                              ORDER BY seq LIMIT 1)
-                       FROM queue_cursors q WHERE q.lane = 0",
-                )?
-                .query_row([], |r| r.get(0))
-                .optional()?
-                .flatten();
-            let mut stmt = c.prepare_cached(SUBJECTS)?;
-            let rows = stmt.query_map([], |r| {
-                Ok(AlertSubject {
-                    name: r.get(0)?,
-                    kind: r.get(1)?,
-                    origin: r.get(2)?,
-                    paused: r.get(3)?,
-                    probe_at: r.get(4)?,
-                    oldest_due_at: r.get(5)?,
-                })
-            })?;
-            let subjects = rows.collect::<Result<Vec<_>, _>>()?;
-            Ok(subjects
-                .into_iter()
-                .map(|s| s.with_unrouted(unrouted))
-                .collect())
-        })
+        self.read(|c| sql::alerts::subjects(&mut Sqlite(c)))
     }
 
     fn failed_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
-        self.read(|c| {
-            let mut stmt = c.prepare_cached(crate::store::alerts::FAILED_SINCE)?;
-            let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
+        self.read(|c| sql::alerts::failed_since(&mut Sqlite(c), since))
     }
 
     fn rejected_since(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
-        self.read(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT source, count(*) FROM rejections WHERE received_at >= ?1
-                  GROUP BY source ORDER BY source",
-            )?;
-            let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
+        self.read(|c| sql::alerts::rejected_since(&mut Sqlite(c), since))
     }
 }

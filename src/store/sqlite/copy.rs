@@ -164,7 +164,7 @@ pub(super) fn rebuild_derived(tx: &Transaction<'_>, cursor: i64) -> StoreResult<
         [cursor],
     )?;
     super::customers::list_all(tx)?;
-    super::subscriptions::bump(tx)
+    crate::store::sql::registry::bump(&mut super::dialect::Sqlite(tx))
 }
 
 /// The columns of `table` as this database has them, in order (for the schema check).

@@ -19,6 +19,7 @@ mod consume;
 mod consumer_turns;
 mod copy;
 mod customers;
+mod dialect;
 mod durable;
 mod events;
 mod fan_out;
@@ -30,8 +31,6 @@ mod operations;
 mod ordering;
 mod purge;
 mod registry;
-mod requests;
-mod rows;
 mod secrets;
 mod subscriptions;
 
@@ -272,10 +271,6 @@ impl SqliteStore {
 
     fn routes_seen(&self) -> Option<i64> {
         self.routes.read().as_ref().map(|r| r.version)
-    }
-
-    fn fresh_routes(&self) -> StoreResult<Arc<subscriptions::Routes>> {
-        self.routes()
     }
 
     /// Forget the routes: the next use reads them again.

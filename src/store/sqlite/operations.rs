@@ -2,30 +2,28 @@
 //! transaction on the one write connection (the helpers are in `mod.rs`), over the statements
 //! of the sibling modules.
 
+use super::dialect::Sqlite;
 use super::{
     SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, registry, requests, secrets, subscriptions,
+    purge, registry, secrets, subscriptions,
 };
 use crate::store::copy::{Cell, Row, Table};
-use crate::store::registry::{Change, Created, Updated};
 use crate::store::secrets::{Purpose, Rotation, StoredSecret};
 use crate::store::sql;
 use crate::store::{
-    AddDocument, ClaimRef, Claimed, DecideExpiry, DocumentContent, EventDetail, EventFilter,
-    EventRecord, ExportedEvent, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
-    LifecycleCounts, LoyaltyAccount, NewDelivery, NewDocument, NewRejection, Page, PurgeBatch,
-    PurgeCutoffs, Readiness, RejectionFilter, RejectionRecord, RequestRecord, RetryOutcome,
+    ClaimRef, Claimed, DecideExpiry, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
+    LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch, PurgeCutoffs, Readiness,
     SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
-    SubscriptionInfo,
 };
 use crate::subscriptions::Subscription;
 
 /// [`crate::store::event_counts_sql`] with SQLite's index hints.
-static EVENT_COUNTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    crate::store::event_counts_sql(|index| format!("INDEXED BY {index}"))
-});
+static EVENT_COUNTS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(crate::store::event_counts_sql::<super::dialect::Dialect>);
 
 impl Store for SqliteStore {
+    crate::store::sql::ops::ops_methods!();
+
     fn alerts(&self) -> &dyn crate::store::alerts::AlertStore {
         self
     }
@@ -66,16 +64,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn event(&self, source: &str, event_id: &str) -> StoreResult<Option<EventDetail>> {
-        let routes = self.routes()?;
-        self.read(|c| events::detail(c, &routes, source, event_id))
-    }
-
-    fn list_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<EventRecord>> {
-        let routes = self.routes()?;
-        self.read(|c| events::list(c, &routes, filter, page))
-    }
-
     fn status_counts(&self) -> StoreResult<StatusCounts> {
         self.read(events::status_counts)
     }
@@ -90,12 +78,7 @@ impl Store for SqliteStore {
     }
 
     fn received_per_minute(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
-        self.read(|c| sql::stats::received_per_minute(&mut sql::conn::Sqlite(c), since))
-    }
-
-    fn export_events(&self, filter: &EventFilter, page: Page) -> StoreResult<Vec<ExportedEvent>> {
-        let routes = self.routes()?;
-        self.read(|c| events::export(c, &routes, filter, page))
+        self.read(|c| sql::stats::received_per_minute(&mut Sqlite(c), since))
     }
 
     fn claim(
@@ -147,25 +130,6 @@ impl Store for SqliteStore {
         self.consumer_write(|tx| leases::sweep(tx, now, decide))
     }
 
-    fn retry(
-        &self,
-        source: &str,
-        event_id: &str,
-        subscription: Option<&str>,
-        force: bool,
-        now: i64,
-    ) -> StoreResult<RetryOutcome> {
-        let routes = self.routes()?;
-        let sub = match subscription {
-            Some(name) => match routes.named(name) {
-                Some(live) => Some(live.id),
-                None => return Ok(RetryOutcome::NotFound),
-            },
-            None => None,
-        };
-        self.write(|tx| events::retry(tx, &routes, source, event_id, sub, force, now))
-    }
-
     fn sync_subscriptions(&self, subs: &[Subscription], now: i64) -> StoreResult<Vec<i64>> {
         let ids = self.write(|tx| subscriptions::sync(tx, subs, now))?;
         self.routes_changed();
@@ -184,17 +148,6 @@ impl Store for SqliteStore {
             self.routes_changed();
         }
         Ok(removed)
-    }
-
-    fn node_seen(&self, node: &str, subscriptions: &[String], now: i64) -> StoreResult<()> {
-        self.write(|tx| subscriptions::node_seen(tx, node, subscriptions, now))
-    }
-
-    fn node_gone(&self, node: &str) -> StoreResult<()> {
-        self.write(|tx| {
-            tx.execute("DELETE FROM nodes WHERE name = ?1", [node])?;
-            Ok(())
-        })
     }
 
     fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
@@ -240,42 +193,6 @@ impl Store for SqliteStore {
         self.left_out.totals()
     }
 
-    fn registry_at(&self) -> StoreResult<(i64, Vec<crate::store::routes::Live>)> {
-        let routes = self.fresh_routes()?;
-        Ok((routes.version, routes.live.clone()))
-    }
-
-    fn registry(&self) -> StoreResult<Vec<crate::store::routes::Live>> {
-        Ok(self.fresh_routes()?.live.clone())
-    }
-
-    fn subscription_ids(&self) -> StoreResult<Vec<(i64, String)>> {
-        Ok(self
-            .routes()?
-            .live
-            .iter()
-            .map(|s| (s.id, s.name.clone()))
-            .collect())
-    }
-
-    fn create_subscription(
-        &self,
-        sub: &Subscription,
-        secrets: &[(Purpose, String)],
-        origin: &str,
-        now: i64,
-    ) -> StoreResult<Created> {
-        self.registry_write(|tx| registry::create(tx, sub, secrets, origin, now))
-    }
-
-    fn session_seen(&self, sub: i64, now: i64) -> StoreResult<()> {
-        self.write(|tx| registry::session_seen(tx, sub, now))
-    }
-
-    fn update_subscription(&self, name: &str, change: Change<'_>) -> StoreResult<Updated> {
-        self.registry_write(|tx| registry::update(tx, name, change))
-    }
-
     fn remove_subscription(
         &self,
         name: &str,
@@ -283,10 +200,6 @@ impl Store for SqliteStore {
         now: i64,
     ) -> StoreResult<Option<usize>> {
         self.registry_write(|tx| registry::remove(tx, name, sessions_only, now))
-    }
-
-    fn subscriptions(&self, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
-        self.read(|c| subscriptions::list(c, completed))
     }
 
     fn claim_subscription(
@@ -328,10 +241,6 @@ impl Store for SqliteStore {
         self.consumer_write(|tx| leases::extend(tx, claims, now + lease_ms, now))
     }
 
-    fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool> {
-        self.write(|tx| subscriptions::set_paused(tx, name, paused))
-    }
-
     fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>> {
         let routes = self.routes()?;
         let Some(sub) = routes.named(name) else {
@@ -339,11 +248,6 @@ impl Store for SqliteStore {
         };
         self.write(|tx| subscriptions::backfill(tx, sub, since, now))
             .map(Some)
-    }
-
-    fn retry_failed(&self, filter: &EventFilter, now: i64) -> StoreResult<usize> {
-        let routes = self.routes()?;
-        self.write(|tx| events::retry_failed(tx, &routes, filter, now))
     }
 
     fn skip(&self, source: &str, event_id: &str, sub: &str, now: i64) -> StoreResult<SkipOutcome> {
@@ -378,40 +282,15 @@ impl Store for SqliteStore {
         self.read(purge::counts)
     }
 
-    fn create_request(&self, id: &str, now: i64) -> StoreResult<RequestRecord> {
-        self.write(|tx| requests::create(tx, id, now))
-    }
-
-    fn request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
-        self.read(|c| requests::get(c, id))
-    }
-
-    fn add_document(
-        &self,
-        request_id: &str,
-        doc: &NewDocument,
-        now: i64,
-    ) -> StoreResult<AddDocument> {
-        self.write(|tx| requests::add_document(tx, request_id, doc, now))
-    }
-
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
         self.write(|tx| {
+            let tx: &rusqlite::Transaction<'_> = tx;
             let routes = self.routes_in(tx)?;
-            requests::submit(tx, &routes, id, now)
+            sql::requests::submit(&mut Sqlite(tx), id, now, |_, delivery| {
+                let batch = std::slice::from_ref(delivery);
+                Ok(ingest::insert_all(tx, batch, &routes)?.remove(0))
+            })
         })
-    }
-
-    fn record_rejections(&self, batch: &[NewRejection], keep: u64, since: i64) -> StoreResult<()> {
-        self.write(|tx| sql::rejections::record(&mut sql::conn::Sqlite(tx), batch, keep, since))
-    }
-
-    fn rejections(
-        &self,
-        filter: &RejectionFilter,
-        page: Page,
-    ) -> StoreResult<Vec<RejectionRecord>> {
-        self.read(|c| sql::rejections::list(&mut sql::conn::Sqlite(c), filter, page))
     }
 
     fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
@@ -476,8 +355,22 @@ impl Store for SqliteStore {
             Err(std::fs::TryLockError::Error(e)) => Err(failed(e)),
         }
     }
+}
 
-    fn request_documents(&self, id: &str) -> StoreResult<Vec<DocumentContent>> {
-        self.read(|c| requests::documents(c, id))
+/// What [`crate::store::sql::ops::ops_methods`] runs the shared statements with.
+impl SqliteStore {
+    fn reading<T>(&self, f: impl FnOnce(&mut Sqlite<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        self.read(|c| f(&mut Sqlite(c)))
+    }
+
+    fn writing<T>(&self, f: impl FnOnce(&mut Sqlite<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        self.write(|tx| f(&mut Sqlite(tx)))
+    }
+
+    fn registry_writing<T>(
+        &self,
+        f: impl FnOnce(&mut Sqlite<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        self.registry_write(|tx| f(&mut Sqlite(tx)))
     }
 }

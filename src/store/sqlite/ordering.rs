@@ -4,9 +4,10 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::consume::{CLAIMED, claimed};
-use super::events::{fill_subscriptions, get};
+use super::dialect::Sqlite;
 use super::subscriptions::Routes;
 use crate::store::routes::Ordered;
+use crate::store::sql::view::{fill_subscriptions, get};
 use crate::store::{Claimed, HeldKey, SkipOutcome, Status, StoreResult};
 
 /// A claim of an ordered subscription first looks at this many times its limit of the oldest
@@ -106,7 +107,10 @@ pub(super) fn skip(
     subscription: &str,
     now: i64,
 ) -> StoreResult<SkipOutcome> {
-    let (Some(live), Some(event)) = (routes.named(subscription), get(tx, source, event_id)?) else {
+    let (Some(live), Some(event)) = (
+        routes.named(subscription),
+        get(&mut Sqlite(tx), source, event_id)?,
+    ) else {
         return Ok(SkipOutcome::NotFound);
     };
     let skipped: Option<i64> = tx
@@ -136,10 +140,14 @@ pub(super) fn skip(
          VALUES (?1, ?2, ?3, 'ops', ?4, ?4, 'ok', ?5)",
     )?
     .execute(params![event.seq, live.id, attempt, now, SKIPPED_BY_OPS])?;
-    let Some(mut event) = get(tx, source, event_id)? else {
+    let Some(mut event) = get(&mut Sqlite(tx), source, event_id)? else {
         return Ok(SkipOutcome::NotFound);
     };
-    fill_subscriptions(tx, routes, std::slice::from_mut(&mut event))?;
+    fill_subscriptions(
+        &mut Sqlite(tx),
+        &routes.live,
+        std::slice::from_mut(&mut event),
+    )?;
     Ok(SkipOutcome::Skipped(Box::new(event)))
 }
 

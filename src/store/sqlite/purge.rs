@@ -11,7 +11,7 @@
 use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
-use super::requests::REQUEST_SOURCE;
+use crate::store::sql::requests::REQUEST_SOURCE;
 use crate::store::{LifecycleCounts, PurgeBatch, PurgeCutoffs, StoreResult};
 
 /// Rows examined per read (one window of the `seq` walk).

@@ -55,7 +55,7 @@ pub(super) fn keep(
         params![name, purpose.as_str(), value, now],
     )?;
     if added > 0 {
-        super::subscriptions::bump(tx)?;
+        crate::store::sql::registry::bump(&mut super::dialect::Sqlite(tx))?;
     }
     let kept = tx.query_row(
         &format!(
@@ -89,7 +89,7 @@ pub(super) fn put_config(
         let expires = (i > 0).then_some(i64::MAX);
         add.execute(params![name, purpose.as_str(), value, now, expires])?;
     }
-    super::subscriptions::bump(tx)
+    crate::store::sql::registry::bump(&mut super::dialect::Sqlite(tx))
 }
 
 /// `value` becomes current; the one before stays valid for `grace_ms` (see `Store::rotate_secret`).
@@ -117,7 +117,7 @@ pub(super) fn rotate(
          VALUES (?1, ?2, ?3, ?4)",
         params![name, purpose.as_str(), value, now],
     )?;
-    super::subscriptions::bump(tx)?;
+    crate::store::sql::registry::bump(&mut super::dialect::Sqlite(tx))?;
     Ok(Rotation::Rotated { previous_until })
 }
 

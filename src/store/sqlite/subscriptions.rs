@@ -3,7 +3,9 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use crate::store::{StatusCounts, StoreResult, SubscriptionInfo};
+use super::dialect::Sqlite;
+use crate::store::StoreResult;
+use crate::store::sql::registry::{bump, insert_row, write_row};
 use crate::store::{registry, routes};
 use crate::subscriptions::{Route, Subscription};
 
@@ -61,52 +63,10 @@ pub(super) fn takes_sql(s: &Live) -> String {
     }
 }
 
-fn route_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Route> {
-    Ok(routes::route_from(
-        r.get(at)?,
-        r.get(at + 1)?,
-        r.get(at + 2)?,
-    ))
-}
-
 /// The live subscriptions as the table has them.
 pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
     let version = registry_version(conn)?;
-    let live = conn
-        .prepare_cached(&format!(
-            "SELECT id, name, lane, sources, types, except_types, start_after_seq, ordered_by,
-                    on_failure, {}
-               FROM subscriptions WHERE removed_at IS NULL ORDER BY id",
-            routes::RULE_COLUMNS
-        ))?
-        .query_map([], |r| {
-            Ok(Live {
-                id: r.get(0)?,
-                name: r.get(1)?,
-                lane: r.get(2)?,
-                route: route_of(r, 3)?,
-                start_after_seq: r.get(6)?,
-                ordered: routes::Ordered::from_row(r.get(7)?, &r.get::<_, String>(8)?),
-                kind: crate::subscriptions::Kind::parse(&r.get::<_, String>(9)?)
-                    .unwrap_or(crate::subscriptions::Kind::Audit),
-                rules: routes::Rules::from_row(
-                    &r.get::<_, String>(10)?,
-                    r.get(11)?,
-                    r.get(12)?,
-                    r.get(13)?,
-                ),
-                settings: crate::subscriptions::HttpSettings::parse(
-                    r.get::<_, Option<String>>(14)?.as_deref(),
-                ),
-                origin: r.get(15)?,
-                filter: routes::filter_from_row(
-                    &r.get::<_, String>(1)?,
-                    r.get::<_, Option<String>>(16)?.as_deref(),
-                ),
-                transform: routes::transform_from_row(r.get::<_, Option<String>>(17)?.as_deref()),
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let live = crate::store::sql::registry::live(&mut Sqlite(conn))?;
     let arms: String = live
         .iter()
         .map(|s| format!(" WHEN {} THEN {}", s.id, takes_sql(s)))
@@ -182,13 +142,13 @@ pub(super) fn sync(tx: &Transaction<'_>, subs: &[Subscription], now: i64) -> Sto
                 )?;
                 id
             }
-            None => super::registry::insert_row(tx, s, now)?,
+            None => insert_row(&mut Sqlite(tx), s, now)?,
         };
-        super::registry::write_row(tx, id, s, "config")?;
+        write_row(&mut Sqlite(tx), id, s, "config")?;
         ids.push(id);
     }
     remove_unheld(tx, &ids, now)?;
-    bump(tx)?;
+    bump(&mut Sqlite(tx))?;
     Ok(ids)
 }
 
@@ -227,7 +187,7 @@ fn remove_unheld(tx: &Transaction<'_>, keep: &[i64], now: i64) -> StoreResult<us
 pub(super) fn prune(tx: &Transaction<'_>, now: i64) -> StoreResult<usize> {
     let removed = remove_unheld(tx, &[], now)?;
     if removed > 0 {
-        bump(tx)?;
+        bump(&mut Sqlite(tx))?;
     }
     Ok(removed)
 }
@@ -254,39 +214,6 @@ pub(super) fn finish_removed(tx: &Transaction<'_>, id: i64, now: i64) -> StoreRe
     Ok(done.len())
 }
 
-/// Move the registry's version on: every node's next claim reads the subscriptions again.
-pub(super) fn bump(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.execute(
-        "UPDATE subscription_registry SET version = version + 1 WHERE id = 0",
-        [],
-    )?;
-    Ok(())
-}
-
-/// A node's record: the subscriptions its config names, seen now.
-pub(super) fn node_seen(
-    tx: &Transaction<'_>,
-    node: &str,
-    names: &[String],
-    now: i64,
-) -> StoreResult<()> {
-    let names = serde_json::to_string(names).unwrap_or_else(|_| "[]".into());
-    tx.execute(
-        "INSERT INTO nodes (name, subscriptions, seen_at) VALUES (?1, ?2, ?3)
-         ON CONFLICT (name) DO UPDATE SET subscriptions = excluded.subscriptions,
-                                          seen_at = excluded.seen_at",
-        params![node, names, now],
-    )?;
-    Ok(())
-}
-
-pub(super) fn set_paused(tx: &Transaction<'_>, name: &str, paused: bool) -> StoreResult<bool> {
-    Ok(tx.execute(
-        "UPDATE subscriptions SET paused = ?2 WHERE name = ?1 AND removed_at IS NULL",
-        params![name, paused],
-    )? == 1)
-}
-
 /// Events stored at or after `since`, at or before the cursor (fanned out already, or stored
 /// before the subscription was added), that the route matches and that have no state in it.
 pub(super) fn backfill(
@@ -310,79 +237,6 @@ pub(super) fn backfill(
         takes_sql(sub)
     );
     Ok(tx.execute(&sql, params![sub.id, sub.lane, now, since])?)
-}
-
-/// Every subscription with its counts by status (removed ones last).
-pub(super) fn list(conn: &Connection, completed: bool) -> StoreResult<Vec<SubscriptionInfo>> {
-    let waiting = super::events::unrouted(conn)?;
-    let completed = if completed {
-        "(SELECT count(*) FROM event_state WHERE status = 'completed' AND sub = u.id)"
-    } else {
-        "0"
-    };
-    let mut infos = conn
-        .prepare_cached(&format!(
-            "SELECT u.name, u.kind, u.sources, u.types, u.except_types, u.paused,
-                    u.removed_at IS NOT NULL, u.created_at, u.lane,
-                    (SELECT count(*) FROM event_state INDEXED BY events_due
-                      WHERE status = 'pending' AND sub = u.id),
-                    (SELECT count(*) FROM event_state INDEXED BY events_leases
-                      WHERE status = 'claimed' AND sub = u.id),
-                    {completed},
-                    (SELECT count(*) FROM event_state INDEXED BY events_failed
-                      WHERE status = 'failed' AND sub = u.id),
-                    (SELECT min(next_attempt_at) FROM event_state INDEXED BY events_due
-                      WHERE status = 'pending' AND sub = u.id),
-                    u.probe_at, u.origin, u.mode, u.max_attempts,
-                    (SELECT json_group_array(n.name) FROM nodes n, json_each(n.subscriptions) j
-                      WHERE j.value = u.name
-                        AND n.seen_at >= CAST(unixepoch('subsec') * 1000 AS INTEGER) - {ttl})
-               FROM subscriptions u ORDER BY u.removed_at IS NOT NULL, u.id",
-            ttl = registry::NODE_TTL_MS
-        ))?
-        .query_map([], |r| {
-            Ok(SubscriptionInfo {
-                name: r.get(0)?,
-                kind: r.get(1)?,
-                route: route_of(r, 2)?,
-                paused: r.get(5)?,
-                removed: r.get(6)?,
-                created_at: r.get(7)?,
-                probe_at: r.get(14)?,
-                origin: r.get(15)?,
-                mode: crate::domain::DeliveryMode::parse(&r.get::<_, String>(16)?)
-                    .unwrap_or(crate::domain::DeliveryMode::AtLeastOnce),
-                max_attempts: u32::try_from(r.get::<_, i64>(17)?).unwrap_or(0),
-                declared_by: serde_json::from_str(&r.get::<_, String>(18)?).unwrap_or_default(),
-                counts: StatusCounts {
-                    pending: r.get(9)?,
-                    claimed: r.get(10)?,
-                    completed: r.get(11)?,
-                    failed: r.get(12)?,
-                    oldest_due_at: r.get(13)?,
-                    fan_out_waiting: 0,
-                },
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    // Events not fanned out yet wait for every live subscription a fan-out gives a state
-    // (every kind but `downstream`): counted (and aged) as pending for each, without reading the
-    // log to route them.
-    Ok(infos
-        .drain(..)
-        .map(|mut info| {
-            let waits = crate::subscriptions::Kind::parse(&info.kind)
-                .is_some_and(crate::subscriptions::Kind::waits_on_fan_out);
-            if waits && !info.removed {
-                info.counts.pending += waiting.count;
-                info.counts.oldest_due_at = match (info.counts.oldest_due_at, waiting.oldest) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
-            info
-        })
-        .collect())
 }
 
 #[cfg(test)]
