@@ -39,14 +39,18 @@ pub async fn client(url: &str) -> Client {
     let connection = Connection::connect(url, ConnectionProperties::default())
         .await
         .expect("connect to the broker");
-    let channel = connection.create_channel().await.expect("a channel");
-    Client {
-        _connection: connection,
-        channel,
-    }
+    Client::over(connection).await
 }
 
 impl Client {
+    pub async fn over(connection: Connection) -> Client {
+        let channel = connection.create_channel().await.expect("a channel");
+        Client {
+            _connection: connection,
+            channel,
+        }
+    }
+
     /// A durable topic exchange.
     pub async fn exchange(&self, name: &str) {
         self.channel

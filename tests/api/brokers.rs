@@ -156,6 +156,15 @@ pub const RABBITMQ: BrokerScript = BrokerScript {
     options_var: None,
 };
 
+/// A RabbitMQ node with a TLS listener too (`WITH_RABBITMQ_TLS`: its certificate and key
+/// files); its URL is the `amqps://` one.
+pub const RABBITMQ_TLS: BrokerScript = BrokerScript {
+    script: "with-rabbitmq",
+    url_var: "TEST_AMQPS_URL",
+    ctl_var: "TEST_AMQP_CTL",
+    options_var: Some("WITH_RABBITMQ_TLS"),
+};
+
 /// A throwaway broker for one test: `scripts/with-…` around a command that writes its URL and
 /// control script into a file and then waits. Dropping it sends SIGTERM to the script, which
 /// stops its command and the broker.

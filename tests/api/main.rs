@@ -12,6 +12,7 @@ mod amqp;
 mod amqp_consumer;
 mod amqp_process;
 mod amqp_settings;
+mod amqp_tls;
 mod apidoc;
 mod apidoc_fuzz;
 mod backup;
