@@ -61,6 +61,7 @@ mod log_lines;
 mod loyalty;
 mod nats;
 mod nats_consumer;
+mod nats_creds;
 mod nats_process;
 mod nats_tls;
 mod nodes;

@@ -13,7 +13,8 @@ use crate::store::routes;
 use crate::store::secrets::Purpose;
 use crate::subscriptions::{HttpSettings, Subscription};
 
-/// Every column of subscription `id` but its life, as `sub` says, from `origin`.
+/// Every column of subscription `id` but its life, as `sub` says, from `origin`; its breaker
+/// is closed when its `settings` changed (as SQLite's `write_row` says why).
 pub(super) fn write_row(
     db: &mut Db<'_>,
     id: i64,
@@ -27,7 +28,10 @@ pub(super) fn write_row(
                 except_types = $6, ordered_by = $7, on_failure = $8, mode = $9,
                 max_attempts = $10, backoff_base_ms = $11, backoff_max_ms = $12,
                 settings = $13, origin = $14, filter = $15, claimer = $16,
-                transform = $17
+                transform = $17,
+                probe_at = CASE WHEN settings IS NOT DISTINCT FROM $13 THEN probe_at END,
+                probe_interval_ms =
+                    CASE WHEN settings IS NOT DISTINCT FROM $13 THEN probe_interval_ms END
           WHERE id = $1",
         &[
             &id,
