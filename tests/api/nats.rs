@@ -280,7 +280,7 @@ async fn nats_bad_settings_are_refused_in_the_api_naming_the_key() {
     app.stop().await;
 }
 
-/// The CLI's `--subject` and `--stream` become the fields (no broker needed).
+/// The CLI's `--subject`, `--stream` and `--creds-file` become the fields (no broker needed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_the_cli_creates_a_nats_subscription() {
     let app = spawn_app().await;
@@ -314,6 +314,19 @@ async fn nats_the_cli_creates_a_nats_subscription() {
     assert!(!refused.status.success());
     assert!(
         crate::cli::stderr(&refused).contains("subject"),
+        "{refused:?}"
+    );
+    let no_creds = [
+        "subscriptions",
+        "update",
+        "bus",
+        "--creds-file",
+        "/no/such.creds",
+    ];
+    let refused = crate::cli::cli(&app, &no_creds).await;
+    assert!(!refused.status.success());
+    assert!(
+        crate::cli::stderr(&refused).contains("creds_file"),
         "{refused:?}"
     );
     app.stop().await;

@@ -4,18 +4,19 @@
 //! come under two event ids, and every kill leaves messages fetched and not acked (or committed
 //! and not acked), which JetStream delivers again after the consumer's ack wait.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer};
 use webhook_inbox::forward::call::webhook_id;
 
-use crate::brokers::until_published;
+use crate::brokers::{
+    assert_credited_once, consume_through_kills, example_consumer, stop_consumer, until_published,
+};
 use crate::helpers::*;
 use crate::nats::{app_with_bus, broker, jetstream_of, stored, unique};
-use crate::process::exit_within;
 
 /// The virtual environment `scripts/test-deps` installs `nats-py` into.
 const NATS_PYTHON: &str = "/opt/webhook-inbox/nats-consumer/bin/python3";
@@ -41,38 +42,24 @@ async fn publish_like_the_node(js: &jetstream::Context, subject: &str, id: &str,
 }
 
 fn consumer(url: &str, stream: &str, subject: &str, db: &Path, log: &Path) -> Child {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/nats_consumer.py");
-    Command::new(NATS_PYTHON)
-        .arg(&example)
-        .args(["--url", url, "--stream", stream, "--durable", "loyalty"])
-        .args([
-            "--subject",
-            subject,
-            "--batch",
-            "20",
-            "--wait",
-            "0.3",
-            "--db",
-        ])
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .expect("run examples/nats_consumer.py")
-}
-
-fn processed(db: &PathBuf) -> i64 {
-    let Ok(conn) = rusqlite::Connection::open(db) else {
-        return 0;
-    };
-    conn.query_row("SELECT count(*) FROM processed_messages", [], |r| r.get(0))
-        .unwrap_or(0)
+    let args = [
+        "--url",
+        url,
+        "--stream",
+        stream,
+        "--durable",
+        "loyalty",
+        "--subject",
+        subject,
+    ];
+    let tuning = ["--batch", "20", "--wait", "0.3"];
+    example_consumer(
+        NATS_PYTHON,
+        "nats_consumer.py",
+        &[&args[..], &tuning].concat(),
+        db,
+        log,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,20 +128,8 @@ async fn nats_the_example_consumer_credits_each_order_once_through_sigkills() {
     let db = dir.path().join("consumer.db");
     let log = dir.path().join("consumer.log");
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-    for kill in 0..KILLS {
-        let mut child = consumer(&url, &name, &subject, &db, &log);
-        let goal = (kill as i64 + 1) * events / (KILLS as i64 + 2);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while processed(&db) < goal {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("the consumer exited ({status}): {}", logs());
-            }
-            assert!(Instant::now() < deadline, "no progress: {}", logs());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
+    let start = || consumer(&url, &name, &subject, &db, &log);
+    consume_through_kills(start, &db, events, KILLS, logs).await;
     let mut child = consumer(&url, &name, &subject, &db, &log);
     let deadline = Instant::now() + Duration::from_secs(60);
     let info = loop {
@@ -181,41 +156,8 @@ async fn nats_the_example_consumer_credits_each_order_once_through_sigkills() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = tokio::task::block_in_place(|| {
-        exit_within(
-            &mut child,
-            Duration::from_secs(15),
-            "the consumer on SIGTERM",
-        )
-    });
-    assert!(status.success(), "{status}: {}", logs());
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    assert_eq!(
-        count("SELECT count(*) FROM processed_messages"),
-        events,
-        "messages lost"
-    );
-    assert_eq!(
-        count("SELECT count(*) FROM processed_messages WHERE outcome = 'business_duplicate'"),
-        4
-    );
-    assert_eq!(
-        count("SELECT count(*) FROM loyalty_credits"),
-        20 + MORE as i64
-    );
-    assert_eq!(
-        count("SELECT sum(balance) FROM loyalty_balances"),
-        200 + MORE as i64
-    );
-    assert_eq!(
-        count("SELECT balance FROM loyalty_balances WHERE customer_id = 'c0'"),
-        50 + MORE as i64 / 4
-    );
+    stop_consumer(&mut child, logs);
+    assert_credited_once(&db, MORE as i64);
     // The kills left messages fetched and not acked: delivered again, and dropped by the dedup.
     assert!(
         info.delivered.consumer_sequence > in_stream,
