@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use webhook_inbox::forward::call::webhook_id;
 
 use crate::amqp::{Client, app_with_bus, broker, bus_table, client, copies, header, names};
-use crate::brokers::{PrivateBroker, RABBITMQ, send, send_orders, until_published, wait_completed};
+use crate::brokers::{
+    PrivateBroker, RABBITMQ, resend_after_kills, send_all_in_background, send_orders,
+    until_published, wait_completed,
+};
 use crate::process::{ServerProcess, free_port, write_config};
 
 /// Every event of `ids` is in `messages`, and every copy of one carries its `message_id`;
@@ -191,16 +194,7 @@ fn amqp_sigkill_mid_publish_loses_nothing_and_counts_the_copies() {
     let mut in_queue = Vec::new();
     for kill in 0..KILLS {
         let mut server = ServerProcess::start(dir.path(), &config, port, &format!("{kill}.log"));
-        let sender = {
-            let (base, ids, settings) = (server.base.clone(), ids.clone(), settings.clone());
-            std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::new();
-                ids.iter()
-                    .filter(|id| send(&client, &base, &settings, id).0 == 200)
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-        };
+        let sender = send_all_in_background(&server.base, &ids, &settings);
         // Killed while publishes are in flight: once the queue holds a share of the events.
         let goal = (kill + 1) * EVENTS / (KILLS + 2);
         let deadline = Instant::now() + Duration::from_secs(90);
@@ -213,17 +207,7 @@ fn amqp_sigkill_mid_publish_loses_nothing_and_counts_the_copies() {
         acked.extend(sender.join().unwrap());
     }
     let server = ServerProcess::start(dir.path(), &config, port, "last.log");
-    let client = reqwest::blocking::Client::new();
-    for id in &ids {
-        let (status, answer) = send(&client, &server.base, &settings, id);
-        assert_eq!(status, 200, "{answer}");
-        if acked.contains(id) {
-            assert_eq!(
-                answer["status"], "duplicate",
-                "{id} was acknowledged, then lost"
-            );
-        }
-    }
+    resend_after_kills(&server.base, &ids, &acked, &settings);
     wait_completed(&server.base, EVENTS, true, Duration::from_secs(120), || {
         server.logs()
     });

@@ -3,6 +3,7 @@
 //! start again without breaking the tests beside it), signed deliveries to the real binary, and
 //! the example consumers run and killed as a user would run them.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -99,6 +100,44 @@ pub fn send(
     match req.send() {
         Ok(r) => (r.status().as_u16(), r.json().unwrap_or_default()),
         Err(_) => (0, Value::Null),
+    }
+}
+
+/// Deliver each of `ids` once to the real binary at `base`, on a thread of its own (the server
+/// is killed meanwhile): the ids it answered 200 for, acknowledged.
+pub fn send_all_in_background(
+    base: &str,
+    ids: &[String],
+    settings: &webhook_inbox::config::Settings,
+) -> std::thread::JoinHandle<Vec<String>> {
+    let (base, ids, settings) = (base.to_string(), ids.to_vec(), settings.clone());
+    std::thread::spawn(move || {
+        let client = reqwest::blocking::Client::new();
+        ids.iter()
+            .filter(|id| send(&client, &base, &settings, id).0 == 200)
+            .cloned()
+            .collect()
+    })
+}
+
+/// Deliver each of `ids` again to the restarted binary at `base`: each is taken, and each one
+/// `acked` before the kills is a duplicate (acknowledged, so never lost).
+pub fn resend_after_kills(
+    base: &str,
+    ids: &[String],
+    acked: &HashSet<String>,
+    settings: &webhook_inbox::config::Settings,
+) {
+    let client = reqwest::blocking::Client::new();
+    for id in ids {
+        let (status, answer) = send(&client, base, settings, id);
+        assert_eq!(status, 200, "{answer}");
+        if acked.contains(id) {
+            assert_eq!(
+                answer["status"], "duplicate",
+                "{id} was acknowledged, then lost"
+            );
+        }
     }
 }
 
