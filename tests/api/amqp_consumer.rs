@@ -14,9 +14,9 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use webhook_inbox::forward::call::webhook_id;
 
 use crate::amqp::{Client, app_with_bus, broker, client, names};
-use crate::brokers::{
+use crate::brokers::until_published;
+use crate::example_consumers::{
     assert_credited_once, consume_through_kills, example_consumer, processed, stop_consumer,
-    until_published,
 };
 use crate::helpers::*;
 

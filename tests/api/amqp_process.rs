@@ -15,8 +15,8 @@ use webhook_inbox::forward::call::webhook_id;
 
 use crate::amqp::{Client, app_with_bus, broker, bus_table, client, copies, header, names};
 use crate::brokers::{
-    PrivateBroker, RABBITMQ, resend_after_kills, send_all_in_background, send_orders,
-    until_published, wait_completed,
+    PrivateBroker, RABBITMQ, publish_across_a_broker_stop, resend_after_kills,
+    send_all_in_background, send_orders, until_published, wait_completed,
 };
 use crate::process::{ServerProcess, free_port, write_config};
 
@@ -59,16 +59,7 @@ async fn amqp_a_broker_stopped_killed_and_started_loses_no_completed_event() {
     let n = names();
     drop(declared(&private.url, &n).await);
     let app = app_with_bus(&private.url, &n, "concurrency = 16").await;
-    send_orders(&app, "a", 10).await;
-    until_published(&app, 10, Duration::from_secs(30)).await;
-    tokio::task::block_in_place(|| private.ctl("stop"));
-    // Stored and acknowledged while the broker is away; none is done until it is back.
-    send_orders(&app, "b", 10).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let view = app.get("/subscriptions/bus").await.body;
-    assert_eq!(view["counts"]["completed"], 10, "{view}");
-    tokio::task::block_in_place(|| private.ctl("start"));
-    until_published(&app, 20, Duration::from_secs(60)).await;
+    publish_across_a_broker_stop(&app, &private).await;
     // Killed while a backlog is being published: what was confirmed is on its disk.
     send_orders(&app, "c", 200).await;
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -1,7 +1,7 @@
 //! What the broker kinds' tests share (`nats`, `amqp`): a subscription `bus` taking `shop`'s
 //! orders, waiting until it has published them, a broker of a test's own (to stop, kill and
-//! start again without breaking the tests beside it), signed deliveries to the real binary, and
-//! the example consumers run and killed as a user would run them.
+//! start again without breaking the tests beside it), and signed deliveries to the real binary.
+//! The example consumers' runs: example_consumers.rs.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -80,6 +80,50 @@ pub async fn send_orders(app: &TestApp, prefix: &str, n: usize) -> Vec<(String, 
         sent.push((id, body));
     }
     sent
+}
+
+/// The `ordered_by` tests' orders: 30 of `shop`, keyed by customer (`c0` to `c2`, in turns),
+/// event ids `k-00` to `k-29` in the order they are stored.
+pub const ORDERED_BY: &str = "ordered_by = \"/data/customer_id\"\nconcurrency = 16";
+
+pub async fn send_keyed_orders(app: &TestApp) {
+    for i in 0..30 {
+        let body = order_body(&format!("o-{i}"), &format!("c{}", i % 3), 1);
+        let id = format!("k-{i:02}");
+        assert_eq!(
+            app.deliver("shop", &id, &body).await.body["status"],
+            "queued"
+        );
+    }
+}
+
+/// The messages (body, `webhook-inbox-event-id`) of each customer of [`send_keyed_orders`]
+/// came in the order their events were stored.
+pub fn assert_in_key_order(messages: &[(String, String)]) {
+    for customer in ["c0", "c1", "c2"] {
+        let ids: Vec<&String> = messages
+            .iter()
+            .filter(|(body, _)| body.contains(&format!("\"{customer}\"")))
+            .map(|(_, id)| id)
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted, "{customer}'s events out of order");
+    }
+}
+
+/// A provider's W3C `traceparent`, which the traceparent tests send with one order: it rides on
+/// the message (SPEC section 15), passed on unchanged with tracing off.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// One order of `shop` with [`TRACEPARENT`], waited for (bounded) until `bus` published it.
+pub async fn send_traced(app: &TestApp) {
+    let body = order_body("o-traced", "c1", 1);
+    let mut headers = sign_for(&app.settings, "shop", "traced", body.as_bytes());
+    headers.push(("traceparent".into(), TRACEPARENT.into()));
+    let reply = app.post_webhook("shop", &headers, body.as_bytes()).await;
+    assert_eq!(reply.body["status"], "queued", "{}", reply.body);
+    until_published(app, 1, Duration::from_secs(20)).await;
 }
 
 /// One signed delivery of `shop` to the real binary: its status and answer (0 when the
@@ -173,94 +217,19 @@ pub fn wait_completed(
     }
 }
 
-/// An example consumer, `examples/{script}` run by `python` with `args` and `--db db` as a user
-/// would run it, its stderr appended to `log` (one log across its restarts).
-pub fn example_consumer(python: &str, script: &str, args: &[&str], db: &Path, log: &Path) -> Child {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(script);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(python)
-        .arg(&example)
-        .args(args)
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("run examples/{script}: {e}"))
-}
-
-/// How many messages an example consumer has recorded (0 before it made its database).
-pub fn processed(db: &Path) -> i64 {
-    let Ok(conn) = rusqlite::Connection::open(db) else {
-        return 0;
-    };
-    conn.query_row("SELECT count(*) FROM processed_messages", [], |r| r.get(0))
-        .unwrap_or(0)
-}
-
-/// Run the consumer `start` makes `kills` times, each SIGKILLed once it has recorded a further
-/// share of `events` (each run bounded to 60 s): a kill lands while it works, with messages
-/// taken and not acked, or committed and not acked.
-pub async fn consume_through_kills(
-    start: impl Fn() -> Child,
-    db: &Path,
-    events: i64,
-    kills: usize,
-    logs: impl Fn() -> String,
-) {
-    let kills = kills as i64;
-    for kill in 0..kills {
-        let mut child = start();
-        let goal = (kill + 1) * events / (kills + 2);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while processed(db) < goal {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("the consumer exited ({status}): {}", logs());
-            }
-            assert!(Instant::now() < deadline, "no progress: {}", logs());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-}
-
-/// SIGTERM to an example consumer: it stops within 15 s, and cleanly.
-pub fn stop_consumer(child: &mut Child, logs: impl Fn() -> String) {
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = tokio::task::block_in_place(|| {
-        exit_within(child, Duration::from_secs(15), "the consumer on SIGTERM")
-    });
-    assert!(status.success(), "{status}: {}", logs());
-}
-
-/// What an example consumer's database holds after the examples' tests (20 orders of 10 points
-/// from the subscription, 4 of them again under a second event id, and `more` orders of 1 point
-/// published beside them): each message recorded once, whatever the copies and redeliveries,
-/// and each order credited once.
-pub fn assert_credited_once(db: &Path, more: i64) {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    let recorded = count("SELECT count(*) FROM processed_messages");
-    assert_eq!(recorded, 24 + more, "messages lost or recorded twice");
-    let business = "SELECT count(*) FROM processed_messages WHERE outcome = 'business_duplicate'";
-    assert_eq!(count(business), 4);
-    assert_eq!(count("SELECT count(*) FROM loyalty_credits"), 20 + more);
-    assert_eq!(
-        count("SELECT sum(balance) FROM loyalty_balances"),
-        200 + more
-    );
-    let c0 = "SELECT balance FROM loyalty_balances WHERE customer_id = 'c0'";
-    assert_eq!(count(c0), 50 + more / 4);
+/// 10 orders published; the broker stopped (SIGTERM); 10 more stored and acknowledged while it
+/// is away, none of them done; the broker started again: all 20 are published (each wait
+/// bounded).
+pub async fn publish_across_a_broker_stop(app: &TestApp, broker: &PrivateBroker) {
+    send_orders(app, "a", 10).await;
+    until_published(app, 10, Duration::from_secs(30)).await;
+    tokio::task::block_in_place(|| broker.ctl("stop"));
+    send_orders(app, "b", 10).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let view = app.get("/subscriptions/bus").await.body;
+    assert_eq!(view["counts"]["completed"], 10, "{view}");
+    tokio::task::block_in_place(|| broker.ctl("start"));
+    until_published(app, 20, Duration::from_secs(60)).await;
 }
 
 /// Which `scripts/with-*` runs a private broker, and the names it hands over.

@@ -41,6 +41,7 @@ mod dashboard_subscriptions;
 mod disk_full_load;
 mod downstream;
 mod endpoint;
+mod example_consumers;
 mod faults;
 mod filters;
 mod filters_store;

@@ -12,8 +12,9 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer};
 use webhook_inbox::forward::call::webhook_id;
 
-use crate::brokers::{
-    assert_credited_once, consume_through_kills, example_consumer, stop_consumer, until_published,
+use crate::brokers::until_published;
+use crate::example_consumers::{
+    assert_credited_once, consume_through_kills, example_consumer, stop_consumer,
 };
 use crate::helpers::*;
 use crate::nats::{app_with_bus, broker, jetstream_of, stored, unique};

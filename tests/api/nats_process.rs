@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use webhook_inbox::forward::call::webhook_id;
 
 use crate::brokers::{
-    NATS, PrivateBroker, resend_after_kills, send, send_all_in_background, send_orders,
-    until_published, wait_completed,
+    NATS, PrivateBroker, publish_across_a_broker_stop, resend_after_kills, send,
+    send_all_in_background, send_orders, until_published, wait_completed,
 };
 use crate::nats::{
     app_with_bus, broker, bus_table, distinct_ids, jetstream_of, make_stream, stored, unique,
@@ -30,16 +30,7 @@ async fn nats_a_broker_stopped_and_started_mid_run_gets_every_event_once() {
     let (name, prefix) = (unique("S"), unique("p"));
     make_stream(&jetstream_of(&private.url).await, &name, &prefix).await;
     let app = app_with_bus(&private.url, &prefix, &format!("stream = \"{name}\"")).await;
-    send_orders(&app, "a", 10).await;
-    until_published(&app, 10, Duration::from_secs(30)).await;
-    tokio::task::block_in_place(|| private.ctl("stop"));
-    // Stored and acknowledged while the broker is away; none is done until it is back.
-    send_orders(&app, "b", 10).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let view = app.get("/subscriptions/bus").await.body;
-    assert_eq!(view["counts"]["completed"], 10, "{view}");
-    tokio::task::block_in_place(|| private.ctl("start"));
-    until_published(&app, 20, Duration::from_secs(60)).await;
+    publish_across_a_broker_stop(&app, &private).await;
     let messages = stored(&jetstream_of(&private.url).await, &name).await;
     assert_eq!(distinct_ids(&messages).len(), 20);
     app.stop().await;
