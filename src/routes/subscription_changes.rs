@@ -288,14 +288,15 @@ pub async fn update(
         }
     }
     // Read here, outside the registry's lock; `patched` does not read it again.
-    let files: [(&str, fn(&str) -> Result<(), FieldError>); 2] =
-        [("ca_file", check_ca_file), ("creds_file", check_creds_file)];
-    for (field, check) in files {
-        if let Some(Value::String(file)) = patch.get(field)
-            && !file.is_empty()
-        {
-            check(file).map_err(refused)?;
-        }
+    let named = |field: &str| match patch.get(field) {
+        Some(Value::String(file)) if !file.is_empty() => Some(file.clone()),
+        _ => None,
+    };
+    if let Some(file) = named("ca_file") {
+        check_ca_file(&file).map_err(refused)?;
+    }
+    if let Some(file) = named("creds_file") {
+        check_creds_file(&file).map_err(refused)?;
     }
     let settings = std::sync::Arc::clone(&state.settings);
     let updated = {
