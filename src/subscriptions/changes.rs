@@ -136,9 +136,9 @@ pub fn body_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldErro
 /// `creds_file`): this runs in the registry's writing transaction, on whichever node took the
 /// request, so the caller checks a changed file ([`check_ca_file`](super::check_ca_file),
 /// [`check_creds_file`](super::check_creds_file)) before it, and an unchanged one is not read
-/// again (a node without the file could otherwise change nothing of
-/// the subscription). `name` and `kind` are not changed by a patch: a subscription of another
-/// kind is another subscription.
+/// again (a node without the file could otherwise change nothing of the subscription). `name`
+/// and `kind` are not changed by a patch: a subscription of another kind is another
+/// subscription.
 pub fn patched(
     current: &Subscription,
     patch: &serde_json::Map<String, serde_json::Value>,

@@ -303,7 +303,7 @@ pub struct HttpTarget {
     /// `nats` only: the JetStream stream that must exist before anything is published.
     pub stream: Option<String>,
     /// `nats` only: a creds file (a user JWT and its nkey seed, as `nsc generate creds`
-    /// writes one) on the node's disk, read at each connect.
+    /// writes one) on the node's disk, read when its publisher connects.
     pub creds_file: Option<String>,
     /// `amqp` only: the exchange (`""`: the default one) and the routing key template
     /// (`{source}`, `{type}`), checked.
