@@ -30,6 +30,9 @@ pub struct FieldArgs {
     /// `nats`: the JetStream stream checked before the first publish.
     #[arg(long)]
     stream: Option<String>,
+    /// `nats`: a creds file on the nodes (a user JWT and its nkey seed, as `nsc` writes one).
+    #[arg(long)]
+    creds_file: Option<String>,
     /// `amqp`: the exchange (`""`: the default exchange).
     #[arg(long)]
     exchange: Option<String>,
@@ -129,6 +132,7 @@ impl FieldArgs {
             ("url", &self.endpoint_url),
             ("subject", &self.subject),
             ("stream", &self.stream),
+            ("creds_file", &self.creds_file),
             ("exchange", &self.exchange),
             ("routing_key", &self.routing_key),
             ("signing_secret", &self.signing_secret),

@@ -33,8 +33,9 @@ impl Publisher {
         Duration::from_millis(self.target.timeout_ms)
     }
 
-    /// Connect, with the URL's credentials (`user:password@`, or a token as the user), and
-    /// check the configured stream exists. Errors never name the URL.
+    /// Connect, with the URL's credentials (`user:password@`, or a token as the user) or the
+    /// `creds_file`'s (a JWT the broker checks, and a nonce signed with the seed), and check
+    /// the configured stream exists. Errors never name the URL.
     async fn connect(&self) -> Result<jetstream::Context, Answer> {
         let mut url = reqwest::Url::parse(&self.target.url)
             .map_err(|_| refused("the broker's URL does not parse".into(), "not_sent"))?;
@@ -54,6 +55,14 @@ impl Publisher {
         let _ = url.set_password(None);
         if let Some(file) = &self.target.ca_file {
             options = options.add_root_certificates(file.into()).require_tls(true);
+        }
+        if let Some(file) = &self.target.creds_file {
+            options = options.credentials_file(file).await.map_err(|e| {
+                refused(
+                    format!("could not read the creds_file (nothing was sent): {e}"),
+                    "not_sent",
+                )
+            })?;
         }
         let client = options.connect(url.as_str()).await.map_err(|e| {
             refused(

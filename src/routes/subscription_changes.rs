@@ -17,7 +17,8 @@ use super::{ApiError, AppState, blocking};
 use crate::domain::time::now_ms;
 use crate::store::registry::{Created, Updated};
 use crate::subscriptions::{
-    FieldError, Kind, SubscriptionSettings, body_error, check_ca_file, patched, validate,
+    FieldError, Kind, SubscriptionSettings, body_error, check_ca_file, check_creds_file, patched,
+    validate,
 };
 
 /// A subscription's body is small: a route, an endpoint, a few numbers.
@@ -49,6 +50,9 @@ pub struct SubscriptionFields {
     subject: Option<String>,
     /// `nats` only: the JetStream stream checked before the first publish.
     stream: Option<String>,
+    /// `nats` only: a creds file on the nodes (a user JWT and its nkey seed, as `nsc generate
+    /// creds` writes one), for a broker in operator mode.
+    creds_file: Option<String>,
     /// `amqp` only: the exchange it publishes to (`""`: the default exchange).
     exchange: Option<String>,
     /// `amqp` only: the routing key template (`{source}`, `{type}`), e.g. `webhooks.{source}`.
@@ -284,10 +288,15 @@ pub async fn update(
         }
     }
     // Read here, outside the registry's lock; `patched` does not read it again.
-    if let Some(Value::String(file)) = patch.get("ca_file")
-        && !file.is_empty()
-    {
-        check_ca_file(file).map_err(refused)?;
+    let named = |field: &str| match patch.get(field) {
+        Some(Value::String(file)) if !file.is_empty() => Some(file.clone()),
+        _ => None,
+    };
+    if let Some(file) = named("ca_file") {
+        check_ca_file(&file).map_err(refused)?;
+    }
+    if let Some(file) = named("creds_file") {
+        check_creds_file(&file).map_err(refused)?;
     }
     let settings = std::sync::Arc::clone(&state.settings);
     let updated = {

@@ -55,6 +55,9 @@ pub struct SubscriptionView {
     subject: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<String>,
+    /// `nats` only, when it has one: the creds file it connects with, a path on the nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    creds_file: Option<String>,
     /// `amqp` only: the exchange (`""`: the default one) and the routing key template.
     #[serde(skip_serializing_if = "Option::is_none")]
     exchange: Option<String>,
@@ -168,6 +171,7 @@ pub(super) fn view(s: &SubscriptionInfo, now: i64) -> SubscriptionView {
         url_origin: None,
         subject: None,
         stream: None,
+        creds_file: None,
         exchange: None,
         routing_key: None,
         timeout_ms: None,
@@ -245,6 +249,7 @@ fn with_rules(
         view.url_origin = origin_of(&http.url);
         view.subject = http.subject.clone();
         view.stream = http.stream.clone();
+        view.creds_file = http.creds_file.clone();
         view.exchange = http.exchange.clone();
         view.routing_key = http.routing_key.clone();
         view.timeout_ms = Some(http.timeout_ms);

@@ -25,6 +25,8 @@ pub struct HttpSettings {
     pub subject: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creds_file: Option<String>,
     /// `amqp` only, as `subject` and `stream` are `nats`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange: Option<String>,
@@ -42,6 +44,7 @@ impl HttpSettings {
             ca_file: target.ca_file.clone(),
             subject: target.subject.clone(),
             stream: target.stream.clone(),
+            creds_file: target.creds_file.clone(),
             exchange: target.exchange.clone(),
             routing_key: target.routing_key.clone(),
         }
@@ -66,6 +69,7 @@ impl HttpSettings {
             url: self.url.clone(),
             subject: self.subject.clone(),
             stream: self.stream.clone(),
+            creds_file: self.creds_file.clone(),
             exchange: self.exchange.clone(),
             routing_key: self.routing_key.clone(),
             signing_secrets: secrets,
@@ -89,6 +93,7 @@ fn settings_of(sub: &Subscription) -> SubscriptionSettings {
         url: http.map(|t| t.url.clone()),
         subject: http.and_then(|t| t.subject.clone()),
         stream: http.and_then(|t| t.stream.clone()),
+        creds_file: http.and_then(|t| t.creds_file.clone()),
         exchange: http.and_then(|t| t.exchange.clone()),
         routing_key: http.and_then(|t| t.routing_key.clone()),
         signing_secret: None,
@@ -127,12 +132,13 @@ pub fn body_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldErro
 }
 
 /// `current` with the fields of `patch` laid over it (a field given as `null` goes back to
-/// its default), checked as the config is, but for the `ca_file`'s contents: this runs in the
-/// registry's writing transaction, on whichever node took the request, so the caller checks a
-/// changed `ca_file` ([`check_ca_file`](super::check_ca_file)) before it, and an
-/// unchanged one is not read again (a node without the file could otherwise change nothing of
-/// the subscription). `name` and `kind` are not changed by a patch: a subscription of another
-/// kind is another subscription.
+/// its default), checked as the config is, but for the contents of its files (`ca_file`,
+/// `creds_file`): this runs in the registry's writing transaction, on whichever node took the
+/// request, so the caller checks a changed file ([`check_ca_file`](super::check_ca_file),
+/// [`check_creds_file`](super::check_creds_file)) before it, and an unchanged one is not read
+/// again (a node without the file could otherwise change nothing of the subscription). `name`
+/// and `kind` are not changed by a patch: a subscription of another kind is another
+/// subscription.
 pub fn patched(
     current: &Subscription,
     patch: &serde_json::Map<String, serde_json::Value>,
@@ -162,9 +168,14 @@ pub fn patched(
         kind if kind.is_call_out() => merged.ca_file.take(),
         _ => None,
     };
+    let creds_file = match merged.kind {
+        Kind::Nats => merged.creds_file.take(),
+        _ => None,
+    };
     let mut sub = validate(&merged, consumers, downstream_mode)?;
     if let Some(target) = sub.http.as_mut() {
         target.ca_file = ca_file.filter(|f| !f.is_empty());
+        target.creds_file = creds_file.filter(|f| !f.is_empty());
     }
     // The implicit `audit`'s "every other event" is no field of a config table: a patch of
     // anything else keeps it, or `audit` would start taking `order.completed` beside `loyalty`.

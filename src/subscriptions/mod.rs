@@ -16,6 +16,7 @@ mod target;
 pub mod template;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
+pub use nats::check_creds_file;
 pub use settings::{
     FieldError, OneOrMany, SubscriptionSettings, check_tokens, from_settings, valid_name, validate,
 };
@@ -301,6 +302,9 @@ pub struct HttpTarget {
     pub subject: Option<String>,
     /// `nats` only: the JetStream stream that must exist before anything is published.
     pub stream: Option<String>,
+    /// `nats` only: a creds file (a user JWT and its nkey seed, as `nsc generate creds`
+    /// writes one) on the node's disk, read when its publisher connects.
+    pub creds_file: Option<String>,
     /// `amqp` only: the exchange (`""`: the default one) and the routing key template
     /// (`{source}`, `{type}`), checked.
     pub exchange: Option<String>,

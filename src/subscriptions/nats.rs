@@ -4,6 +4,9 @@
 
 use super::settings::FieldError;
 
+/// A creds file is a JWT of a few hundred bytes and a seed, with their banners.
+const MAX_CREDS_FILE_BYTES: u64 = 64 * 1024;
+
 fn invalid(field: &str, message: impl Into<String>) -> FieldError {
     FieldError {
         field: field.into(),
@@ -67,6 +70,23 @@ pub fn check_subject(template: &str) -> Result<(), FieldError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// A `creds_file` holds a user JWT and its nkey seed, as `nsc generate creds` writes them, on
+/// the disk of the node that reads it. Read as the client reads it at connect; the broker
+/// checks the JWT's signatures and expiry there (an attempt it refuses names the cause).
+pub fn check_creds_file(file: &str) -> Result<(), FieldError> {
+    let bytes = super::target::read_file("creds_file", file, MAX_CREDS_FILE_BYTES)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| invalid("creds_file", format!("`{file}` is not a text file")))?;
+    // Its messages name what is missing, never the JWT or the seed.
+    async_nats::ConnectOptions::with_credentials(&text).map_err(|e| {
+        invalid(
+            "creds_file",
+            format!("`{file}` is not a creds file (a user JWT and an nkey seed): {e}"),
+        )
+    })?;
     Ok(())
 }
 

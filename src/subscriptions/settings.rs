@@ -22,6 +22,7 @@ pub struct SubscriptionSettings {
     /// `nats` only.
     pub subject: Option<String>,
     pub stream: Option<String>,
+    pub creds_file: Option<String>,
     /// `amqp` only.
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
@@ -196,6 +197,7 @@ fn one(
     for (field, set) in [
         ("subject", s.subject.is_some()),
         ("stream", s.stream.is_some()),
+        ("creds_file", s.creds_file.is_some()),
     ] {
         only(field, set && s.kind != Kind::Nats, "nats")?;
     }

@@ -13,20 +13,25 @@ const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 /// A CA bundle is a few kilobytes; the system's whole store is about 200 KB.
 const MAX_CA_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
-/// A `ca_file` is a PEM file of certificates, on the disk of the node that reads it.
-pub fn check_ca_file(file: &str) -> Result<(), FieldError> {
+/// The bytes of a file setting (`ca_file`, `creds_file`), on the disk of the node that reads
+/// it: a regular file of at most `max` bytes.
+pub(super) fn read_file(field: &str, file: &str, max: u64) -> Result<Vec<u8>, FieldError> {
     // Read from a body of the API too: a device or a huge file (`/dev/zero`) would hold the
     // request (and its memory) for ever.
     let meta = std::fs::metadata(file)
-        .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
-    if !meta.is_file() || meta.len() > MAX_CA_FILE_BYTES {
+        .map_err(|e| invalid(field, format!("cannot read `{file}`: {e}")))?;
+    if !meta.is_file() || meta.len() > max {
         return Err(invalid(
-            "ca_file",
-            format!("`{file}` is not a PEM file of at most {MAX_CA_FILE_BYTES} bytes"),
+            field,
+            format!("`{file}` is not a file of at most {max} bytes"),
         ));
     }
-    let pem = std::fs::read(file)
-        .map_err(|e| invalid("ca_file", format!("cannot read `{file}`: {e}")))?;
+    std::fs::read(file).map_err(|e| invalid(field, format!("cannot read `{file}`: {e}")))
+}
+
+/// A `ca_file` is a PEM file of certificates, on the disk of the node that reads it.
+pub fn check_ca_file(file: &str) -> Result<(), FieldError> {
+    let pem = read_file("ca_file", file, MAX_CA_FILE_BYTES)?;
     reqwest::Certificate::from_pem_bundle(&pem)
         .ok()
         .filter(|certs| !certs.is_empty())
@@ -109,10 +114,15 @@ pub(super) fn http_target(
     if let Some(file) = &ca_file {
         check_ca_file(file)?;
     }
+    let creds_file = s.creds_file.clone().filter(|f| !f.is_empty());
+    if let Some(file) = &creds_file {
+        super::nats::check_creds_file(file)?;
+    }
     Ok(HttpTarget {
         url: url.to_string(),
         subject,
         stream,
+        creds_file,
         exchange,
         routing_key,
         signing_secrets,

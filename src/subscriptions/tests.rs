@@ -281,6 +281,29 @@ fn bad_subscriptions_are_refused_naming_the_key() {
             "no PEM certificate",
         ),
         (
+            sub(
+                "name = \"a\"\nkind = \"nats\"\nurl = \"nats://h\"\nsubject = \"s\"\n\
+                 creds_file = \"/no/such.creds\"",
+            ),
+            "subscriptions[0].creds_file",
+            "cannot read",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"nats\"\nurl = \"nats://h\"\nsubject = \"s\"\n\
+                 creds_file = \"/etc/hostname\"",
+            ),
+            "subscriptions[0].creds_file",
+            "cannot parse user JWT",
+        ),
+        (
+            sub(
+                "name = \"a\"\nkind = \"http\"\nurl = \"http://h\"\ncreds_file = \"/etc/hostname\"",
+            ),
+            "subscriptions[0].creds_file",
+            "for kind `nats` only",
+        ),
+        (
             sub("name = \"a\"\nkind = \"audit\"\ntransform = \".id\""),
             "subscriptions[0].transform",
             "kind `audit` delivers nothing to reshape",

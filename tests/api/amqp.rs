@@ -15,7 +15,10 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use webhook_inbox::forward::call::webhook_id;
 
-use crate::brokers::{app_with_table, send_orders, until_failed_with, until_published};
+use crate::brokers::{
+    ORDERED_BY, TRACEPARENT, app_with_table, assert_in_key_order, send_keyed_orders, send_orders,
+    send_traced, until_failed_with, until_published,
+};
 use crate::helpers::*;
 use crate::nats::unique;
 
@@ -39,14 +42,18 @@ pub async fn client(url: &str) -> Client {
     let connection = Connection::connect(url, ConnectionProperties::default())
         .await
         .expect("connect to the broker");
-    let channel = connection.create_channel().await.expect("a channel");
-    Client {
-        _connection: connection,
-        channel,
-    }
+    Client::over(connection).await
 }
 
 impl Client {
+    pub async fn over(connection: Connection) -> Client {
+        let channel = connection.create_channel().await.expect("a channel");
+        Client {
+            _connection: connection,
+            channel,
+        }
+    }
+
     /// A durable topic exchange.
     pub async fn exchange(&self, name: &str) {
         self.channel
@@ -316,31 +323,21 @@ async fn amqp_ordered_by_keeps_each_keys_order_in_the_queue() {
     let n = names();
     let rabbit = client(&url).await;
     rabbit.exchange(&n.exchange).await;
-    let extra = "ordered_by = \"/data/customer_id\"\nconcurrency = 16";
-    let app = app_with_bus(&url, &n, extra).await;
-    for i in 0..30 {
-        let body = order_body(&format!("o-{i}"), &format!("c{}", i % 3), 1);
-        let id = format!("k-{i:02}");
-        assert_eq!(
-            app.deliver("shop", &id, &body).await.body["status"],
-            "queued"
-        );
-    }
+    let app = app_with_bus(&url, &n, ORDERED_BY).await;
+    send_keyed_orders(&app).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     rabbit.queue(&n.queue, &n.exchange, &n.prefix).await;
     until_published(&app, 30, Duration::from_secs(30)).await;
     let messages = rabbit.take_all(&n.queue).await;
     assert_eq!(copies(&messages).len(), 30);
-    for customer in ["c0", "c1", "c2"] {
-        let ids: Vec<String> = messages
-            .iter()
-            .filter(|m| String::from_utf8_lossy(&m.data).contains(&format!("\"{customer}\"")))
-            .map(|m| header(m, "webhook-inbox-event-id"))
-            .collect();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        assert_eq!(ids, sorted, "{customer}'s events out of order");
-    }
+    let keyed: Vec<_> = messages
+        .iter()
+        .map(|m| {
+            let body = String::from_utf8_lossy(&m.data).into_owned();
+            (body, header(m, "webhook-inbox-event-id"))
+        })
+        .collect();
+    assert_in_key_order(&keyed);
     app.stop().await;
 }
 
@@ -354,15 +351,9 @@ async fn amqp_a_providers_traceparent_rides_on_the_message() {
     rabbit.exchange(&n.exchange).await;
     rabbit.queue(&n.queue, &n.exchange, &n.prefix).await;
     let app = app_with_bus(&url, &n, "").await;
-    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let body = order_body("o-traced", "c1", 1);
-    let mut headers = sign_for(&app.settings, "shop", "traced", body.as_bytes());
-    headers.push(("traceparent".into(), traceparent.into()));
-    let reply = app.post_webhook("shop", &headers, body.as_bytes()).await;
-    assert_eq!(reply.body["status"], "queued", "{}", reply.body);
-    until_published(&app, 1, Duration::from_secs(20)).await;
+    send_traced(&app).await;
     let messages = rabbit.take_all(&n.queue).await;
     assert_eq!(messages.len(), 1);
-    assert_eq!(header(&messages[0], "traceparent"), traceparent);
+    assert_eq!(header(&messages[0], "traceparent"), TRACEPARENT);
     app.stop().await;
 }

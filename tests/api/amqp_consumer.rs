@@ -4,8 +4,8 @@
 //! come under two event ids, and every kill leaves messages taken and not acked (or committed
 //! and not acked), which RabbitMQ delivers again.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use lapin::BasicProperties;
@@ -15,8 +15,10 @@ use webhook_inbox::forward::call::webhook_id;
 
 use crate::amqp::{Client, app_with_bus, broker, client, names};
 use crate::brokers::until_published;
+use crate::example_consumers::{
+    assert_credited_once, consume_through_kills, example_consumer, processed, stop_consumer,
+};
 use crate::helpers::*;
-use crate::process::exit_within;
 
 /// The virtual environment `scripts/test-deps` installs `pika` into.
 const AMQP_PYTHON: &str = "/opt/webhook-inbox/amqp-consumer/bin/python3";
@@ -55,39 +57,17 @@ async fn publish_like_the_node(rabbit: &Client, exchange: &str, key: &str, id: &
 }
 
 fn consumer(url: &str, queue: &str, db: &Path, log: &Path) -> Child {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/amqp_consumer.py");
-    Command::new(AMQP_PYTHON)
-        .arg(&example)
-        .args([
-            "--url",
-            url,
-            "--queue",
-            queue,
-            "--prefetch",
-            "20",
-            "--wait",
-            "0.3",
-        ])
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .expect("run examples/amqp_consumer.py")
-}
-
-fn processed(db: &PathBuf) -> i64 {
-    let Ok(conn) = rusqlite::Connection::open(db) else {
-        return 0;
-    };
-    conn.query_row("SELECT count(*) FROM processed_messages", [], |r| r.get(0))
-        .unwrap_or(0)
+    let args = [
+        "--url",
+        url,
+        "--queue",
+        queue,
+        "--prefetch",
+        "20",
+        "--wait",
+        "0.3",
+    ];
+    example_consumer(AMQP_PYTHON, "amqp_consumer.py", &args, db, log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,20 +108,8 @@ async fn amqp_the_example_consumer_credits_each_order_once_through_sigkills() {
     let log = dir.path().join("consumer.log");
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let events = (24 + MORE) as i64;
-    for kill in 0..KILLS {
-        let mut child = consumer(&url, &n.queue, &db, &log);
-        let goal = (kill as i64 + 1) * events / (KILLS as i64 + 2);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while processed(&db) < goal {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("the consumer exited ({status}): {}", logs());
-            }
-            assert!(Instant::now() < deadline, "no progress: {}", logs());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
+    let start = || consumer(&url, &n.queue, &db, &log);
+    consume_through_kills(start, &db, events, KILLS, logs).await;
     let mut child = consumer(&url, &n.queue, &db, &log);
     let deadline = Instant::now() + Duration::from_secs(60);
     while processed(&db) < events {
@@ -153,33 +121,8 @@ async fn amqp_the_example_consumer_credits_each_order_once_through_sigkills() {
     }
     // Let the last acks out, then stop it: nothing is left in the queue, taken or not.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = tokio::task::block_in_place(|| {
-        exit_within(
-            &mut child,
-            Duration::from_secs(15),
-            "the consumer on SIGTERM",
-        )
-    });
-    assert!(status.success(), "{status}: {}", logs());
+    stop_consumer(&mut child, logs);
     assert_eq!(rabbit.take_all(&n.queue).await.len(), 0, "left unacked");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    assert_eq!(count("SELECT count(*) FROM processed_messages"), events);
-    assert_eq!(
-        count("SELECT count(*) FROM processed_messages WHERE outcome = 'business_duplicate'"),
-        4
-    );
-    assert_eq!(
-        count("SELECT count(*) FROM loyalty_credits"),
-        20 + MORE as i64
-    );
-    assert_eq!(
-        count("SELECT sum(balance) FROM loyalty_balances"),
-        200 + MORE as i64
-    );
+    assert_credited_once(&db, MORE as i64);
     app.stop().await;
 }

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use webhook_inbox::forward::call::webhook_id;
 
 use crate::amqp::{Client, app_with_bus, broker, bus_table, client, copies, header, names};
-use crate::brokers::{PrivateBroker, RABBITMQ, send, send_orders, until_published, wait_completed};
+use crate::brokers::{
+    PrivateBroker, RABBITMQ, publish_across_a_broker_stop, resend_after_kills,
+    send_all_in_background, send_orders, until_published, wait_completed,
+};
 use crate::process::{ServerProcess, free_port, write_config};
 
 /// Every event of `ids` is in `messages`, and every copy of one carries its `message_id`;
@@ -56,16 +59,7 @@ async fn amqp_a_broker_stopped_killed_and_started_loses_no_completed_event() {
     let n = names();
     drop(declared(&private.url, &n).await);
     let app = app_with_bus(&private.url, &n, "concurrency = 16").await;
-    send_orders(&app, "a", 10).await;
-    until_published(&app, 10, Duration::from_secs(30)).await;
-    tokio::task::block_in_place(|| private.ctl("stop"));
-    // Stored and acknowledged while the broker is away; none is done until it is back.
-    send_orders(&app, "b", 10).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let view = app.get("/subscriptions/bus").await.body;
-    assert_eq!(view["counts"]["completed"], 10, "{view}");
-    tokio::task::block_in_place(|| private.ctl("start"));
-    until_published(&app, 20, Duration::from_secs(60)).await;
+    publish_across_a_broker_stop(&app, &private).await;
     // Killed while a backlog is being published: what was confirmed is on its disk.
     send_orders(&app, "c", 200).await;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -191,16 +185,7 @@ fn amqp_sigkill_mid_publish_loses_nothing_and_counts_the_copies() {
     let mut in_queue = Vec::new();
     for kill in 0..KILLS {
         let mut server = ServerProcess::start(dir.path(), &config, port, &format!("{kill}.log"));
-        let sender = {
-            let (base, ids, settings) = (server.base.clone(), ids.clone(), settings.clone());
-            std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::new();
-                ids.iter()
-                    .filter(|id| send(&client, &base, &settings, id).0 == 200)
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-        };
+        let sender = send_all_in_background(&server.base, &ids, &settings);
         // Killed while publishes are in flight: once the queue holds a share of the events.
         let goal = (kill + 1) * EVENTS / (KILLS + 2);
         let deadline = Instant::now() + Duration::from_secs(90);
@@ -213,17 +198,7 @@ fn amqp_sigkill_mid_publish_loses_nothing_and_counts_the_copies() {
         acked.extend(sender.join().unwrap());
     }
     let server = ServerProcess::start(dir.path(), &config, port, "last.log");
-    let client = reqwest::blocking::Client::new();
-    for id in &ids {
-        let (status, answer) = send(&client, &server.base, &settings, id);
-        assert_eq!(status, 200, "{answer}");
-        if acked.contains(id) {
-            assert_eq!(
-                answer["status"], "duplicate",
-                "{id} was acknowledged, then lost"
-            );
-        }
-    }
+    resend_after_kills(&server.base, &ids, &acked, &settings);
     wait_completed(&server.base, EVENTS, true, Duration::from_secs(120), || {
         server.logs()
     });

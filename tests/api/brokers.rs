@@ -1,7 +1,9 @@
 //! What the broker kinds' tests share (`nats`, `amqp`): a subscription `bus` taking `shop`'s
 //! orders, waiting until it has published them, a broker of a test's own (to stop, kill and
 //! start again without breaking the tests beside it), and signed deliveries to the real binary.
+//! The example consumers' runs: example_consumers.rs.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,6 +82,50 @@ pub async fn send_orders(app: &TestApp, prefix: &str, n: usize) -> Vec<(String, 
     sent
 }
 
+/// The `ordered_by` tests' orders: 30 of `shop`, keyed by customer (`c0` to `c2`, in turns),
+/// event ids `k-00` to `k-29` in the order they are stored.
+pub const ORDERED_BY: &str = "ordered_by = \"/data/customer_id\"\nconcurrency = 16";
+
+pub async fn send_keyed_orders(app: &TestApp) {
+    for i in 0..30 {
+        let body = order_body(&format!("o-{i}"), &format!("c{}", i % 3), 1);
+        let id = format!("k-{i:02}");
+        assert_eq!(
+            app.deliver("shop", &id, &body).await.body["status"],
+            "queued"
+        );
+    }
+}
+
+/// The messages (body, `webhook-inbox-event-id`) of each customer of [`send_keyed_orders`]
+/// came in the order their events were stored.
+pub fn assert_in_key_order(messages: &[(String, String)]) {
+    for customer in ["c0", "c1", "c2"] {
+        let ids: Vec<&String> = messages
+            .iter()
+            .filter(|(body, _)| body.contains(&format!("\"{customer}\"")))
+            .map(|(_, id)| id)
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted, "{customer}'s events out of order");
+    }
+}
+
+/// A provider's W3C `traceparent`, which the traceparent tests send with one order: it rides on
+/// the message (SPEC section 15), passed on unchanged with tracing off.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// One order of `shop` with [`TRACEPARENT`], waited for (bounded) until `bus` published it.
+pub async fn send_traced(app: &TestApp) {
+    let body = order_body("o-traced", "c1", 1);
+    let mut headers = sign_for(&app.settings, "shop", "traced", body.as_bytes());
+    headers.push(("traceparent".into(), TRACEPARENT.into()));
+    let reply = app.post_webhook("shop", &headers, body.as_bytes()).await;
+    assert_eq!(reply.body["status"], "queued", "{}", reply.body);
+    until_published(app, 1, Duration::from_secs(20)).await;
+}
+
 /// One signed delivery of `shop` to the real binary: its status and answer (0 when the
 /// connection failed, which a killed server gives).
 pub fn send(
@@ -98,6 +144,44 @@ pub fn send(
     match req.send() {
         Ok(r) => (r.status().as_u16(), r.json().unwrap_or_default()),
         Err(_) => (0, Value::Null),
+    }
+}
+
+/// Deliver each of `ids` once to the real binary at `base`, on a thread of its own (the server
+/// is killed meanwhile): the ids it answered 200 for, acknowledged.
+pub fn send_all_in_background(
+    base: &str,
+    ids: &[String],
+    settings: &webhook_inbox::config::Settings,
+) -> std::thread::JoinHandle<Vec<String>> {
+    let (base, ids, settings) = (base.to_string(), ids.to_vec(), settings.clone());
+    std::thread::spawn(move || {
+        let client = reqwest::blocking::Client::new();
+        ids.iter()
+            .filter(|id| send(&client, &base, &settings, id).0 == 200)
+            .cloned()
+            .collect()
+    })
+}
+
+/// Deliver each of `ids` again to the restarted binary at `base`: each is taken, and each one
+/// `acked` before the kills is a duplicate (acknowledged, so never lost).
+pub fn resend_after_kills(
+    base: &str,
+    ids: &[String],
+    acked: &HashSet<String>,
+    settings: &webhook_inbox::config::Settings,
+) {
+    let client = reqwest::blocking::Client::new();
+    for id in ids {
+        let (status, answer) = send(&client, base, settings, id);
+        assert_eq!(status, 200, "{answer}");
+        if acked.contains(id) {
+            assert_eq!(
+                answer["status"], "duplicate",
+                "{id} was acknowledged, then lost"
+            );
+        }
     }
 }
 
@@ -133,6 +217,21 @@ pub fn wait_completed(
     }
 }
 
+/// 10 orders published; the broker stopped (SIGTERM); 10 more stored and acknowledged while it
+/// is away, none of them done; the broker started again: all 20 are published (each wait
+/// bounded).
+pub async fn publish_across_a_broker_stop(app: &TestApp, broker: &PrivateBroker) {
+    send_orders(app, "a", 10).await;
+    until_published(app, 10, Duration::from_secs(30)).await;
+    tokio::task::block_in_place(|| broker.ctl("stop"));
+    send_orders(app, "b", 10).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let view = app.get("/subscriptions/bus").await.body;
+    assert_eq!(view["counts"]["completed"], 10, "{view}");
+    tokio::task::block_in_place(|| broker.ctl("start"));
+    until_published(app, 20, Duration::from_secs(60)).await;
+}
+
 /// Which `scripts/with-*` runs a private broker, and the names it hands over.
 pub struct BrokerScript {
     pub script: &'static str,
@@ -154,6 +253,15 @@ pub const RABBITMQ: BrokerScript = BrokerScript {
     url_var: "TEST_AMQP_URL",
     ctl_var: "TEST_AMQP_CTL",
     options_var: None,
+};
+
+/// A RabbitMQ node with a TLS listener too (`WITH_RABBITMQ_TLS`: its certificate and key
+/// files); its URL is the `amqps://` one.
+pub const RABBITMQ_TLS: BrokerScript = BrokerScript {
+    script: "with-rabbitmq",
+    url_var: "TEST_AMQPS_URL",
+    ctl_var: "TEST_AMQP_CTL",
+    options_var: Some("WITH_RABBITMQ_TLS"),
 };
 
 /// A throwaway broker for one test: `scripts/with-…` around a command that writes its URL and

@@ -1,6 +1,7 @@
 //! The store side of `http` subscriptions, on both stores, with real threads through a
 //! barrier: one subscription's claims never hand an event to two claimers, beside in-process
-//! workers fanning the same events out; and an open breaker's probe goes to one claimer.
+//! workers fanning the same events out; an open breaker's probe goes to one claimer, and a
+//! change of the subscription's settings closes its breaker.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
@@ -19,6 +20,7 @@ fn subscriptions() -> [Subscription; 2] {
     let target = HttpTarget {
         subject: None,
         stream: None,
+        creds_file: None,
         exchange: None,
         routing_key: None,
         url: "http://127.0.0.1:9/hooks".into(),
@@ -37,6 +39,7 @@ fn subscriptions() -> [Subscription; 2] {
 crate::stores::store_tests!(
     forwarders_and_workers_released_together_claim_each_event_once,
     an_open_breakers_probe_goes_to_one_claimer,
+    a_change_of_where_it_delivers_closes_the_breaker,
     extending_holds_only_live_claims
 );
 
@@ -287,4 +290,31 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
         got.claims.len() + again.claims.len() > 1,
         "{got:?} {again:?}"
     );
+}
+
+/// A sync that rewrites a subscription as it was keeps its open breaker; a change of where it
+/// delivers closes it, so that a corrected subscription is not held back until the next probe
+/// (a lease away, when a forwarder the change stopped gave its probe back untried). Seen
+/// failing without the change in `write_row`: the gate stayed `WaitUntil`.
+fn a_change_of_where_it_delivers_closes_the_breaker(kind: crate::stores::StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let mut subs = subscriptions();
+    let billing = h.store.sync_subscriptions(&subs, now_ms()).unwrap()[1];
+    h.insert(&[("shop", "b-1", "order.created", "{}".to_string())]);
+    let now = now_ms();
+    h.store
+        .open_breaker(billing, false, 60_000, 60_000, now)
+        .unwrap();
+    let gate = |at| {
+        h.store
+            .claim_subscription("f", billing, 8, 30_000, at)
+            .unwrap()
+            .gate
+    };
+    assert_eq!(gate(now), Gate::WaitUntil(now + 60_000));
+    h.store.sync_subscriptions(&subs, now + 1).unwrap();
+    assert_eq!(gate(now + 2), Gate::WaitUntil(now + 60_000), "unchanged");
+    subs[1].http.as_mut().unwrap().url = "http://127.0.0.1:9/fixed".into();
+    h.store.sync_subscriptions(&subs, now + 3).unwrap();
+    assert_eq!(gate(now + 4), Gate::Open);
 }

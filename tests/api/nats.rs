@@ -11,7 +11,10 @@ use async_nats::jetstream::{self, message::StreamMessage};
 use serde_json::json;
 use webhook_inbox::forward::call::webhook_id;
 
-use crate::brokers::{app_with_table, send_orders, until_published};
+use crate::brokers::{
+    ORDERED_BY, TRACEPARENT, app_with_table, assert_in_key_order, send_keyed_orders, send_orders,
+    send_traced, until_published,
+};
 use crate::helpers::*;
 use crate::registry_routes::{assert_names, create};
 
@@ -280,7 +283,7 @@ async fn nats_bad_settings_are_refused_in_the_api_naming_the_key() {
     app.stop().await;
 }
 
-/// The CLI's `--subject` and `--stream` become the fields (no broker needed).
+/// The CLI's `--subject`, `--stream` and `--creds-file` become the fields (no broker needed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_the_cli_creates_a_nats_subscription() {
     let app = spawn_app().await;
@@ -316,6 +319,19 @@ async fn nats_the_cli_creates_a_nats_subscription() {
         crate::cli::stderr(&refused).contains("subject"),
         "{refused:?}"
     );
+    let no_creds = [
+        "subscriptions",
+        "update",
+        "bus",
+        "--creds-file",
+        "/no/such.creds",
+    ];
+    let refused = crate::cli::cli(&app, &no_creds).await;
+    assert!(!refused.status.success());
+    assert!(
+        crate::cli::stderr(&refused).contains("creds_file"),
+        "{refused:?}"
+    );
     app.stop().await;
 }
 
@@ -325,31 +341,22 @@ async fn nats_the_cli_creates_a_nats_subscription() {
 async fn nats_ordered_by_keeps_each_keys_order_in_the_stream() {
     let Some(url) = broker() else { return };
     let (name, prefix) = (unique("S"), unique("p"));
-    let extra = "ordered_by = \"/data/customer_id\"\nconcurrency = 16";
-    let app = app_with_bus(&url, &prefix, extra).await;
-    for i in 0..30 {
-        let body = order_body(&format!("o-{i}"), &format!("c{}", i % 3), 1);
-        assert_eq!(
-            app.deliver("shop", &format!("k-{i:02}"), &body).await.body["status"],
-            "queued"
-        );
-    }
+    let app = app_with_bus(&url, &prefix, ORDERED_BY).await;
+    send_keyed_orders(&app).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let js = jetstream_of(&url).await;
     make_stream(&js, &name, &prefix).await;
     until_published(&app, 30, Duration::from_secs(30)).await;
     let messages = stored(&js, &name).await;
     assert_eq!(distinct_ids(&messages).len(), 30);
-    for customer in ["c0", "c1", "c2"] {
-        let ids: Vec<String> = messages
-            .iter()
-            .filter(|m| String::from_utf8_lossy(&m.payload).contains(&format!("\"{customer}\"")))
-            .map(|m| header(m, "webhook-inbox-event-id"))
-            .collect();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        assert_eq!(ids, sorted, "{customer}'s events out of order");
-    }
+    let keyed: Vec<_> = messages
+        .iter()
+        .map(|m| {
+            let body = String::from_utf8_lossy(&m.payload).into_owned();
+            (body, header(m, "webhook-inbox-event-id"))
+        })
+        .collect();
+    assert_in_key_order(&keyed);
     app.stop().await;
 }
 
@@ -363,15 +370,9 @@ async fn nats_a_providers_traceparent_rides_on_the_message() {
     let js = jetstream_of(&url).await;
     make_stream(&js, &name, &prefix).await;
     let app = app_with_bus(&url, &prefix, "").await;
-    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let body = order_body("o-traced", "c1", 1);
-    let mut headers = sign_for(&app.settings, "shop", "traced", body.as_bytes());
-    headers.push(("traceparent".into(), traceparent.into()));
-    let reply = app.post_webhook("shop", &headers, body.as_bytes()).await;
-    assert_eq!(reply.body["status"], "queued", "{}", reply.body);
-    until_published(&app, 1, Duration::from_secs(20)).await;
+    send_traced(&app).await;
     let messages = stored(&js, &name).await;
     assert_eq!(messages.len(), 1);
-    assert_eq!(header(&messages[0], "traceparent"), traceparent);
+    assert_eq!(header(&messages[0], "traceparent"), TRACEPARENT);
     app.stop().await;
 }

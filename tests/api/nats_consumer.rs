@@ -1,23 +1,70 @@
 //! `examples/nats_consumer.py`, run as a user would run it, against a stream a `nats`
-//! subscription filled: it credits each order once although the stream holds some events
-//! twice (re-published after the duplicate window) and some orders come under two event ids.
+//! subscription filled, SIGKILLed several times mid-stream: it credits each order once although
+//! the stream holds some events twice (re-published after the duplicate window), some orders
+//! come under two event ids, and every kill leaves messages fetched and not acked (or committed
+//! and not acked), which JetStream delivers again after the consumer's ack wait.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer};
+use webhook_inbox::forward::call::webhook_id;
 
 use crate::brokers::until_published;
+use crate::example_consumers::{
+    assert_credited_once, consume_through_kills, example_consumer, stop_consumer,
+};
 use crate::helpers::*;
 use crate::nats::{app_with_bus, broker, jetstream_of, stored, unique};
-use crate::process::exit_within;
 
 /// The virtual environment `scripts/test-deps` installs `nats-py` into.
 const NATS_PYTHON: &str = "/opt/webhook-inbox/nats-consumer/bin/python3";
 
+/// Events published by the test itself beside the subscription's: enough that a kill lands
+/// while the consumer works.
+const MORE: usize = 600;
+const KILLS: usize = 3;
+
+/// A message as webhook-inbox publishes it (`Nats-Msg-Id`, headers, JSON body).
+async fn publish_like_the_node(js: &jetstream::Context, subject: &str, id: &str, body: String) {
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Msg-Id", webhook_id("shop", id).as_str());
+    headers.insert("Content-Type", "application/json");
+    headers.insert("webhook-inbox-source", "shop");
+    headers.insert("webhook-inbox-event-id", id);
+    headers.insert("webhook-inbox-event-type", "order.completed");
+    let ack = js
+        .publish_with_headers(subject.to_string(), headers, body.into())
+        .await
+        .expect("publish");
+    assert!(!ack.await.expect("the stream's ack").duplicate);
+}
+
+fn consumer(url: &str, stream: &str, subject: &str, db: &Path, log: &Path) -> Child {
+    let args = [
+        "--url",
+        url,
+        "--stream",
+        stream,
+        "--durable",
+        "loyalty",
+        "--subject",
+        subject,
+    ];
+    let tuning = ["--batch", "20", "--wait", "0.3"];
+    example_consumer(
+        NATS_PYTHON,
+        "nats_consumer.py",
+        &[&args[..], &tuning].concat(),
+        db,
+        log,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_the_example_consumer_credits_each_order_once() {
+async fn nats_the_example_consumer_credits_each_order_once_through_sigkills() {
     let Some(url) = broker() else { return };
     if !crate::requires::available(
         "the NATS consumer example's Python environment",
@@ -26,16 +73,29 @@ async fn nats_the_example_consumer_credits_each_order_once() {
         return;
     }
     let (name, prefix) = (unique("S"), unique("p"));
+    let subject = format!("{prefix}.>");
     let js = jetstream_of(&url).await;
     // A short window, so that a copy published after it is stored again.
-    js.create_stream(jetstream::stream::Config {
-        name: name.clone(),
-        subjects: vec![format!("{prefix}.>")],
-        duplicate_window: Duration::from_millis(500),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let stream = js
+        .create_stream(jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            duplicate_window: Duration::from_millis(500),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The durable consumer the example binds to, made as an operator would, with a short ack
+    // wait: what a killed consumer had fetched comes again within the test's time.
+    stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("loyalty".into()),
+            filter_subject: subject.clone(),
+            ack_wait: Duration::from_secs(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let app = app_with_bus(&url, &prefix, "").await;
     for i in 0..20 {
         let body = order_body(&format!("o-{i}"), &format!("c{}", i % 4), 10);
@@ -45,77 +105,64 @@ async fn nats_the_example_consumer_credits_each_order_once() {
         }
     }
     until_published(&app, 24, Duration::from_secs(30)).await;
+    let more_subject = format!("{prefix}.shop.order_completed");
+    for i in 0..MORE {
+        let body = order_body(&format!("m-{i}"), &format!("c{}", i % 4), 1);
+        publish_like_the_node(&js, &more_subject, &format!("m-{i}"), body).await;
+    }
+    // Past the window, a few copies are stored again, as after a node's publish whose ack was
+    // lost and retried later.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    for m in stored(&js, &name).await.into_iter().take(3) {
+    let copies: Vec<_> = stored(&js, &name).await.into_iter().step_by(100).collect();
+    for m in &copies {
         let copy = js
             .publish_with_headers(m.subject.clone(), m.headers.clone(), m.payload.clone())
             .await
             .unwrap();
         assert!(!copy.await.unwrap().duplicate, "the window should be over");
     }
-    assert_eq!(stored(&js, &name).await.len(), 27);
+    let events = (24 + MORE) as i64;
+    let in_stream = events as u64 + copies.len() as u64;
+    assert_eq!(stored(&js, &name).await.len() as u64, in_stream);
 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("consumer.db");
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/nats_consumer.py");
-    let mut child = Command::new(NATS_PYTHON)
-        .arg(&example)
-        .args(["--url", &url, "--stream", &name, "--durable", "loyalty"])
-        .args(["--subject", &format!("{prefix}.>"), "--wait", "0.5", "--db"])
-        .arg(&db)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("consumer.log")).unwrap())
-        .spawn()
-        .expect("run examples/nats_consumer.py");
-    let logs = || std::fs::read_to_string(dir.path().join("consumer.log")).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let done = match js
+    let log = dir.path().join("consumer.log");
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let start = || consumer(&url, &name, &subject, &db, &log);
+    consume_through_kills(start, &db, events, KILLS, logs).await;
+    let mut child = consumer(&url, &name, &subject, &db, &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let info = loop {
+        let info = js
             .get_stream(&name)
             .await
             .unwrap()
             .consumer_info("loyalty")
             .await
+            .unwrap();
+        if info.num_pending == 0
+            && info.num_ack_pending == 0
+            && info.delivered.stream_sequence == in_stream
         {
-            Ok(info) => {
-                info.num_pending == 0
-                    && info.num_ack_pending == 0
-                    && info.delivered.stream_sequence == 27
-            }
-            Err(_) => false,
-        };
-        if done {
-            break;
+            break info;
         }
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the consumer exited ({status}): {}", logs());
         }
-        assert!(Instant::now() < deadline, "not consumed: {}", logs());
+        assert!(
+            Instant::now() < deadline,
+            "not consumed: {info:?}\n{}",
+            logs()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = tokio::task::block_in_place(|| {
-        exit_within(
-            &mut child,
-            Duration::from_secs(15),
-            "the consumer on SIGTERM",
-        )
-    });
-    assert!(status.success(), "{status}: {}", logs());
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    assert_eq!(count("SELECT count(*) FROM processed_messages"), 24);
-    assert_eq!(
-        count("SELECT count(*) FROM processed_messages WHERE outcome = 'business_duplicate'"),
-        4
-    );
-    assert_eq!(count("SELECT sum(balance) FROM loyalty_balances"), 200);
-    assert_eq!(
-        count("SELECT balance FROM loyalty_balances WHERE customer_id = 'c0'"),
-        50
+    };
+    stop_consumer(&mut child, logs);
+    assert_credited_once(&db, MORE as i64);
+    // The kills left messages fetched and not acked: delivered again, and dropped by the dedup.
+    assert!(
+        info.delivered.consumer_sequence > in_stream,
+        "no redelivery: {info:?}"
     );
     app.stop().await;
 }

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use webhook_inbox::forward::call::webhook_id;
 
-use crate::brokers::{NATS, PrivateBroker, send, send_orders, until_published, wait_completed};
+use crate::brokers::{
+    NATS, PrivateBroker, publish_across_a_broker_stop, resend_after_kills, send,
+    send_all_in_background, send_orders, until_published, wait_completed,
+};
 use crate::nats::{
     app_with_bus, broker, bus_table, distinct_ids, jetstream_of, make_stream, stored, unique,
 };
@@ -27,16 +30,7 @@ async fn nats_a_broker_stopped_and_started_mid_run_gets_every_event_once() {
     let (name, prefix) = (unique("S"), unique("p"));
     make_stream(&jetstream_of(&private.url).await, &name, &prefix).await;
     let app = app_with_bus(&private.url, &prefix, &format!("stream = \"{name}\"")).await;
-    send_orders(&app, "a", 10).await;
-    until_published(&app, 10, Duration::from_secs(30)).await;
-    tokio::task::block_in_place(|| private.ctl("stop"));
-    // Stored and acknowledged while the broker is away; none is done until it is back.
-    send_orders(&app, "b", 10).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let view = app.get("/subscriptions/bus").await.body;
-    assert_eq!(view["counts"]["completed"], 10, "{view}");
-    tokio::task::block_in_place(|| private.ctl("start"));
-    until_published(&app, 20, Duration::from_secs(60)).await;
+    publish_across_a_broker_stop(&app, &private).await;
     let messages = stored(&jetstream_of(&private.url).await, &name).await;
     assert_eq!(distinct_ids(&messages).len(), 20);
     app.stop().await;
@@ -132,16 +126,7 @@ fn nats_sigkill_mid_publish_loses_nothing_and_the_stream_holds_each_event_once()
     let mut acked = HashSet::new();
     for kill in 0..KILLS {
         let mut server = ServerProcess::start(dir.path(), &config, port, &format!("{kill}.log"));
-        let sender = {
-            let (base, ids, settings) = (server.base.clone(), ids.clone(), settings.clone());
-            std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::new();
-                ids.iter()
-                    .filter(|id| send(&client, &base, &settings, id).0 == 200)
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-        };
+        let sender = send_all_in_background(&server.base, &ids, &settings);
         // Killed while publishes are in flight: once the stream holds a share of the events.
         let goal = (kill + 1) * EVENTS / (KILLS + 2);
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -153,17 +138,7 @@ fn nats_sigkill_mid_publish_loses_nothing_and_the_stream_holds_each_event_once()
         acked.extend(sender.join().unwrap());
     }
     let server = ServerProcess::start(dir.path(), &config, port, "last.log");
-    let client = reqwest::blocking::Client::new();
-    for id in &ids {
-        let (status, answer) = send(&client, &server.base, &settings, id);
-        assert_eq!(status, 200, "{answer}");
-        if acked.contains(id) {
-            assert_eq!(
-                answer["status"], "duplicate",
-                "{id} was acknowledged, then lost"
-            );
-        }
-    }
+    resend_after_kills(&server.base, &ids, &acked, &settings);
     wait_completed(&server.base, EVENTS, true, Duration::from_secs(120), || {
         server.logs()
     });

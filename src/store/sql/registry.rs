@@ -65,7 +65,10 @@ pub fn bump(conn: &mut impl Conn) -> StoreResult<()> {
 }
 
 /// Every column of subscription `id` but its life (`start_after_seq`, `created_at`,
-/// `removed_at`, `paused`, the breaker) as `sub` says, from `origin`.
+/// `removed_at`, `paused`) as `sub` says, from `origin`. Its breaker is kept, unless its
+/// `settings` (where and how it delivers) changed: the failures that opened it were the old
+/// target's, and a probe a lease away (one given back untried by a forwarder the change
+/// stopped) would hold the corrected subscription back that long.
 pub fn write_row(
     conn: &mut impl Conn,
     id: i64,
@@ -80,7 +83,10 @@ pub fn write_row(
                 except_types = ?6, ordered_by = ?7, on_failure = ?8, mode = ?9,
                 max_attempts = ?10, backoff_base_ms = ?11, backoff_max_ms = ?12,
                 settings = ?13, origin = ?14, filter = ?15, claimer = ?16,
-                transform = ?17
+                transform = ?17,
+                probe_at = CASE WHEN settings IS NOT DISTINCT FROM ?13 THEN probe_at END,
+                probe_interval_ms =
+                    CASE WHEN settings IS NOT DISTINCT FROM ?13 THEN probe_interval_ms END
           WHERE id = ?1",
         &[
             Value::Int(id),
