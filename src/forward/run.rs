@@ -16,12 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Notify, mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::{Done, Forwarder, MAX_FINISH_BATCH};
+
+/// Writes running at once: a claim may start while the write before it waits for the disk.
+const MAX_WRITES: usize = 2;
 use crate::domain::time::now_ms;
-use crate::store::{Finish, Finished, Gate, StoreResult, SubscriptionClaim};
+use crate::store::{Finish, Finished, Gate, StoreError, StoreResult, SubscriptionClaim};
 
 /// What one round's write gave back.
 struct Round {
@@ -69,7 +72,9 @@ impl Forwarder {
         // Answers back from their calls, not committed yet.
         let mut returned: Vec<Done> = Vec::new();
         let mut in_flight = 0usize;
-        let mut writing: Option<JoinHandle<Round>> = None;
+        let mut writes: JoinSet<Round> = JoinSet::new();
+        // Places held for the claims of the writes running.
+        let mut reserved = 0usize;
         // No claim before this (idle, a closed gate, errors); answers are still committed.
         let mut rest_until: Option<Instant> = None;
         let mut woken_by_events = false;
@@ -77,25 +82,39 @@ impl Forwarder {
         let mut busy = false;
         let mut stopping = *stopped.borrow();
         loop {
-            if writing.is_none() {
-                let free = concurrency - in_flight;
-                // While busy, wait for a quarter of the places before claiming: a claim per
-                // finished call would be a transaction per event.
-                let want = if busy {
-                    (concurrency / 4).clamp(1, pace.batch(concurrency))
-                } else {
-                    1
-                };
-                let claim = (!stopping && free >= want && rest_until.is_none())
-                    .then(|| free.min(pace.batch(concurrency)));
-                if claim.is_some() || !returned.is_empty() {
-                    let take = returned.len().min(MAX_FINISH_BATCH);
-                    let batch: Vec<Done> = returned.drain(..take).collect();
-                    let me = Arc::clone(&self);
-                    writing = Some(tokio::task::spawn_blocking(move || me.write(batch, claim)));
-                } else if stopping && in_flight == 0 {
-                    break;
-                }
+            let free = concurrency - in_flight - reserved;
+            // While busy, wait for a quarter of the places before claiming: a claim per
+            // finished call would be a transaction per event.
+            let want = if busy {
+                (concurrency / 4).clamp(1, pace.batch(concurrency))
+            } else {
+                1
+            };
+            let claim = (!stopping && free >= want && rest_until.is_none())
+                .then(|| free.min(pace.batch(concurrency)));
+            // A claim does not wait for the write before it to be durable (the two share its
+            // fsync); answers alone do, so that they gather into one commit.
+            let write = match writes.len() {
+                0 => claim.is_some() || !returned.is_empty(),
+                n => n < MAX_WRITES && claim.is_some(),
+            };
+            if write {
+                let take = returned.len().min(MAX_FINISH_BATCH);
+                let batch: Vec<Done> = returned.drain(..take).collect();
+                reserved += claim.unwrap_or(0);
+                let me = Arc::clone(&self);
+                writes.spawn_blocking(move || {
+                    // Caught, so that the places it holds come back (the hook logs the panic).
+                    let write = std::panic::AssertUnwindSafe(|| me.write(batch, claim));
+                    std::panic::catch_unwind(write).unwrap_or_else(|_| Round {
+                        written: Err(StoreError::unavailable("the forwarder's write panicked")),
+                        answers: 0,
+                        limit: claim.unwrap_or(0),
+                        at: (SystemTime::now(), SystemTime::now()),
+                    })
+                });
+            } else if writes.is_empty() && stopping && in_flight == 0 && returned.is_empty() {
+                break;
             }
             let round = tokio::select! {
                 Some(first) = answers.recv() => {
@@ -107,7 +126,7 @@ impl Forwarder {
                     in_flight -= returned.len() - before;
                     continue;
                 }
-                round = async { writing.as_mut().expect("guarded").await }, if writing.is_some() => round,
+                Some(round) = writes.join_next(), if !writes.is_empty() => round,
                 _ = stopped.changed(), if !stopping => {
                     stopping = true;
                     continue;
@@ -121,17 +140,15 @@ impl Forwarder {
                     continue;
                 }
             };
-            writing = None;
             let round = match round {
                 Ok(round) => round,
+                // Only when the runtime shuts down (a write's panic is caught).
                 Err(e) => {
-                    tracing::error!(error = %e, subscription = %self.sub.name, "a forwarder's write panicked");
-                    errors = errors.saturating_add(1);
-                    rest_until = Some(Instant::now() + self.rest(errors));
-                    woken_by_events = false;
-                    continue;
+                    tracing::error!(error = %e, subscription = %self.sub.name, "a forwarder's write ended abnormally");
+                    break;
                 }
             };
+            reserved -= round.limit;
             let (claims, gate) = match round.written {
                 Ok(Some(c)) => {
                     errors = 0;
