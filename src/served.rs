@@ -228,7 +228,13 @@ impl Served {
                 }
             };
             let (stop, stopped) = watch::channel(false);
-            let task = tokio::spawn(forwarder.run(Arc::clone(queued), stopped));
+            let task = match forwarder.start(Arc::clone(queued), stopped) {
+                Ok(task) => task,
+                Err(e) => {
+                    tracing::error!(subscription = %name, error = format!("{e:#}"), "cannot start a thread for this subscription's forwarder");
+                    continue;
+                }
+            };
             tracing::info!(subscription = %name, "forwarder started");
             running.insert(
                 name.to_string(),

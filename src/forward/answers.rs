@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tokio::sync::mpsc;
-
-use super::{Done, FAILURES_TO_OPEN, Forwarder, MAX_FINISH_BATCH};
+use super::{FAILURES_TO_OPEN, Forwarder};
 use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Outcome};
@@ -139,52 +137,7 @@ impl Forwarder {
         }
     }
 
-    /// Commit answers as they come, in batches of whatever has arrived.
-    pub(super) async fn finish_answers(
-        self: Arc<Self>,
-        mut answers: mpsc::UnboundedReceiver<Done>,
-    ) {
-        while let Some(first) = answers.recv().await {
-            let mut batch = vec![first];
-            while batch.len() < MAX_FINISH_BATCH {
-                match answers.try_recv() {
-                    Ok(d) => batch.push(d),
-                    Err(_) => break,
-                }
-            }
-            let me = Arc::clone(&self);
-            let committed = tokio::task::spawn_blocking(move || {
-                let started = std::time::SystemTime::now();
-                let now = now_ms();
-                let items: Vec<Finish> = batch
-                    .iter()
-                    .map(|d| Finish {
-                        claim: d.event.claim.clone(),
-                        next: me.next(&d.event, &d.answer, now),
-                    })
-                    .collect();
-                let results = me.store.finish(&items, now)?;
-                let at = (started, std::time::SystemTime::now());
-                for ((item, result), done) in items.iter().zip(results).zip(batch) {
-                    if let Some(trace) = done.trace {
-                        trace.acked(at, crate::telemetry::traces::outcome(&item.next, &result));
-                    }
-                    me.record(item, result);
-                }
-                Ok::<_, crate::store::StoreError>(())
-            })
-            .await;
-            match committed {
-                Ok(Ok(())) => {}
-                // The claims stay claimed until their leases run out; the sweeper then hands
-                // the events back (or abandons them, at most once).
-                Ok(Err(e)) => tracing::warn!(error = %e, "cannot commit forwarded events' answers"),
-                Err(e) => tracing::error!(error = %e, "committing answers panicked"),
-            }
-        }
-    }
-
-    fn record(&self, item: &Finish, result: Finished) {
+    pub(super) fn record(&self, item: &Finish, result: Finished) {
         let claim = &item.claim;
         match (result, &item.next) {
             (Finished::LeaseLost, _) => tracing::warn!(

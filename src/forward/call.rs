@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
 use crate::signature::{Scheme, Secret};
 use crate::store::Claimed;
 use crate::subscriptions::HttpTarget;
@@ -67,25 +69,50 @@ pub fn signed_headers(
     Ok(headers)
 }
 
-/// The client of one subscription: its timeout, its CA, no redirects, the system's roots.
-pub fn client(target: &HttpTarget) -> anyhow::Result<reqwest::Client> {
-    use anyhow::Context;
-    let mut builder = reqwest::Client::builder()
-        .timeout(Duration::from_millis(target.timeout_ms))
-        .connect_timeout(Duration::from_millis(target.timeout_ms))
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(target.concurrency)
-        .tls_built_in_webpki_certs(false)
-        .tls_built_in_native_certs(true);
-    if let Some(file) = &target.ca_file {
-        let pem = std::fs::read(file).with_context(|| format!("reading ca_file {file}"))?;
-        for cert in reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("ca_file {file} is not PEM"))?
-        {
-            builder = builder.add_root_certificate(cert);
+const CONTENT_TYPE: HeaderName = reqwest::header::CONTENT_TYPE;
+const SOURCE: HeaderName = HeaderName::from_static("webhook-inbox-source");
+const EVENT_ID: HeaderName = HeaderName::from_static("webhook-inbox-event-id");
+const EVENT_TYPE: HeaderName = HeaderName::from_static("webhook-inbox-event-type");
+const ATTEMPT: HeaderName = HeaderName::from_static("webhook-inbox-attempt");
+const TRACEPARENT: HeaderName = HeaderName::from_static(crate::telemetry::traces::TRACEPARENT);
+
+/// Where an `http` subscription's calls go: its client, and its URL parsed once (a call used
+/// to parse it again, one of the costs of a forwarded event in docs/performance.md).
+pub struct Endpoint {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    timeout_ms: u64,
+}
+
+impl Endpoint {
+    /// The endpoint of `target`: a client with its timeout, its CA, no redirects, the system's
+    /// roots, and up to `concurrency` connections kept alive (one per call in flight). Errors
+    /// never name the URL, which may hold credentials.
+    pub fn new(target: &HttpTarget) -> anyhow::Result<Endpoint> {
+        use anyhow::Context;
+        let url = reqwest::Url::parse(&target.url)
+            .map_err(|e| anyhow::anyhow!("the subscription's url does not parse: {e}"))?;
+        let mut builder = reqwest::Client::builder()
+            .timeout(Duration::from_millis(target.timeout_ms))
+            .connect_timeout(Duration::from_millis(target.timeout_ms))
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(target.concurrency)
+            .tls_built_in_webpki_certs(false)
+            .tls_built_in_native_certs(true);
+        if let Some(file) = &target.ca_file {
+            let pem = std::fs::read(file).with_context(|| format!("reading ca_file {file}"))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("ca_file {file} is not PEM"))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
         }
+        Ok(Endpoint {
+            client: builder.build().context("building the HTTP client")?,
+            url,
+            timeout_ms: target.timeout_ms,
+        })
     }
-    builder.build().context("building the HTTP client")
 }
 
 /// A call not made (nothing to sign with): a failed attempt, retried.
@@ -97,8 +124,7 @@ pub fn not_sent(error: String) -> Answer {
 /// of `secrets`, with the W3C `traceparent` given beside the event, and read what the answer
 /// means. Errors never name the URL, which may hold credentials.
 pub async fn forward(
-    client: &reqwest::Client,
-    target: &HttpTarget,
+    endpoint: &Endpoint,
     secrets: &[Secret],
     (event, traceparent): (&Claimed, Option<&str>),
     body: Vec<u8>,
@@ -106,7 +132,7 @@ pub async fn forward(
 ) -> Answer {
     let claim = &event.claim;
     let id = webhook_id(&claim.source, &claim.event_id);
-    let headers = match signed_headers(secrets, &id, &body, now_ms / 1000) {
+    let signed = match signed_headers(secrets, &id, &body, now_ms / 1000) {
         Ok(h) => h,
         Err(e) => return not_sent(format!("cannot sign: {e}")),
     };
@@ -114,23 +140,43 @@ pub async fn forward(
         .content_type
         .as_deref()
         .unwrap_or("application/octet-stream");
-    let mut request = client
-        .post(&target.url)
-        .header("content-type", content_type)
-        .header("webhook-inbox-source", &claim.source)
-        .header("webhook-inbox-event-id", &claim.event_id)
-        .header("webhook-inbox-event-type", &event.event_type)
-        .header("webhook-inbox-attempt", claim.attempt.to_string())
+    let attempt = claim.attempt.to_string();
+    let given = [
+        (CONTENT_TYPE, content_type),
+        (SOURCE, claim.source.as_str()),
+        (EVENT_ID, claim.event_id.as_str()),
+        (EVENT_TYPE, event.event_type.as_str()),
+        (ATTEMPT, attempt.as_str()),
+    ];
+    let mut headers = HeaderMap::with_capacity(given.len() + signed.len() + 1);
+    for (name, value) in given {
+        match HeaderValue::from_str(value) {
+            Ok(value) => headers.insert(name, value),
+            Err(_) => return not_sent(format!("`{name}` cannot be sent as a header: {value:?}")),
+        };
+    }
+    for (name, value) in &signed {
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            (Ok(name), Ok(value)) => headers.insert(name, value),
+            _ => return not_sent(format!("`{name}` cannot be sent as a header")),
+        };
+    }
+    if let Some(traceparent) = traceparent
+        && let Ok(value) = HeaderValue::from_str(traceparent)
+    {
+        headers.insert(TRACEPARENT, value);
+    }
+    let request = endpoint
+        .client
+        .post(endpoint.url.clone())
+        .headers(headers)
         .body(body);
-    for (name, value) in headers {
-        request = request.header(name, value);
-    }
-    if let Some(traceparent) = traceparent {
-        request = request.header(crate::telemetry::traces::TRACEPARENT, traceparent);
-    }
     let response = match request.send().await {
         Ok(r) => r,
-        Err(e) => return transport(e, target.timeout_ms),
+        Err(e) => return transport(e, endpoint.timeout_ms),
     };
     let status = response.status();
     if status.is_success() {

@@ -3,10 +3,11 @@
 //! are the same forwarder with a publish to a JetStream subject or a RabbitMQ exchange instead
 //! of the POST ([`Via`]): claims, breaker, retries, pause, ordering and commits are shared.
 //!
-//! One forwarder per subscription and node. It claims due events of its subscription in
-//! batches (one statement; the claim also fans new events out), starts each call as a task,
-//! with at most `concurrency` in flight, and commits the answers in batches: under load, a
-//! claim and a commit cover many calls. Each call starts only while its claim's lease covers
+//! One forwarder per subscription and node, on a thread of its own ([`run`]). It claims due
+//! events of its subscription in batches (one statement; the claim also fans new events out),
+//! starts each call as a task, with at most `concurrency` in flight, and commits the answers
+//! in batches, in the same transaction as the next claim: under load, one write covers many
+//! calls. Each call starts only while its claim's lease covers
 //! its whole timeout, and its completion is fenced by the claim: a call that outlived its lease
 //! changes nothing (the event is forwarded again, and the receiver's dedup on `webhook-id`
 //! makes that safe; an at-most-once subscription abandons it instead).
@@ -16,19 +17,21 @@
 //! whose success closes it (see `Store::claim_subscription`).
 
 mod amqp;
+mod answers;
 pub mod call;
 mod nats;
+mod run;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::consumer::Backoff;
 use crate::domain::time::now_ms;
 use crate::metrics::Metrics;
-use crate::store::{Claimed, Gate, Store, StoreResult};
+use crate::store::{Claimed, Store};
 use crate::subscriptions::{HttpTarget, Subscription};
 use call::Answer;
 
@@ -42,8 +45,6 @@ const LEASE_MARGIN_MS: i64 = 1_000;
 const MAX_FINISH_BATCH: usize = 512;
 
 /// How the forwarders of one node run.
-mod answers;
-
 #[derive(Debug, Clone)]
 pub struct ForwardOptions {
     pub lease_ms: i64,
@@ -59,7 +60,7 @@ pub struct ForwardOptions {
 
 /// How a forwarder delivers an event.
 enum Via {
-    Http(reqwest::Client),
+    Http(call::Endpoint),
     Nats(Box<nats::Publisher>),
     Amqp(Box<amqp::Publisher>),
 }
@@ -134,7 +135,7 @@ impl Forwarder {
             crate::subscriptions::Kind::Amqp => {
                 Via::Amqp(Box::new(amqp::Publisher::new(target.clone())))
             }
-            _ => Via::Http(call::client(&target)?),
+            _ => Via::Http(call::Endpoint::new(&target)?),
         };
         let counters = RESULTS
             .iter()
@@ -179,147 +180,44 @@ impl Forwarder {
         }
     }
 
-    /// Forward until `stopped` says so; then let the calls in flight finish (each is bounded
-    /// by its timeout) and commit their answers.
-    pub async fn run(self: Arc<Self>, queued: Arc<Notify>, mut stopped: watch::Receiver<bool>) {
-        let permits = Arc::new(Semaphore::new(self.target.concurrency));
-        let (done, answers) = mpsc::unbounded_channel();
-        let finisher = tokio::spawn(Arc::clone(&self).finish_answers(answers));
-        let mut pace = Pace::new(self.target.rate_per_second);
-        let mut applied = self.applied.clone();
-        let mut errors: u32 = 0;
-        let mut busy = false;
-        loop {
-            if *stopped.borrow() {
-                break;
-            }
-            // While busy, wait for a quarter of the permits before claiming: a claim per
-            // finished call would be a transaction per event.
-            let want = if busy {
-                (self.target.concurrency / 4).clamp(1, pace.batch(self.target.concurrency))
-            } else {
-                1
-            };
-            let mut held = tokio::select! {
-                p = Arc::clone(&permits).acquire_many_owned(want as u32) => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                _ = stopped.changed() => break,
-            };
-            let more = permits
-                .available_permits()
-                .min(pace.batch(self.target.concurrency) - want);
-            if more > 0
-                && let Ok(p) = Arc::clone(&permits).try_acquire_many_owned(more as u32)
-            {
-                held.merge(p);
-            }
-            let claim_started = SystemTime::now();
-            let claimed = {
-                let me = Arc::clone(&self);
-                let limit = held.num_permits();
-                tokio::task::spawn_blocking(move || me.claim(limit)).await
-            };
-            let claim_times = (claim_started, SystemTime::now());
-            let (claims, gate) = match claimed {
-                Ok(Ok(c)) => {
-                    errors = 0;
-                    (c.claims, c.gate)
-                }
-                Ok(Err(e)) => {
-                    errors = errors.saturating_add(1);
-                    tracing::warn!(error = %e, subscription = %self.sub.name, "forwarder claim failed");
-                    (Vec::new(), Gate::Open)
-                }
-                Err(e) => {
-                    errors = errors.saturating_add(1);
-                    tracing::error!(error = %e, subscription = %self.sub.name, "forwarder claim panicked");
-                    (Vec::new(), Gate::Open)
-                }
-            };
-            // A claim that saw a registry the node has not applied yet (another node's start,
-            // a change through the API): the node reads it now, and the claims go on if this
-            // forwarder's subscription is unchanged (the node stops a changed one's forwarder
-            // before it says it has applied the change).
-            if !claims.is_empty()
-                && self.stale()
-                && let Some((applied, read_now)) = applied.as_mut()
-            {
-                read_now.notify_one();
-                let seen = self.store.registry_version_seen().unwrap_or(0);
-                let caught_up = applied.wait_for(|v| *v >= seen);
-                let _ = tokio::time::timeout(Duration::from_secs(2), caught_up).await;
-            }
-            // Stopped meanwhile (its subscription changed or went) or still behind: given back
-            // for the forwarder the node runs for the registry as it is now.
-            if !claims.is_empty() && (*stopped.borrow() || self.stale()) {
-                let refs: Vec<_> = claims.iter().map(|c| c.claim.clone()).collect();
-                let store = Arc::clone(&self.store);
-                let given = tokio::task::spawn_blocking(move || store.give_back(&refs, now_ms()));
-                if let Ok(Err(e)) = given.await {
-                    tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give back a stale claim: its lease runs out");
-                }
-                drop(held);
-                if let Some((applied, _)) = applied.as_mut() {
-                    tokio::select! {
-                        _ = stopped.changed() => {}
-                        _ = applied.changed() => {}
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
-                continue;
-            }
-            busy = claims.len() == held.num_permits();
-            if claims.is_empty() {
-                drop(held);
-                let mut wait = self.options.idle_poll * 2u32.saturating_pow(errors.min(5));
-                if let Gate::WaitUntil(at) = gate {
-                    let until = u64::try_from(at - now_ms()).unwrap_or(0);
-                    wait = wait.min(Duration::from_millis(until.max(1)));
-                }
-                tokio::select! {
-                    _ = stopped.changed() => {}
-                    _ = queued.notified(), if errors == 0 && gate == Gate::Open => {}
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                continue;
-            }
-            let probe = gate == Gate::Probe;
-            for event in claims {
-                // One permit per call (a claim takes at most the permits held).
-                let permit = held.split(1);
-                pace.wait().await;
-                let me = Arc::clone(&self);
-                let done = done.clone();
-                tokio::spawn(async move {
-                    let mut event = event;
-                    let trace = me.options.traces.deliver(&event, &me.sub.name, claim_times);
-                    let answer = me.call(&mut event, trace.as_ref()).await;
-                    me.observe(&answer, probe).await;
-                    let _ = done.send(Done {
-                        event,
-                        answer,
-                        trace,
-                    });
-                    drop(permit);
-                });
+    /// Give back a claim that saw a registry the node has not applied yet (another node's
+    /// start, a change through the API), or that came once the forwarder was told to stop:
+    /// `true` when it was given back. The node reads the registry now, and the claims go on
+    /// if this forwarder's subscription is unchanged (the node stops a changed one's forwarder
+    /// before it says it has applied the change); otherwise they are for the forwarder the
+    /// node runs for the registry as it is now.
+    async fn given_back(
+        &self,
+        claims: &[Claimed],
+        applied: &mut Option<(watch::Receiver<i64>, Arc<Notify>)>,
+        stopped: &watch::Receiver<bool>,
+    ) -> bool {
+        if self.stale()
+            && let Some((applied, read_now)) = applied.as_mut()
+        {
+            read_now.notify_one();
+            let seen = self.store.registry_version_seen().unwrap_or(0);
+            let caught_up = applied.wait_for(|v| *v >= seen);
+            let _ = tokio::time::timeout(Duration::from_secs(2), caught_up).await;
+        }
+        if !*stopped.borrow() && !self.stale() {
+            return false;
+        }
+        let refs: Vec<_> = claims.iter().map(|c| c.claim.clone()).collect();
+        let store = Arc::clone(&self.store);
+        let given = tokio::task::spawn_blocking(move || store.give_back(&refs, now_ms()));
+        if let Ok(Err(e)) = given.await {
+            tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give back a stale claim: its lease runs out");
+        }
+        if let Some((applied, _)) = applied.as_mut() {
+            let mut stopped = stopped.clone();
+            tokio::select! {
+                _ = stopped.changed() => {}
+                _ = applied.changed() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
-        drop(done);
-        if let Err(e) = finisher.await {
-            tracing::error!(error = %e, "forwarder's commits ended abnormally");
-        }
-    }
-
-    fn claim(&self, limit: usize) -> StoreResult<crate::store::SubscriptionClaim> {
-        self.store.claim_subscription(
-            &self.worker,
-            self.sub_id,
-            limit,
-            self.options.lease_ms,
-            now_ms(),
-        )
+        true
     }
 
     /// The call, started only while the lease covers all of it, with the event's trace
@@ -355,9 +253,9 @@ impl Forwarder {
             None => event.traceparent.clone(),
         };
         let answer = match &self.via {
-            Via::Http(client) => {
+            Via::Http(endpoint) => {
                 let given = (&*event, traceparent.as_deref());
-                call::forward(client, &self.target, &secrets, given, body, now).await
+                call::forward(endpoint, &secrets, given, body, now).await
             }
             Via::Nats(publisher) => {
                 publisher
@@ -386,43 +284,5 @@ impl Forwarder {
             step.end(result);
         }
         Some(answer)
-    }
-}
-
-/// Spacing of call starts for `rate_per_second` (0: none).
-struct Pace {
-    every: Option<Duration>,
-    next: tokio::time::Instant,
-}
-
-impl Pace {
-    fn new(rate_per_second: u32) -> Pace {
-        Pace {
-            every: (rate_per_second > 0).then(|| Duration::from_secs(1) / rate_per_second),
-            next: tokio::time::Instant::now(),
-        }
-    }
-
-    /// How many events a claim may take: with a rate, a quarter of a second's worth, so that
-    /// the last one claimed starts long before its lease runs out.
-    fn batch(&self, concurrency: usize) -> usize {
-        match self.every {
-            None => concurrency,
-            Some(every) => {
-                let quarter = Duration::from_millis(250).as_nanos() / every.as_nanos().max(1);
-                usize::try_from(quarter)
-                    .unwrap_or(usize::MAX)
-                    .clamp(1, concurrency)
-            }
-        }
-    }
-
-    async fn wait(&mut self) {
-        if let Some(every) = self.every {
-            let now = tokio::time::Instant::now();
-            self.next = self.next.max(now);
-            tokio::time::sleep_until(self.next).await;
-            self.next += every;
-        }
     }
 }

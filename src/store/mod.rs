@@ -184,6 +184,28 @@ pub trait Store: Send + Sync + 'static {
         lease_ms: i64,
         now: i64,
     ) -> StoreResult<SubscriptionClaim>;
+    /// A forwarder's round: commit its answers (`finish`), then, with `claim`, claim up to that
+    /// many events of its subscription (`claim_subscription`). Two transactions here; a store
+    /// that can do both in one overrides it (a busy forwarder then writes once a round).
+    fn finish_and_claim_subscription(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        sub: i64,
+        claim: Option<usize>,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Option<SubscriptionClaim>)> {
+        let finished = match items {
+            [] => Vec::new(),
+            items => self.finish(items, now)?,
+        };
+        let claimed = match claim {
+            Some(limit) => Some(self.claim_subscription(worker, sub, limit, lease_ms, now)?),
+            None => None,
+        };
+        Ok((finished, claimed))
+    }
     /// Open the circuit breaker: after a run of failures of a closed breaker, the next probe
     /// comes `first_ms` later (a breaker open already is left as it is); after a failed probe
     /// (`after_probe`), twice the last wait later, at most `max_ms`.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Finish, Gate, InsertOutcome, Next, Outcome};
+use webhook_inbox::store::{Finish, Finished, Gate, InsertOutcome, Next, Outcome};
 use webhook_inbox::subscriptions::{HttpTarget, Kind, Subscription};
 
 use crate::helpers::*;
@@ -40,8 +40,83 @@ crate::stores::store_tests!(
     forwarders_and_workers_released_together_claim_each_event_once,
     an_open_breakers_probe_goes_to_one_claimer,
     a_change_of_where_it_delivers_closes_the_breaker,
-    extending_holds_only_live_claims
+    extending_holds_only_live_claims,
+    a_round_commits_fenced_answers_and_claims_the_rest
 );
+
+/// A forwarder's round (`finish_and_claim_subscription`): its answers commit, each fenced by
+/// its claim (an answer whose claim was already finished changes nothing), and the claim
+/// after them takes only events not in flight, never one it just completed.
+fn a_round_commits_fenced_answers_and_claims_the_rest(kind: crate::stores::StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let subs = subscriptions();
+    let ids = h.store.sync_subscriptions(&subs, now_ms()).unwrap();
+    let billing = ids[1];
+    let deliveries: Vec<_> = (0..6)
+        .map(|i| {
+            let body = order_body(&format!("r{i}"), "c", 1);
+            ("shop", format!("r-{i}"), "order.completed", body)
+        })
+        .collect();
+    let refs: Vec<_> = deliveries
+        .iter()
+        .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
+        .collect();
+    h.insert(&refs);
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let round = h.store.finish_and_claim_subscription(
+            &[],
+            "p",
+            billing,
+            Some(3 - held.len()),
+            30_000,
+            now_ms(),
+        );
+        held.extend(round.unwrap().1.expect("a claim was asked for").claims);
+        if held.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(held.len(), 3);
+    let delivered = |c: &webhook_inbox::store::Claimed| Finish {
+        claim: c.claim.clone(),
+        next: Next::Complete {
+            effect: None,
+            outcome: Outcome::Delivered,
+        },
+    };
+    // The first answer was committed already (a late copy of it comes again below).
+    h.store.finish(&[delivered(&held[0])], now_ms()).unwrap();
+    let answers = [delivered(&held[0]), delivered(&held[1])];
+    let (finished, claimed) = h
+        .store
+        .finish_and_claim_subscription(&answers, "p", billing, Some(10), 30_000, now_ms())
+        .unwrap();
+    assert!(matches!(
+        finished[..],
+        [Finished::LeaseLost, Finished::Completed { .. }]
+    ));
+    // SQLite claims an eighth of the limit just after an ingest: the rounds after take the rest.
+    let mut claimed = claimed.expect("a claim was asked for").claims;
+    for _ in 0..20 {
+        let round =
+            h.store
+                .finish_and_claim_subscription(&[], "p", billing, Some(10), 30_000, now_ms());
+        claimed.extend(round.unwrap().1.expect("a claim was asked for").claims);
+    }
+    let mut got: Vec<_> = claimed.iter().map(|c| c.claim.event_id.clone()).collect();
+    got.sort();
+    let mut rest: Vec<_> = (0..6).map(|i| format!("r-{i}")).collect();
+    rest.retain(|id| held.iter().all(|c| c.claim.event_id != *id));
+    assert_eq!(got, rest, "the events not claimed before, and only those");
+    // Answers alone: no claim, and the last one in flight completes.
+    let (finished, claimed) = h
+        .store
+        .finish_and_claim_subscription(&[delivered(&held[2])], "p", billing, None, 30_000, now_ms())
+        .unwrap();
+    assert!(matches!(finished[..], [Finished::Completed { .. }]) && claimed.is_none());
+}
 
 /// `extend_claims` (the pull kind's `extend`) moves the lease of a claim still held, and
 /// nothing else: not a finished claim, not a token that is not the claim's, not a lease that

@@ -48,6 +48,7 @@ mod filters_store;
 mod forwarding;
 mod forwarding_crash;
 mod forwarding_nodes;
+mod forwarding_rounds;
 mod forwarding_store;
 mod group_commit;
 mod harness;

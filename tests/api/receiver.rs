@@ -22,6 +22,8 @@ pub struct Seen {
     pub done: AtomicUsize,
     /// Every request whole, in the order they were answered.
     pub calls: Mutex<Vec<Call>>,
+    /// TCP connections accepted.
+    pub connections: AtomicUsize,
 }
 
 /// One request as the receiver read it.
@@ -72,6 +74,7 @@ impl Receiver {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
+                    seen.connections.fetch_add(1, Ordering::SeqCst);
                     let seen = Arc::clone(&seen);
                     std::thread::spawn(move || serve(stream, &seen, delay, status));
                 }
@@ -102,6 +105,10 @@ impl Receiver {
         self.seen.done.load(Ordering::SeqCst)
     }
 
+    pub fn connections(&self) -> usize {
+        self.seen.connections.load(Ordering::SeqCst)
+    }
+
     pub fn most_in_flight(&self) -> usize {
         self.seen.most_in_flight.load(Ordering::SeqCst)
     }
@@ -118,6 +125,9 @@ impl Drop for Receiver {
     }
 }
 
+/// How many requests one connection serves before the receiver closes it.
+pub const REQUESTS_PER_CONNECTION: usize = 100;
+
 /// One connection: requests one after another (keep-alive), each read whole, recorded, held,
 /// answered.
 fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
@@ -127,7 +137,7 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
         Err(_) => return,
     });
     let mut writer = stream;
-    for _ in 0..100 {
+    for _ in 0..REQUESTS_PER_CONNECTION {
         let mut key = String::new();
         let mut length = 0usize;
         let mut headers = Vec::new();

@@ -217,6 +217,34 @@ impl Store for SqliteStore {
         })
     }
 
+    fn finish_and_claim_subscription(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        sub: i64,
+        claim: Option<usize>,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Option<SubscriptionClaim>)> {
+        self.finishing(|tx, isolate| {
+            let finished = match items {
+                [] => Vec::new(),
+                items => finish::finish_all(tx, items, now, isolate)?,
+            };
+            let claimed = match claim {
+                Some(limit) => {
+                    let routes = self.routes_in(tx)?;
+                    let limit = self.claim_limit(limit);
+                    Some(breaker::claim(
+                        tx, &routes, worker, sub, limit, lease_ms, now,
+                    )?)
+                }
+                None => None,
+            };
+            Ok((finished, claimed))
+        })
+    }
+
     fn open_breaker(
         &self,
         sub: i64,

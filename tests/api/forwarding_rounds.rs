@@ -1,0 +1,71 @@
+//! How a forwarder's calls go out (src/forward/run.rs): over connections kept alive, at most
+//! one per call in flight and opened again only when the endpoint closes one, each event
+//! delivered once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use webhook_inbox::startup::BuildOptions;
+
+use crate::helpers::*;
+use crate::receiver::{REQUESTS_PER_CONNECTION, Receiver, until};
+
+/// Seen failing with the client's idle pool off (`pool_max_idle_per_host(0)`: a connection
+/// per call, 300 here).
+#[tokio::test]
+async fn calls_reuse_their_connections() {
+    const CONCURRENCY: usize = 4;
+    let endpoint = Receiver::start(Duration::ZERO, 200);
+    let url = endpoint.url.clone();
+    let config = move |c: &mut String| {
+        *c = c.replace("workers = 0", "workers = 1");
+        c.push_str(&format!(
+            r#"
+[[subscriptions]]
+name = "billing"
+kind = "http"
+sources = ["shop"]
+url = "{url}"
+signing_secret = "{SW_SECRET}"
+concurrency = {CONCURRENCY}
+"#
+        ));
+    };
+    let options = BuildOptions {
+        idle_poll: Some(Duration::from_millis(50)),
+        ..BuildOptions::default()
+    };
+    let app = spawn_app_with(config, options).await;
+    let events = 300;
+    for i in 0..events {
+        let body = order_body(&format!("o-{i}"), "c", 1);
+        let answer = app.deliver("shop", &format!("k-{i}"), &body).await;
+        assert_eq!(answer.body["status"], "queued");
+    }
+    until(
+        "every event delivered",
+        Duration::from_secs(60),
+        async || {
+            let counts = app.get("/subscriptions/billing").await.body["counts"].clone();
+            counts["completed"] == events
+        },
+    )
+    .await;
+    let calls = endpoint.calls();
+    let ids: HashSet<&str> = calls
+        .iter()
+        .filter_map(|c| c.header("webhook-id"))
+        .collect();
+    assert_eq!(
+        (calls.len(), ids.len()),
+        (events, events),
+        "each event once"
+    );
+    // Every connection the receiver closed after its last request is opened again once.
+    let most = CONCURRENCY + events / REQUESTS_PER_CONNECTION;
+    assert!(
+        endpoint.connections() <= most,
+        "{} connections for {events} calls at concurrency {CONCURRENCY}",
+        endpoint.connections()
+    );
+}
