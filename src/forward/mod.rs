@@ -286,7 +286,11 @@ impl Forwarder {
                 continue;
             }
             let probe = gate == Gate::Probe;
-            for event in claims {
+            // Shaped first, all at once (one batch for the transform's workers), so that each
+            // call's lease check covers the call that follows.
+            let mut claims = claims;
+            let (unshaped, shaped_at) = self.shape_all(&mut claims).await;
+            for (event, unshaped) in claims.into_iter().zip(unshaped) {
                 // One permit per call (a claim takes at most the permits held).
                 let permit = held.split(1);
                 pace.wait().await;
@@ -295,7 +299,19 @@ impl Forwarder {
                 tokio::spawn(async move {
                     let mut event = event;
                     let trace = me.options.traces.deliver(&event, &me.sub.name, claim_times);
-                    let answer = me.call(&mut event, trace.as_ref()).await;
+                    let answer = match unshaped {
+                        Some(not_delivered) => Some(not_delivered),
+                        None => me.call(&mut event, trace.as_ref()).await,
+                    };
+                    if let Some(trace) = trace.as_ref().filter(|_| me.sub.transform.is_some()) {
+                        let outcome = match &answer {
+                            Some(Answer::Filtered) => "filtered",
+                            Some(Answer::Unshaped(_)) => "failed",
+                            _ => "shaped",
+                        };
+                        let kind = opentelemetry::trace::SpanKind::Internal;
+                        trace.done("webhook.transform", kind, shaped_at, Some(outcome));
+                    }
                     me.observe(&answer, probe).await;
                     let _ = done.send(Done {
                         event,
@@ -329,10 +345,6 @@ impl Forwarder {
         event: &mut Claimed,
         trace: Option<&crate::telemetry::traces::Delivery>,
     ) -> Option<Answer> {
-        // Shaped first, so that the lease check below covers the call that follows.
-        if let Some(not_delivered) = self.shape(event).await {
-            return Some(not_delivered);
-        }
         let now = now_ms();
         let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
         if event.claimed_until - now < needed {

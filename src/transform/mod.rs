@@ -25,7 +25,7 @@ use std::time::Duration;
 
 pub use pool::Pool;
 pub use program::Ran;
-pub use shape::{Counters, Shaped, failed, filtered, shape, shape_claims};
+pub use shape::{Counters, Shaped, failed, filtered, shape_all, shape_claims};
 
 /// The longest program accepted: a transform is a few lines; this is a few hundred.
 pub const MAX_PROGRAM_BYTES: usize = 16 * 1024;

@@ -70,30 +70,68 @@ impl Pool {
         Ok(Pool::new(std::env::current_exe()?))
     }
 
-    /// Run `transform` on `body` within the budget. The future waits on a channel only: the
-    /// run itself is on a pool thread, which finishes it (within its budget) even when the
-    /// caller went away.
+    /// Run `transform` on `body` within the budget.
     pub async fn run(&self, transform: &Transform, body: &[u8]) -> Ran {
-        let request = match worker::request(transform.as_str(), body) {
-            Ok(r) => r,
-            Err(e) => return Ran::Failed(format!("cannot send the body to the program: {e}")),
-        };
-        let (answer, answered) = oneshot::channel();
+        let mut ran = self.run_all(transform, [body]).await;
+        ran.pop()
+            .unwrap_or_else(|| Ran::Failed("the transform workers are shut down".into()))
+    }
+
+    /// Run `transform` on each of `bodies`, each within its budget; the outcomes in order.
+    /// They wait in the queue together, so that they go to the workers in as few batches as
+    /// can be. The future waits on channels only: the runs are on the pool's threads, which
+    /// finish them (each within its budget) even when the caller went away.
+    pub async fn run_all<'a>(
+        &self,
+        transform: &Transform,
+        bodies: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Vec<Ran> {
+        let mut pending = Vec::new();
+        let mut runs = Vec::new();
+        for body in bodies {
+            match worker::request(transform.as_str(), body) {
+                Ok(request) => {
+                    let (answer, answered) = oneshot::channel();
+                    runs.push(Run { request, answer });
+                    pending.push(Err(answered));
+                }
+                Err(e) => pending.push(Ok(Ran::Failed(format!(
+                    "cannot send the body to the program: {e}"
+                )))),
+            }
+        }
+        self.enqueue(runs);
+        let mut ran = Vec::with_capacity(pending.len());
+        for p in pending {
+            ran.push(match p {
+                Ok(now) => now,
+                Err(answered) => answered
+                    .await
+                    .unwrap_or_else(|_| Ran::Failed("the transform workers are shut down".into())),
+            });
+        }
+        ran
+    }
+
+    fn enqueue(&self, runs: Vec<Run>) {
+        if runs.is_empty() {
+            return;
+        }
+        let batches = runs.len().div_ceil(MAX_BATCH);
         let start_thread = {
             let mut state = self.shared.state.lock();
             if state.closed {
-                return Ran::Failed("the transform workers are shut down".into());
+                return; // The runs' answers are dropped: "shut down".
             }
-            state.waiting.push_back(Run { request, answer });
-            if state.idle > 0 {
+            state.waiting.extend(runs);
+            for _ in 0..batches.min(state.idle) {
                 self.shared.work.notify_one();
-                false
-            } else if state.threads < self.shared.most {
-                state.threads += 1;
-                true
-            } else {
-                false
             }
+            let start = state.idle < batches && state.threads < self.shared.most;
+            if start {
+                state.threads += 1;
+            }
+            start
         };
         if start_thread && let Err(e) = self.start_thread() {
             let stranded = {
@@ -111,9 +149,6 @@ impl Pool {
                     .send(Ran::Failed(format!("cannot start a transform thread: {e}")));
             }
         }
-        answered
-            .await
-            .unwrap_or_else(|_| Ran::Failed("the transform workers are shut down".into()))
     }
 
     fn start_thread(&self) -> std::io::Result<()> {
