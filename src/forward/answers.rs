@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 use super::{FAILURES_TO_OPEN, Forwarder};
 use crate::domain::DeliveryMode;
@@ -12,21 +13,30 @@ use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Outcome};
 use super::call::Answer;
 
 impl Forwarder {
-    /// Run the subscription's transform on the claimed event (every kind this forwarder serves
-    /// delivers what it made): `Some` answer when nothing is to be delivered.
-    pub(super) async fn shape(&self, event: &mut Claimed) -> Option<Answer> {
-        let shaped = crate::transform::shape(
+    /// Run the subscription's transform on the claimed events, as one batch (every kind this
+    /// forwarder serves delivers what it made): per event, `Some` answer when nothing is to be
+    /// delivered, and when the runs started and ended.
+    pub(super) async fn shape_all(
+        &self,
+        events: &mut [Claimed],
+    ) -> (Vec<Option<Answer>>, (SystemTime, SystemTime)) {
+        let started = SystemTime::now();
+        let shaped = crate::transform::shape_all(
             &self.options.transforms,
             self.sub.transform.as_ref(),
-            event,
+            events,
             &self.transform_counters,
         )
         .await;
-        match shaped {
-            crate::transform::Shaped::Deliver => None,
-            crate::transform::Shaped::Filtered => Some(Answer::Filtered),
-            crate::transform::Shaped::Failed(message) => Some(Answer::Unshaped(message)),
-        }
+        let answers = shaped
+            .into_iter()
+            .map(|shaped| match shaped {
+                crate::transform::Shaped::Deliver => None,
+                crate::transform::Shaped::Filtered => Some(Answer::Filtered),
+                crate::transform::Shaped::Failed(message) => Some(Answer::Unshaped(message)),
+            })
+            .collect();
+        (answers, (started, SystemTime::now()))
     }
 
     /// The event's next state.

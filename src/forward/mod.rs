@@ -227,10 +227,6 @@ impl Forwarder {
         event: &mut Claimed,
         trace: Option<&crate::telemetry::traces::Delivery>,
     ) -> Option<Answer> {
-        // Shaped first, so that the lease check below covers the call that follows.
-        if let Some(not_delivered) = self.shape(event).await {
-            return Some(not_delivered);
-        }
         let now = now_ms();
         let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
         if event.claimed_until - now < needed {

@@ -19,6 +19,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::call::Answer;
 use super::{Done, Forwarder, MAX_FINISH_BATCH};
 
 /// Writes running at once: a claim may start while the write before it waits for the disk.
@@ -186,7 +187,11 @@ impl Forwarder {
             }
             in_flight += claims.len();
             let probe = gate == Gate::Probe;
-            for event in claims {
+            // Shaped first, all at once (one batch for the transform's workers), so that each
+            // call's lease check covers the call that follows.
+            let mut claims = claims;
+            let (unshaped, shaped_at) = self.shape_all(&mut claims).await;
+            for (event, unshaped) in claims.into_iter().zip(unshaped) {
                 let start = pace.next();
                 let me = Arc::clone(&self);
                 let done = done.clone();
@@ -196,7 +201,19 @@ impl Forwarder {
                     }
                     let mut event = event;
                     let trace = me.options.traces.deliver(&event, &me.sub.name, round.at);
-                    let answer = me.call(&mut event, trace.as_ref()).await;
+                    let answer = match unshaped {
+                        Some(not_delivered) => Some(not_delivered),
+                        None => me.call(&mut event, trace.as_ref()).await,
+                    };
+                    if let Some(trace) = trace.as_ref().filter(|_| me.sub.transform.is_some()) {
+                        let outcome = match &answer {
+                            Some(Answer::Filtered) => "filtered",
+                            Some(Answer::Unshaped(_)) => "failed",
+                            _ => "shaped",
+                        };
+                        let kind = opentelemetry::trace::SpanKind::Internal;
+                        trace.done("webhook.transform", kind, shaped_at, Some(outcome));
+                    }
                     me.observe(&answer, probe).await;
                     let _ = done.send(Done {
                         event,

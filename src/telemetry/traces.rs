@@ -13,7 +13,8 @@
 //! - Its context is stored with the event (`traceparent`), so that each subscription's
 //!   handling, later and on any node, continues the trace: `webhook.deliver` (consumer), per
 //!   subscription and attempt, with `webhook.claim` (the claim that fanned the event out or
-//!   took it again), `webhook.call` (client: an `http` subscription's request, whose
+//!   took it again), `webhook.transform` (its `transform`, run in a batch with the events
+//!   claimed beside it), `webhook.call` (client: an `http` subscription's request, whose
 //!   `traceparent` header names it) or `webhook.handle` (an in-process handler), and
 //!   `webhook.ack` (the commit of its next state). A `pull` claim's answer carries, per
 //!   claim, the context of its `webhook.deliver` span, which ends with the claim: the client's

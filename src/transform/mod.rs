@@ -5,15 +5,17 @@
 //! `last(range(1e18))` or `def f: f; f` never yields one), a native function such as `range`
 //! loops in Rust, and a deep recursion overflows the stack, which would abort the whole node.
 //! So programs run in worker processes (the binary's hidden `transform-worker` command), kept
-//! warm in a [`Pool`] and fed one request at a time over a pipe; a worker that runs past its
+//! warm in a [`Pool`] and fed batches of requests over a pipe; a worker that runs past a run's
 //! budget is killed and replaced, and whatever a program does ends in its own process. Only
 //! the check at validation ([`Transform::parse`]: parse and compile, no run) is in-process.
 //!
 //! - `program`: compile and run one program (the worker's code; the compile check).
 //! - `worker`: the worker process's loop and the frames on its pipes.
-//! - `pool`: the node's side: warm workers, the budgets, kill and replace.
+//! - `pool`: the node's side: the queue of runs and the threads that take them in batches.
+//! - `batch`: one batch on one worker: the budgets, kill and replace, the re-runs.
 //! - `shape`: what a delivery does with the outcome (forwarders and pull claims).
 
+mod batch;
 mod pool;
 pub mod program;
 mod shape;
@@ -23,7 +25,7 @@ use std::time::Duration;
 
 pub use pool::Pool;
 pub use program::Ran;
-pub use shape::{Counters, Shaped, failed, filtered, shape, shape_claims};
+pub use shape::{Counters, Shaped, failed, filtered, shape_all, shape_claims};
 
 /// The longest program accepted: a transform is a few lines; this is a few hundred.
 pub const MAX_PROGRAM_BYTES: usize = 16 * 1024;

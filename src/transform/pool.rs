@@ -1,52 +1,53 @@
-//! The node's side of the worker processes: a few kept warm, one request at a time each, a
-//! budget per run, and a worker that overruns it killed (its process gone, nothing spinning)
-//! and replaced by the next run that needs one.
+//! The node's side of the worker processes: runs wait in one queue; a few threads, each with
+//! its worker process, take whatever is waiting as one batch (`batch`), so that a busy node
+//! pays a pipe round trip and a few thread wake-ups per batch rather than per event.
 
-use std::io::{BufReader, BufWriter, Write};
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use tokio::sync::{Semaphore, oneshot};
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::oneshot;
 
-use super::worker;
-use super::{Ran, TIME_BUDGET, Transform, WALL_LIMIT};
+use super::batch::{self, Process, Run};
+use super::{Ran, Transform, worker};
 
-/// Warm workers of a node, at most one per core (at most 4): a run is microseconds, so a few
-/// serve every forwarder and pull route of the node, and a looping program holds one of them
-/// for at most [`WALL_LIMIT`].
+/// The most runs sent to a worker at once, and about the most bytes of requests: enough to
+/// amortise a round trip, few enough that a batch is done in a few milliseconds.
+const MAX_BATCH: usize = 64;
+const MAX_BATCH_BYTES: usize = 1024 * 1024;
+
+/// Worker threads and processes of a node, at most one per core (at most 4), started as the
+/// queue needs them: a run is microseconds, so a few serve every forwarder and pull route of
+/// the node, and a looping program holds one of them for at most [`super::WALL_LIMIT`] (twice
+/// when it came in a batch: once to find it, once alone).
 pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     exe: PathBuf,
-    idle: parking_lot::Mutex<Vec<Worker>>,
-    slots: Semaphore,
+    most: usize,
+    state: Mutex<State>,
+    work: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    waiting: VecDeque<Run>,
+    threads: usize,
+    idle: usize,
+    closed: bool,
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.shared.state.lock();
         f.debug_struct("Pool")
-            .field("exe", &self.exe)
-            .field("idle", &self.idle.lock().len())
+            .field("exe", &self.shared.exe)
+            .field("threads", &state.threads)
+            .field("waiting", &state.waiting.len())
             .finish()
-    }
-}
-
-/// One worker process and the thread that talks to it.
-struct Worker {
-    child: Child,
-    jobs: std::sync::mpsc::Sender<Job>,
-}
-
-struct Job {
-    request: Vec<u8>,
-    answer: oneshot::Sender<std::io::Result<Ran>>,
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // A worker is dropped when it overran, broke, or its run was abandoned (the caller
-        // went away mid-run), and with the pool: never left running, never a zombie.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -55,9 +56,12 @@ impl Pool {
     pub fn new(exe: PathBuf) -> Pool {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Pool {
-            exe,
-            idle: parking_lot::Mutex::new(Vec::new()),
-            slots: Semaphore::new(cores.clamp(1, 4)),
+            shared: Arc::new(Shared {
+                exe,
+                most: cores.clamp(1, 4),
+                state: Mutex::new(State::default()),
+                work: Condvar::new(),
+            }),
         }
     }
 
@@ -66,128 +70,147 @@ impl Pool {
         Ok(Pool::new(std::env::current_exe()?))
     }
 
-    /// The process ids of the workers waiting for work (tests look at them).
-    pub fn idle_pids(&self) -> Vec<u32> {
-        self.idle.lock().iter().map(|w| w.child.id()).collect()
-    }
-
     /// Run `transform` on `body` within the budget.
     pub async fn run(&self, transform: &Transform, body: &[u8]) -> Ran {
-        let request = match worker::request(transform.as_str(), body) {
-            Ok(r) => r,
-            Err(e) => return Ran::Failed(format!("cannot send the body to the program: {e}")),
-        };
-        let Ok(_slot) = self.slots.acquire().await else {
-            return Ran::Failed("the transform workers are shut down".into());
-        };
-        let popped = self.idle.lock().pop();
-        let worker = match popped {
-            Some(w) => w,
-            None => match self.start() {
-                Ok(w) => w,
-                Err(e) => return Ran::Failed(format!("cannot start a transform worker: {e}")),
-            },
-        };
-        let (answer, mut answered) = oneshot::channel();
-        if worker.jobs.send(Job { request, answer }).is_err() {
-            return Ran::Failed(
-                "a transform worker was gone: tried again at the next attempt".into(),
-            );
+        let mut ran = self.run_all(transform, [body]).await;
+        ran.pop()
+            .unwrap_or_else(|| Ran::Failed("the transform workers are shut down".into()))
+    }
+
+    /// Run `transform` on each of `bodies`, each within its budget; the outcomes in order.
+    /// They wait in the queue together, so that they go to the workers in as few batches as
+    /// can be. The future waits on channels only: the runs are on the pool's threads, which
+    /// finish them (each within its budget) even when the caller went away.
+    pub async fn run_all<'a>(
+        &self,
+        transform: &Transform,
+        bodies: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Vec<Ran> {
+        let mut pending = Vec::new();
+        let mut runs = Vec::new();
+        for body in bodies {
+            match worker::request(transform.as_str(), body) {
+                Ok(request) => {
+                    let (answer, answered) = oneshot::channel();
+                    runs.push(Run { request, answer });
+                    pending.push(Err(answered));
+                }
+                Err(e) => pending.push(Ok(Ran::Failed(format!(
+                    "cannot send the body to the program: {e}"
+                )))),
+            }
         }
-        let pid = worker.child.id();
-        let started = Instant::now();
-        let cpu_before = cpu_ms(pid);
-        let mut deadline = started + TIME_BUDGET;
-        loop {
-            match tokio::time::timeout_at(deadline.into(), &mut answered).await {
-                Ok(Ok(Ok(ran))) => {
-                    self.idle.lock().push(worker);
-                    return ran;
+        self.enqueue(runs);
+        let mut ran = Vec::with_capacity(pending.len());
+        for p in pending {
+            ran.push(match p {
+                Ok(now) => now,
+                Err(answered) => answered
+                    .await
+                    .unwrap_or_else(|_| Ran::Failed("the transform workers are shut down".into())),
+            });
+        }
+        ran
+    }
+
+    fn enqueue(&self, runs: Vec<Run>) {
+        if runs.is_empty() {
+            return;
+        }
+        let batches = runs.len().div_ceil(MAX_BATCH);
+        let start_thread = {
+            let mut state = self.shared.state.lock();
+            if state.closed {
+                return; // The runs' answers are dropped: "shut down".
+            }
+            state.waiting.extend(runs);
+            for _ in 0..batches.min(state.idle) {
+                self.shared.work.notify_one();
+            }
+            let start = state.idle < batches && state.threads < self.shared.most;
+            if start {
+                state.threads += 1;
+            }
+            start
+        };
+        if start_thread && let Err(e) = self.start_thread() {
+            let stranded = {
+                let mut state = self.shared.state.lock();
+                state.threads -= 1;
+                if state.threads == 0 {
+                    std::mem::take(&mut state.waiting)
+                } else {
+                    VecDeque::new()
                 }
-                Ok(_) => {
-                    drop(worker);
-                    return Ran::Failed(
-                        "the program's worker process ended: it recursed too deep or went over \
-                         its memory limit"
-                            .into(),
-                    );
-                }
-                Err(_) => {
-                    // Past the budget in wall time; stopped once it is past it in CPU time.
-                    let used = cpu_ms(pid)
-                        .zip(cpu_before)
-                        .map(|(now, before)| now - before);
-                    let budget = TIME_BUDGET.as_millis() as u64;
-                    match used {
-                        Some(used) if used < budget && started.elapsed() < WALL_LIMIT => {
-                            deadline =
-                                Instant::now() + Duration::from_millis((budget - used).max(5));
-                        }
-                        _ => {
-                            drop(worker);
-                            return Ran::Failed(format!(
-                                "the program ran past its time budget ({budget} ms of CPU, {} ms \
-                                 at most in all) and was stopped",
-                                WALL_LIMIT.as_millis()
-                            ));
-                        }
-                    }
-                }
+            };
+            for run in stranded {
+                let _ = run
+                    .answer
+                    .send(Ran::Failed(format!("cannot start a transform thread: {e}")));
             }
         }
     }
 
-    fn start(&self) -> std::io::Result<Worker> {
-        let mut child = Command::new(&self.exe)
-            .arg("transform-worker")
-            // A program's `env` and `$ENV` see nothing of the node's environment (its tokens).
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::other("no pipes to the worker"));
-        };
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let talk = move || {
-            let (mut to, mut from) = (BufWriter::new(stdin), BufReader::new(stdout));
-            for job in queue {
-                let answer = to
-                    .write_all(&job.request)
-                    .and_then(|()| to.flush())
-                    .and_then(|()| worker::read_answer(&mut from));
-                let broken = answer.is_err();
-                let _ = job.answer.send(answer);
-                if broken {
+    fn start_thread(&self) -> std::io::Result<()> {
+        let shared = Arc::clone(&self.shared);
+        std::thread::Builder::new()
+            .name("transform-io".into())
+            .spawn(move || shared.serve())
+            .map(|_| ())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // The threads end after their batch in hand, and their worker processes with them.
+        let mut state = self.shared.state.lock();
+        state.closed = true;
+        self.shared.work.notify_all();
+    }
+}
+
+impl Shared {
+    /// A pool thread: batches from the queue until the pool is dropped.
+    fn serve(&self) {
+        let mut process: Option<Process> = None;
+        loop {
+            let runs = {
+                let mut state = self.state.lock();
+                while state.waiting.is_empty() && !state.closed {
+                    state.idle += 1;
+                    self.work.wait(&mut state);
+                    state.idle -= 1;
+                }
+                if state.closed {
+                    state.threads -= 1;
                     return;
                 }
-            }
-        };
-        let spawned = std::thread::Builder::new()
-            .name("transform-io".into())
-            .spawn(talk);
-        match spawned {
-            Ok(_) => Ok(Worker { child, jobs }),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(e)
-            }
+                take_batch(&mut state.waiting)
+            };
+            batch::serve(&self.exe, &mut process, runs);
         }
     }
 }
 
-/// The CPU time (user and system) a process has used, in ms; `None` where `/proc` cannot say.
-fn cpu_ms(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's name, which is in parentheses and may hold spaces: state is the
-    // first field, utime the 12th and stime the 13th (proc(5)); ticks of 10 ms (USER_HZ 100).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) * 10)
+/// The runs at the head of the queue, at most [`MAX_BATCH`] and (but for the first)
+/// [`MAX_BATCH_BYTES`]; a run whose caller went away is dropped unrun.
+fn take_batch(waiting: &mut VecDeque<Run>) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let mut bytes = 0;
+    while let Some(run) = waiting.front() {
+        if runs.len() == MAX_BATCH
+            || (!runs.is_empty() && bytes + run.request.len() > MAX_BATCH_BYTES)
+        {
+            break;
+        }
+        let Some(run) = waiting.pop_front() else {
+            break;
+        };
+        if run.answer.is_closed() {
+            continue;
+        }
+        bytes += run.request.len();
+        runs.push(run);
+    }
+    runs
 }

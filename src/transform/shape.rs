@@ -67,31 +67,39 @@ impl Counters {
     }
 }
 
-/// Run `transform` (if any) on the claimed event: its payload becomes the output, JSON.
-pub async fn shape(
+/// Run `transform` (if any) on each claimed event, as one batch of the pool: what becomes of
+/// each, in order; the payload of each to deliver is now its output, JSON.
+pub async fn shape_all(
     pool: &Pool,
     transform: Option<&Transform>,
-    event: &mut Claimed,
+    events: &mut [Claimed],
     counters: &Counters,
-) -> Shaped {
+) -> Vec<Shaped> {
     let Some(transform) = transform else {
-        return Shaped::Deliver;
+        return vec![Shaped::Deliver; events.len()];
     };
-    match pool.run(transform, &event.payload).await {
-        Ran::One(output) => {
-            event.payload = output;
-            event.content_type = Some("application/json".into());
-            Shaped::Deliver
-        }
-        Ran::Nothing => {
-            counters.filtered.inc();
-            Shaped::Filtered
-        }
-        Ran::Failed(message) => {
-            counters.failures.inc();
-            Shaped::Failed(message)
-        }
-    }
+    let ran = pool
+        .run_all(transform, events.iter().map(|e| &e.payload[..]))
+        .await;
+    events
+        .iter_mut()
+        .zip(ran)
+        .map(|(event, ran)| match ran {
+            Ran::One(output) => {
+                event.payload = output;
+                event.content_type = Some("application/json".into());
+                Shaped::Deliver
+            }
+            Ran::Nothing => {
+                counters.filtered.inc();
+                Shaped::Filtered
+            }
+            Ran::Failed(message) => {
+                counters.failures.inc();
+                Shaped::Failed(message)
+            }
+        })
+        .collect()
 }
 
 /// A pull claim's events, shaped: those to hand out, with their outputs. The others are
@@ -101,21 +109,16 @@ pub async fn shape_claims(
     store: &Arc<dyn Store>,
     transform: Option<&Transform>,
     counters: &Counters,
-    claims: Vec<Claimed>,
+    mut claims: Vec<Claimed>,
 ) -> StoreResult<Vec<Claimed>> {
     if transform.is_none() {
         return Ok(claims);
     }
-    // Side by side: the pool's slots bound how many run at once.
-    let shaped = futures_util::future::join_all(claims.into_iter().map(|mut claim| async move {
-        let next = shape(pool, transform, &mut claim, counters).await.next();
-        (claim, next)
-    }))
-    .await;
+    let shaped = shape_all(pool, transform, &mut claims, counters).await;
     let mut kept = Vec::with_capacity(shaped.len());
     let mut finished = Vec::new();
-    for (claim, next) in shaped {
-        match next {
+    for (claim, shaped) in claims.into_iter().zip(shaped) {
+        match shaped.next() {
             None => kept.push(claim),
             Some(next) => finished.push(Finish {
                 claim: claim.claim,

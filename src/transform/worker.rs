@@ -3,16 +3,23 @@
 //!
 //! Frames, little-endian lengths: a request is `u32 len, program, u32 len, body`; an answer is
 //! `u8 tag, u32 len, bytes` with tag 0 (one output, its JSON), 1 (no output) or 2 (failed,
-//! the message).
+//! the message). The node writes a batch of requests at once; the worker answers them in
+//! order, and sends what it has answered when it runs out of requests or every
+//! [`FLUSH_EVERY`], so that a batch costs a few writes on each side, not one per event.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::time::{Duration, Instant};
 
 use super::program::{self, Compiled, Ran};
 use super::{MEMORY_LIMIT_BYTES, OUTPUT_BUDGET};
 
 /// Compiled programs kept by a worker (a node has few transforms; the set is dropped when full).
 const CACHED_PROGRAMS: usize = 64;
+
+/// The longest a worker keeps answers it has made: the node judges a batch's budgets by the
+/// answers it sees, so one that runs long is seen within this of its start.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(1);
 
 /// The worker's loop. Returns when stdin closes (the node let it go or is gone).
 pub fn serve() -> io::Result<()> {
@@ -40,13 +47,18 @@ pub fn serve() -> io::Result<()> {
 }
 
 /// How often a worker looks whether its node is still there.
-const ORPHAN_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+const ORPHAN_CHECK: Duration = Duration::from_millis(200);
 
 fn answer_requests() -> io::Result<()> {
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = BufWriter::new(io::stdout().lock());
     let mut cache: HashMap<String, Result<Compiled, String>> = HashMap::new();
+    let mut flushed = Instant::now();
     loop {
+        if input.buffer().is_empty() || flushed.elapsed() >= FLUSH_EVERY {
+            output.flush()?;
+            flushed = Instant::now();
+        }
         let program = match read_chunk(&mut input) {
             Ok(p) => p,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
@@ -65,7 +77,6 @@ fn answer_requests() -> io::Result<()> {
             Err(e) => Ran::Failed(format!("the program does not compile: {e}")),
         };
         write_answer(&mut output, &ran)?;
-        output.flush()?;
     }
 }
 
@@ -119,18 +130,29 @@ fn write_answer(w: &mut impl Write, ran: &Ran) -> io::Result<()> {
     w.write_all(bytes)
 }
 
-/// Read one answer (the node's side).
-pub fn read_answer(r: &mut impl Read) -> io::Result<Ran> {
-    let mut tag = [0u8; 1];
-    r.read_exact(&mut tag)?;
-    let bytes = read_chunk(r)?;
-    match tag[0] {
-        0 => Ok(Ran::One(bytes)),
-        1 => Ok(Ran::Nothing),
-        2 => Ok(Ran::Failed(String::from_utf8_lossy(&bytes).into_owned())),
-        other => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a transform worker answered tag {other}"),
-        )),
-    }
+/// The first answer in `bytes`, and how many bytes it took; `None` until it is all there
+/// (the node's side).
+pub fn parse_answer(bytes: &[u8]) -> io::Result<Option<(Ran, usize)>> {
+    let Some((&tag, rest)) = bytes.split_first() else {
+        return Ok(None);
+    };
+    let Some(len) = rest.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes(*len) as usize;
+    let Some(content) = rest.get(4..4 + len) else {
+        return Ok(None);
+    };
+    let ran = match tag {
+        0 => Ran::One(content.to_vec()),
+        1 => Ran::Nothing,
+        2 => Ran::Failed(String::from_utf8_lossy(content).into_owned()),
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a transform worker answered tag {other}"),
+            ));
+        }
+    };
+    Ok(Some((ran, 5 + len)))
 }

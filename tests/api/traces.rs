@@ -64,6 +64,7 @@ sources = ["shop"]
 url = "{endpoint}"
 signing_secret = "{SW_SECRET}"
 timeout_ms = 2000
+transform = "."
 
 [[subscriptions]]
 name = "puller"
@@ -264,7 +265,16 @@ fn one_delivery_is_one_trace_from_the_provider_to_each_subscription(kind: StoreK
     let hook = deliveries["hook"];
     assert_eq!(
         children(hook),
-        ["webhook.ack", "webhook.call", "webhook.claim"]
+        [
+            "webhook.ack",
+            "webhook.call",
+            "webhook.claim",
+            "webhook.transform"
+        ]
+    );
+    assert_eq!(
+        attr(named("webhook.transform")[0], "webhook.outcome").as_deref(),
+        Some("shaped")
     );
     assert_eq!(attr(hook, "webhook.outcome").as_deref(), Some("delivered"));
     let points = deliveries["points"];

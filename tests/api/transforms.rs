@@ -303,3 +303,57 @@ async fn looping_programs_fail_on_their_budget_and_nothing_is_left_running() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A worker takes the runs waiting for it as one batch; when a program loops inside a batch,
+/// the batch's worker is killed and its unanswered runs are run again one at a time: the
+/// looping events fail alone and the batch's others are delivered, once each. The events are
+/// released together (the subscription paused while they are stored, then resumed), so that
+/// their runs wait for the workers side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_program_in_a_batch_fails_alone_and_the_others_are_delivered() {
+    let (billing, archive) = (
+        Receiver::start(Duration::ZERO, 200),
+        Receiver::start(Duration::ZERO, 200),
+    );
+    let program = r#"if .loop then last(range(1e18)) else {id} end"#;
+    let app = spawn_app_with(
+        |c: &mut String| {
+            config(&billing.url, &archive.url, program)(c);
+            *c = c.replace("transform = '''", "concurrency = 64\ntransform = '''");
+        },
+        options(),
+    )
+    .await;
+    let paused = app.admin_post("/subscriptions/billing/pause", None).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    let looping = [7, 23];
+    for i in 0..40 {
+        let body = json!({"id": format!("b-{i}"), "loop": looping.contains(&i)}).to_string();
+        assert_eq!(
+            app.deliver("shop", &format!("b-{i}"), &body).await.status,
+            200
+        );
+    }
+    let resumed = app.admin_post("/subscriptions/billing/resume", None).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    for i in 0..40 {
+        let id = format!("b-{i}");
+        if looping.contains(&i) {
+            let failed = until_state(&app, &id, "billing", "failed").await;
+            let error = failed["last_error"].as_str().unwrap();
+            assert!(error.contains("ran past its time budget"), "{id}: {error}");
+            assert_eq!(failed["attempts"], 1);
+        } else {
+            let done = until_state(&app, &id, "billing", "completed").await;
+            assert_eq!(done["outcome"], "delivered", "{id}: {done}");
+            let [call] = calls_for(&billing, &id).try_into().unwrap();
+            assert_eq!(body_of(&call), json!({"id": id}));
+        }
+    }
+    assert_eq!(
+        billing.calls().len(),
+        38,
+        "only the events that did not loop, once each"
+    );
+    app.stop().await;
+}
