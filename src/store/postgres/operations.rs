@@ -19,9 +19,9 @@ use crate::store::{
 };
 use crate::subscriptions::Subscription;
 
-/// [`crate::store::event_counts_sql`] for PostgreSQL.
+/// [`crate::store::sql::stats::event_counts_sql`] for PostgreSQL.
 static EVENT_COUNTS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(crate::store::event_counts_sql::<super::dialect::Dialect>);
+    std::sync::LazyLock::new(crate::store::sql::stats::event_counts_sql::<super::dialect::Dialect>);
 
 impl Store for PostgresStore {
     crate::store::sql::ops::ops_methods!();
@@ -81,7 +81,7 @@ impl Store for PostgresStore {
     fn event_counts(&self) -> StoreResult<StatusCounts> {
         self.tx(|db| {
             let r = db.query_one(&EVENT_COUNTS, &[])?;
-            Ok(crate::store::event_counts_of(
+            Ok(crate::store::sql::stats::event_counts_of(
                 r.try_get(0)?,
                 r.try_get(1)?,
                 r.try_get(2)?,

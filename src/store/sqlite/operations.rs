@@ -17,9 +17,9 @@ use crate::store::{
 };
 use crate::subscriptions::Subscription;
 
-/// [`crate::store::event_counts_sql`] with SQLite's index hints.
+/// [`crate::store::sql::stats::event_counts_sql`] with SQLite's index hints.
 static EVENT_COUNTS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(crate::store::event_counts_sql::<super::dialect::Dialect>);
+    std::sync::LazyLock::new(crate::store::sql::stats::event_counts_sql::<super::dialect::Dialect>);
 
 impl Store for SqliteStore {
     crate::store::sql::ops::ops_methods!();
@@ -73,7 +73,7 @@ impl Store for SqliteStore {
             let (a, b, c, d) = conn
                 .prepare_cached(&EVENT_COUNTS)?
                 .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-            Ok(crate::store::event_counts_of(a, b, c, d))
+            Ok(crate::store::sql::stats::event_counts_of(a, b, c, d))
         })
     }
 
