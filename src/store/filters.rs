@@ -68,15 +68,7 @@ impl Sqlite<'_> {
 
 impl Dialect for Sqlite<'_> {
     fn test(&self, path: &[String], test: &Test) -> String {
-        // SQLite reads a quoted label's backslashes as JSON escapes (the pointer has no quote
-        // or control character to escape).
-        let json_path: String = std::iter::once("$".to_string())
-            .chain(
-                path.iter()
-                    .map(|k| format!(".\"{}\"", k.replace('\\', "\\\\"))),
-            )
-            .collect();
-        let json_path = quote(&json_path);
+        let json_path = sqlite_json_path(path);
         let ty = format!("json_type({}, {json_path})", self.body);
         let value = format!("json_extract({}, {json_path})", self.body);
         match test {
@@ -170,6 +162,20 @@ impl Dialect for Postgres<'_> {
     }
 }
 
+/// The SQLite JSON path literal of the key `path` (`'$."data"."customer_id"'`), for filters and
+/// order keys alike. SQLite reads a quoted label's backslashes as JSON escapes, so each is
+/// doubled (a pointer has no quote or control character to escape: `parse_pointer` refuses
+/// them).
+pub fn sqlite_json_path(path: &[String]) -> String {
+    let json_path: String = std::iter::once("$".to_string())
+        .chain(
+            path.iter()
+                .map(|k| format!(".\"{}\"", k.replace('\\', "\\\\"))),
+        )
+        .collect();
+    quote(&json_path)
+}
+
 /// An SQLite string literal (no backslash escapes there).
 fn quote(text: &str) -> String {
     crate::store::routes::quote(text)
@@ -177,7 +183,7 @@ fn quote(text: &str) -> String {
 
 /// A PostgreSQL escape-string literal: the same text whatever the server's
 /// `standard_conforming_strings`.
-fn e_quote(text: &str) -> String {
+pub fn e_quote(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 

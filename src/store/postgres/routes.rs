@@ -173,7 +173,11 @@ impl Routes {
 
 /// The order key of the body `payload` (an expression) for ordered subscription `o`.
 pub(super) fn key_sql(o: &routes::Ordered, payload: &str) -> String {
-    let path: Vec<String> = o.path.iter().map(|k| routes::quote(k)).collect();
+    let path: Vec<String> = o
+        .path
+        .iter()
+        .map(|k| crate::store::filters::e_quote(k))
+        .collect();
     format!(
         "webhook_inbox_order_key({payload}, ARRAY[{}]::text[])",
         path.join(", ")

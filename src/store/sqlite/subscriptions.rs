@@ -106,13 +106,10 @@ pub(super) fn registry_version(conn: &Connection) -> StoreResult<i64> {
 /// The order key of the body of `l`: the value at `path` as text, NULL when the body is not
 /// JSON or has no such field (a body is never refused here: it only has no key).
 fn key_sql(path: &[String]) -> String {
-    let json_path: String = std::iter::once("$".to_string())
-        .chain(path.iter().map(|k| format!(".\"{k}\"")))
-        .collect();
     format!(
         "(CASE WHEN json_valid(CAST(l.payload AS TEXT))
                THEN CAST(json_extract(CAST(l.payload AS TEXT), {}) AS TEXT) END)",
-        routes::quote(&json_path)
+        crate::store::filters::sqlite_json_path(path)
     )
 }
 
