@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Lane, NewDelivery};
+use webhook_inbox::store::{EventFilter, Lane, NewDelivery, Page, Status};
 use webhook_inbox::subscriptions::filter::Filter;
 use webhook_inbox::subscriptions::{Kind, Route, Subscription};
 
@@ -159,8 +159,43 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
         })
         .collect();
     h.store.insert_deliveries(&batch).unwrap();
-    fan_out_all(&h);
+    // Before the fan-out, each subscription's pending list (`GET /events?subscription=f{i}&
+    // status=pending`) holds the events its filter will take, and no other. Seen failing (both
+    // stores) with the list's filter left out: every event its route takes was listed.
     let mut wrong = Vec::new();
+    for (i, sub) in subs.iter().enumerate() {
+        let listed: BTreeSet<String> = h
+            .store
+            .list_events(
+                &EventFilter {
+                    subscription: Some(sub.name.clone()),
+                    status: Some(Status::Pending),
+                    ..EventFilter::default()
+                },
+                Page {
+                    limit: 1000,
+                    before_seq: None,
+                },
+            )
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event_id)
+            .collect();
+        let expected: BTreeSet<String> = payloads
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| sub.filter.as_ref().unwrap().matches(p))
+            .map(|(b, _)| format!("b{b}"))
+            .collect();
+        if listed != expected {
+            wrong.push(format!(
+                "filter {}: pending lists {listed:?}, Rust takes {expected:?}",
+                filters[i]
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    fan_out_all(&h);
     let mut taken = 0;
     let mut left_out = vec![0u64; filters.len()];
     for (b, payload) in payloads.iter().enumerate() {

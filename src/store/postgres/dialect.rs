@@ -34,6 +34,17 @@ impl sql::Dialect for Dialect {
     fn route_sql(route: &crate::subscriptions::Route, alias: &str) -> String {
         super::subscriptions::route_sql(route, alias)
     }
+    fn filter_on(filter: &crate::subscriptions::filter::Filter, seq: &str) -> String {
+        let test = crate::store::filters::filter_sql(
+            filter,
+            &crate::store::filters::Postgres { body: "j.body" },
+        );
+        format!(
+            "EXISTS (SELECT 1 FROM (SELECT webhook_inbox_json_body(p.payload) AS body
+                                      FROM event_payloads p WHERE p.seq = {seq}) j
+                      WHERE {test})"
+        )
+    }
     fn in_list(param: &str) -> String {
         format!("= ANY({param})")
     }

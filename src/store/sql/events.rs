@@ -22,12 +22,24 @@ pub fn events_where<D: Dialect>(
     ];
     match (subscription, filter.status) {
         (Some(None), _) => clauses.push(D::NONE.into()),
-        (Some(Some(sub)), status) => clauses.push(crate::store::routes::subscription_clause(
-            sub,
-            status,
-            D::WAITS,
-            &D::route_sql(&sub.route, ""),
-        )),
+        (Some(Some(sub)), status) => {
+            // An event not fanned out yet is the subscription's if its route and its filter
+            // will take it (a filter that leaves it out gives it no state).
+            let takes = match &sub.filter {
+                None => D::route_sql(&sub.route, ""),
+                Some(f) => format!(
+                    "({} AND {})",
+                    D::route_sql(&sub.route, ""),
+                    D::filter_on(f, "events.seq")
+                ),
+            };
+            clauses.push(crate::store::routes::subscription_clause(
+                sub,
+                status,
+                D::WAITS,
+                &takes,
+            ))
+        }
         (None, Some(s)) => {
             clauses.extend(D::status_candidates(s).map(str::to_string));
             clauses.push(format!(

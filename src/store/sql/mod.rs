@@ -48,6 +48,9 @@ pub trait Dialect {
     fn status_candidates(status: Status) -> Option<&'static str>;
     /// A route as a condition on `{alias}source` and `{alias}event_type`.
     fn route_sql(route: &Route, alias: &str) -> String;
+    /// Whether `filter` takes the body of the event at `seq` (an expression), as the fan-out
+    /// will decide it: for the events not fanned out yet, which have no state to read.
+    fn filter_on(filter: &crate::subscriptions::filter::Filter, seq: &str) -> String;
     /// A test that a column is in the list bound at `param` (a [`Value::Ints`]).
     fn in_list(param: &str) -> String;
     /// The rows read are locked to the commit, those of `table` (an alias) only: what reads
@@ -113,6 +116,9 @@ mod tests {
         }
         fn route_sql(_: &Route, _: &str) -> String {
             "route".into()
+        }
+        fn filter_on(_: &crate::subscriptions::filter::Filter, seq: &str) -> String {
+            format!("filter({seq})")
         }
         fn in_list(p: &str) -> String {
             format!("IN {p}")

@@ -47,6 +47,10 @@ impl sql::Dialect for Dialect {
     fn route_sql(route: &crate::subscriptions::Route, alias: &str) -> String {
         route_sql(route, alias)
     }
+    fn filter_on(filter: &crate::subscriptions::filter::Filter, seq: &str) -> String {
+        let body = format!("(SELECT CAST(payload AS TEXT) FROM event_log WHERE seq = {seq})");
+        crate::store::filters::filter_sql(filter, &crate::store::filters::Sqlite { body: &body })
+    }
     fn in_list(param: &str) -> String {
         format!("IN (SELECT value FROM json_each({param}))")
     }
