@@ -24,7 +24,13 @@ pub struct Seen {
     pub calls: Mutex<Vec<Call>>,
     /// TCP connections accepted.
     pub connections: AtomicUsize,
+    /// While set, answers wait (up to [`MAX_HOLD`]) after their delay: a test that needs calls
+    /// in flight across several steps holds them instead of guessing how long the steps take.
+    pub hold: AtomicBool,
 }
+
+/// The longest a held answer waits for [`Receiver::release`].
+pub const MAX_HOLD: Duration = Duration::from_secs(60);
 
 /// One request as the receiver read it.
 #[derive(Debug, Clone)]
@@ -112,6 +118,15 @@ impl Receiver {
     pub fn most_in_flight(&self) -> usize {
         self.seen.most_in_flight.load(Ordering::SeqCst)
     }
+
+    /// Answers wait from now until [`Receiver::release`] (or [`MAX_HOLD`]).
+    pub fn hold(&self) {
+        self.seen.hold.store(true, Ordering::SeqCst);
+    }
+
+    pub fn release(&self) {
+        self.seen.hold.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Receiver {
@@ -173,6 +188,10 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
         let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(delay);
+        let held = std::time::Instant::now();
+        while seen.hold.load(Ordering::SeqCst) && held.elapsed() < MAX_HOLD {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         seen.in_flight.fetch_sub(1, Ordering::SeqCst);
         seen.done.fetch_add(1, Ordering::SeqCst);
         let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\n{{}}");
