@@ -51,6 +51,10 @@ pub struct LoadgenArgs {
     /// Event ids are `<prefix>-<n>`; give each run its own prefix to keep deliveries unique.
     #[arg(long, default_value = "load")]
     id_prefix: String,
+    /// Event ids are `<prefix>-<random hex>` instead, as providers that draw them at random
+    /// send them (Stripe's `evt_…`): each lands anywhere in the id index, not at its end.
+    #[arg(long)]
+    random_ids: bool,
     /// Customers the generated orders spread over.
     #[arg(long, default_value_t = 1000)]
     customers: u64,
@@ -225,7 +229,11 @@ fn prepare(args: &LoadgenArgs, target: &Target) -> anyhow::Result<Vec<Vec<u8>>> 
     let now = now_secs();
     (0..count)
         .map(|n| {
-            let id = format!("{}-{n}", args.id_prefix);
+            let id = if args.random_ids {
+                format!("{}-{}", args.id_prefix, uuid::Uuid::new_v4().simple())
+            } else {
+                format!("{}-{n}", args.id_prefix)
+            };
             let body = body(n, args.customers, args.body_size);
             let headers = args
                 .scheme
