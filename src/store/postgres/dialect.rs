@@ -14,9 +14,7 @@ impl sql::Dialect for Dialect {
         format!("${n}")
     }
     const NONE: &'static str = "false";
-    const WAITS: &'static str = "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor))";
     const WAITING: &'static str = super::events::WAITING;
-    const CURSOR: &'static str = "(SELECT after_seq FROM queue_cursor)";
     const NOW_MS: &'static str = NOW_MS;
     const NEWEST_SEQ: &'static str =
         "coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)";

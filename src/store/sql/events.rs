@@ -25,7 +25,7 @@ pub fn events_where<D: Dialect>(
         (Some(Some(sub)), status) => clauses.push(crate::store::routes::subscription_clause(
             sub,
             status,
-            D::WAITS,
+            super::WAITS,
             &D::route_sql(&sub.route, ""),
         )),
         (None, Some(s)) => {

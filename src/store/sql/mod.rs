@@ -25,19 +25,23 @@ pub use events::{events_page, events_where, failed_states, retry_events_filter};
 use crate::store::Status;
 use crate::subscriptions::Route;
 
+/// The fan-out's cursor (the last `seq` fanned out), a scalar subquery: one row, of id 0, under
+/// one name on both stores (SQLite's migration 0024).
+pub const CURSOR: &str = "(SELECT after_seq FROM queue_cursor WHERE id = 0)";
+
+/// The events waiting for their fan-out (webhooks' events after the cursor), on `events`.
+pub const WAITS: &str =
+    "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor WHERE id = 0))";
+
 /// Where the two stores' SQL differs in what the shared statements need.
 pub trait Dialect {
     /// The `n`th parameter (from 1).
     fn param(n: usize) -> String;
     /// A condition that holds for no row.
     const NONE: &'static str;
-    /// The events waiting for their fan-out (lane 0, after the cursor), on `events`.
-    const WAITS: &'static str;
     /// How many events wait for their fan-out, and when the first of them was received: one
     /// row of two columns, read without routing them.
     const WAITING: &'static str;
-    /// The fan-out's cursor (the last `seq` fanned out), a scalar subquery.
-    const CURSOR: &'static str;
     /// The database's clock in unix milliseconds (PostgreSQL: shared by every node).
     const NOW_MS: &'static str;
     /// The last `seq` the log has given, an expression: a new subscription takes what follows.
@@ -103,9 +107,7 @@ mod tests {
             format!("${n}")
         }
         const NONE: &'static str = "false";
-        const WAITS: &'static str = "waits";
         const WAITING: &'static str = "waiting";
-        const CURSOR: &'static str = "cursor";
         const NOW_MS: &'static str = "now";
         const NEWEST_SEQ: &'static str = "newest";
         fn status_candidates(_: Status) -> Option<&'static str> {

@@ -135,7 +135,7 @@ pub(super) fn unfinished(conn: &Connection) -> StoreResult<Option<i64>> {
 pub(super) const DERIVED: &[&str] = &[
     "copy_in_progress",
     // Set to the source's by `rebuild_derived`.
-    "queue_cursors",
+    "queue_cursor",
     // The registry's version is moved on; the nodes sharing a database are the target's own.
     "subscription_registry",
     "nodes",
@@ -147,7 +147,7 @@ pub(super) const DERIVED: &[&str] = &[
 
 pub(super) fn cursor(conn: &Connection) -> StoreResult<i64> {
     Ok(conn.query_row(
-        "SELECT after_seq FROM queue_cursors WHERE lane = 0",
+        "SELECT after_seq FROM queue_cursor WHERE id = 0",
         [],
         |r| r.get(0),
     )?)
@@ -160,7 +160,7 @@ pub(super) fn cursor(conn: &Connection) -> StoreResult<i64> {
 /// interrupted copy's log does not wait for the consumers; the registry's version moved on.
 pub(super) fn rebuild_derived(tx: &Transaction<'_>, cursor: i64) -> StoreResult<()> {
     tx.execute(
-        "UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0",
+        "UPDATE queue_cursor SET after_seq = ?1 WHERE id = 0",
         [cursor],
     )?;
     super::customers::list_all(tx)?;

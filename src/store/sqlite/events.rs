@@ -46,7 +46,7 @@ pub const STATUS_COUNTS: &str = "SELECT
     (SELECT ifnull(sum((SELECT count(*) FROM event_state INDEXED BY events_due
                          WHERE status = 'pending' AND sub = u.id)), 0)
        FROM subscriptions u WHERE u.origin = 'session')
-  FROM queue_cursors AS q WHERE q.lane = 0";
+  FROM queue_cursor AS q WHERE q.id = 0";
 
 pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
     let (states, pending, waiting, claimed, failed, oldest, session_pending): (
