@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use sha2::{Digest, Sha256};
 
-use super::{EventRecord, Lane, NewDelivery};
+use super::{EventOrigin, EventRecord, NewDelivery};
 use crate::domain::RESERVED_SOURCE;
 
 /// The type of the event a submission stores.
@@ -27,7 +27,7 @@ pub fn submitted(id: &str, now: i64) -> NewDelivery {
         content_type: Some("application/json".into()),
         received_at: now,
         reject_mismatch: false,
-        lane: Lane::CallOut,
+        origin: EventOrigin::Submission,
         traceparent: None,
     }
 }

@@ -12,8 +12,8 @@ use super::{
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::secrets::{Purpose, Rotation, StoredSecret};
 use crate::store::{
-    ClaimFor, ClaimRef, Claimed, DecideExpiry, Finish, Finished, HeldKey, Hold, Holder,
-    InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch,
+    ClaimFor, ClaimRef, Claimed, DecideExpiry, EventOrigin, Finish, Finished, HeldKey, Hold,
+    Holder, InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch,
     PurgeCutoffs, Readiness, SkipOutcome, StatusCounts, Store, StoreError, StoreResult,
     SubmitOutcome, SubscriptionClaim,
 };
@@ -68,7 +68,7 @@ impl Store for PostgresStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        if batch.iter().all(|d| d.lane != Lane::CallOut) {
+        if batch.iter().all(|d| d.origin != EventOrigin::Submission) {
             return self.conn(|conn| ingest::insert_webhooks(conn, batch));
         }
         self.tx(|db| ingest::insert_all(db, batch, &self.routes))
