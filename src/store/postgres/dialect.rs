@@ -15,6 +15,9 @@ impl sql::Dialect for Dialect {
     }
     const NONE: &'static str = "false";
     const WAITING: &'static str = super::events::WAITING;
+    const LEAST: &'static str = "least";
+    const GREATEST: &'static str = "greatest";
+    const STATUS_COUNTS: &'static str = super::events::STATUS_COUNTS;
     const NOW_MS: &'static str = NOW_MS;
     const NEWEST_SEQ: &'static str =
         "coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)";

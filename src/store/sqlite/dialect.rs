@@ -23,6 +23,9 @@ impl sql::Dialect for Dialect {
             (SELECT received_at FROM event_log WHERE seq > q.after_seq AND lane = 0
               ORDER BY seq LIMIT 1)
        FROM queue_cursor q WHERE q.id = 0";
+    const LEAST: &'static str = "min";
+    const GREATEST: &'static str = "max";
+    const STATUS_COUNTS: &'static str = super::events::STATUS_COUNTS;
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     const NEWEST_SEQ: &'static str = "(SELECT ifnull(max(seq), 0) FROM event_log)";
     /// Named indexes, so that the planner cannot pick a scan of the state table.
