@@ -30,7 +30,7 @@ pub use rejection::*;
 pub use request_types::*;
 pub use types::*;
 
-use crate::config::Database;
+use crate::domain::Database;
 use crate::subscriptions::Subscription;
 use copy::{Cell, Row, Table};
 use postgres::{PostgresOptions, PostgresStore};

@@ -45,7 +45,7 @@ use anyhow::Context;
 use r2d2::Pool;
 
 use super::{StoreError, StoreResult};
-use crate::config::redact_credentials;
+use crate::domain::redact_credentials;
 pub use migrations::MIGRATIONS;
 use session::{Conn, Db, Manager};
 
