@@ -13,7 +13,7 @@ use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
 use webhook_inbox::store::{PurgeCutoffs, Store};
 
 use sha2::Digest;
-use webhook_inbox::store::{Lane, NewDelivery};
+use webhook_inbox::store::{EventOrigin, NewDelivery};
 
 fn new_delivery(id: &str, body: &str) -> NewDelivery {
     NewDelivery {
@@ -25,7 +25,7 @@ fn new_delivery(id: &str, body: &str) -> NewDelivery {
         sha256: sha2::Sha256::digest(body.as_bytes()).into(),
         received_at: now_ms(),
         reject_mismatch: false,
-        lane: Lane::InProcess,
+        origin: EventOrigin::Webhook,
         traceparent: None,
     }
 }

@@ -7,10 +7,13 @@
 //! # Layout
 //! - [`config`]: typed settings (defaults, TOML file, `WEBHOOK_INBOX_*` env), validation, the
 //!   embedded default.
-//! - [`domain`]: validated values (source names, event ids, order credits, times, payloads).
+//! - [`domain`]: validated values every layer reads (source names, event ids, the event types
+//!   the implicit subscriptions take, order credits, times, payloads, the database a URL names).
 //! - [`signature`]: one file per signature scheme; verification and signing.
-//! - [`store`]: all SQL, behind the [`store::Store`] trait; [`store::sqlite`] is the embedded
-//!   default.
+//! - [`store`]: all SQL, behind the [`store::Store`] trait: the ops half written once over a
+//!   dialect ([`store::sql`]), the hot paths per store ([`store::sqlite`], the embedded default,
+//!   and [`store::postgres`]), the rules every store follows ([`store::rules`]: finishing,
+//!   retries and their backoff).
 //! - [`subscriptions`]: the subscriptions a config declares (kinds, routes, filters, ordering,
 //!   rules), validated in one place for the config, the API and the CLI; who claims each kind.
 //! - [`ingest`]: the group-commit writer that stores deliveries.

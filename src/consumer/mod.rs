@@ -3,7 +3,6 @@
 //! Delivery to handlers is at-least-once (a lease that runs out makes an event claimable
 //! again); the store's fences and unique keys make each effect happen once.
 
-mod backoff;
 mod failures;
 mod pool;
 mod rules;
@@ -15,7 +14,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tracing::Instrument as _;
 
-pub use backoff::Backoff;
 pub use pool::{ConsumerPool, PoolOptions};
 
 use crate::config::ConsumerSettings;
@@ -23,6 +21,7 @@ use crate::domain::time::now_ms;
 use crate::handlers::{Handled, Registry};
 use crate::ingest::Activity;
 use crate::metrics::Metrics;
+use crate::store::rules::Backoff;
 use crate::store::{AttemptResult, Claimed, Finish, Finished, Lane, Next, Store, StoreResult};
 use crate::telemetry::traces::{self, Delivery, Traces};
 

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{Backoff, Consumer};
+use super::Consumer;
 use crate::domain::DeliveryMode;
 use crate::handlers::Handler;
+use crate::store::rules::Backoff;
 use crate::subscriptions::Subscription;
 
 /// How the consumer treats the claims of one subscription: its handler, its mode, its budget

@@ -1,16 +1,24 @@
 //! Validated values, parsed once at the edge. Nothing downstream re-validates them.
 
+mod database;
 mod order;
 pub mod payload;
 pub mod replay;
 pub mod time;
 
+pub use database::{Database, redact_credentials};
 pub use order::{OrderCredit, OrderError};
 
 use serde::Deserialize;
 
 /// The source name the submission API uses for its own events (SPEC section 6).
 pub const RESERVED_SOURCE: &str = "requests";
+
+/// The event type the implicit `loyalty-credit` subscription takes (SPEC section 13).
+pub const ORDER_COMPLETED: &str = "order.completed";
+
+/// The event type of a submitted request (SPEC section 6), the `downstream` kind's.
+pub const REQUEST_SUBMITTED: &str = "request.submitted";
 
 /// What a handler's effect tolerates when its outcome is unknown (a lease ran out mid-call, a
 /// call timed out): at most once gives up, at least once runs it again.

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-use crate::consumer::Backoff;
 use crate::domain::time::now_ms;
 use crate::metrics::Metrics;
+use crate::store::rules::Backoff;
 use crate::store::{Claimed, Store};
 use crate::subscriptions::{HttpTarget, Subscription};
 use call::Answer;

@@ -11,7 +11,7 @@ mod loyalty;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::{DeliveryMode, RESERVED_SOURCE};
+use crate::domain::{DeliveryMode, ORDER_COMPLETED, REQUEST_SUBMITTED, RESERVED_SOURCE};
 use crate::store::{Claimed, Effect, Outcome, Store};
 
 pub use audit::AuditLog;
@@ -54,9 +54,6 @@ pub trait Handler: Send + Sync {
     }
     fn handle(&self, event: &Claimed) -> Handled;
 }
-
-pub const ORDER_COMPLETED: &str = "order.completed";
-pub const REQUEST_SUBMITTED: &str = "request.submitted";
 
 /// The store, the system and the call timeout a downstream handler is built from.
 type DownstreamParts = (Arc<dyn Store>, Arc<dyn DownstreamSystem>, Duration);

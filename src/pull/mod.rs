@@ -28,8 +28,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::{Notify, watch};
 
-use crate::consumer::Backoff;
 use crate::domain::time::now_ms;
+use crate::store::rules::Backoff;
 use crate::store::{AttemptResult, ClaimRef, Claimed, Next, Outcome, Store};
 use crate::subscriptions::Subscription;
 

@@ -18,7 +18,7 @@ use crate::domain::payload::peek;
 use crate::domain::time::{now_ms, now_secs};
 use crate::domain::{EventId, NameError};
 use crate::signature::{BodyField, Headers, NotAscii};
-use crate::store::{InsertOutcome, Lane, NewDelivery};
+use crate::store::{EventOrigin, InsertOutcome, NewDelivery};
 use crate::telemetry::traces::Receive;
 
 /// W3C trace context: a provider's, continued by the event's spans (see `telemetry::traces`).
@@ -270,7 +270,7 @@ impl Checked {
             content_type: self.content_type,
             received_at: now_ms(),
             reject_mismatch: source.on_payload_mismatch == MismatchPolicy::Reject,
-            lane: Lane::InProcess,
+            origin: EventOrigin::Webhook,
             traceparent,
         }
     }

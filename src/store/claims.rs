@@ -3,9 +3,9 @@
 
 use super::{AttemptResult, Outcome};
 
-/// Which consumers claim an event. Handlers that call an external system have their own lane:
-/// claimed one at a time by their own bounded set of workers, so that a claim's lease covers
-/// the one call it leads to, and a slow downstream holds back no in-process effect.
+/// Which consumer workers a claim is for. Handlers that call an external system have their own
+/// lane: claimed one at a time by their own bounded set of workers, so that a claim's lease
+/// covers the one call it leads to, and a slow downstream holds back no in-process effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     /// Effects inside the database (the loyalty credit, the audit log): claimed in batches.
@@ -65,14 +65,6 @@ impl Gate {
 }
 
 impl Lane {
-    /// The value stored in `events.lane`.
-    pub fn as_i64(self) -> i64 {
-        match self {
-            Lane::InProcess => 0,
-            Lane::CallOut => 1,
-        }
-    }
-
     /// The subscriptions a lane's workers claim for: in batches, or one at a time.
     pub fn claimer(self) -> crate::subscriptions::Claimer {
         match self {

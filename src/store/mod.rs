@@ -30,7 +30,7 @@ pub use rejection::*;
 pub use request_types::*;
 pub use types::*;
 
-use crate::config::Database;
+use crate::domain::Database;
 use crate::subscriptions::Subscription;
 use copy::{Cell, Row, Table};
 use postgres::{PostgresOptions, PostgresStore};
@@ -170,12 +170,12 @@ pub trait Store: Send + Sync + 'static {
     fn backfill(&self, name: &str, since: i64, now: i64) -> StoreResult<Option<usize>>;
 
     // Forwarding (`http` subscriptions: `crate::forward`).
-    /// Claim up to `limit` due events of one subscription, fanning new events out as a lane-0
-    /// claim does (this subscription's rows start claimed), in one transaction. Nothing while
-    /// it is paused or removed, or while its circuit breaker waits for the next probe; once a
-    /// probe is due, one event, and the probe after it waits for `lease_ms` (so that one node
-    /// at a time probes, until [`Store::open_breaker`] or [`Store::close_breaker`] says how it
-    /// went).
+    /// Claim up to `limit` due events of one subscription, fanning new events out as the
+    /// consumer workers' claim does (this subscription's rows start claimed), in one
+    /// transaction. Nothing while it is paused or removed, or while its circuit breaker waits
+    /// for the next probe; once a probe is due, one event, and the probe after it waits for
+    /// `lease_ms` (so that one node at a time probes, until [`Store::open_breaker`] or
+    /// [`Store::close_breaker`] says how it went).
     fn claim_subscription(
         &self,
         worker: &str,
@@ -364,7 +364,7 @@ pub trait Store: Send + Sync + 'static {
     /// sequence moved past the copied keys), and the registry's version moved on, so that a
     /// node reads the copied registry whatever it held before.
     fn copy_finished(&self, cursor: i64) -> StoreResult<()>;
-    /// The `seq` up to which lane-0 events have their states (the fan-out's cursor).
+    /// The `seq` up to which webhooks' events have their states (the fan-out's cursor).
     fn fan_out_cursor(&self) -> StoreResult<i64>;
     /// Mark a copy into this database as started (unix ms), or clear the mark (`None`).
     fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()>;

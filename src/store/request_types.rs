@@ -4,30 +4,27 @@ use serde::Serialize;
 
 use sha2::{Digest, Sha256};
 
-use super::{EventRecord, Lane, NewDelivery};
-use crate::domain::RESERVED_SOURCE;
-
-/// The type of the event a submission stores.
-pub const REQUEST_EVENT_TYPE: &str = "request.submitted";
+use super::{EventOrigin, EventRecord, NewDelivery};
+use crate::domain::{REQUEST_SUBMITTED, RESERVED_SOURCE};
 
 /// The event a submission stores: `request.submitted` of the reserved source, keyed by the
 /// request's id (so that a second submit is a duplicate), for the `downstream` lane.
 pub fn submitted(id: &str, now: i64) -> NewDelivery {
     let payload = serde_json::to_vec(&serde_json::json!({
-        "type": REQUEST_EVENT_TYPE,
+        "type": REQUEST_SUBMITTED,
         "request_id": id,
     }))
     .expect("a JSON object serialises");
     NewDelivery {
         source: RESERVED_SOURCE.to_string(),
         event_id: id.to_string(),
-        event_type: REQUEST_EVENT_TYPE.to_string(),
+        event_type: REQUEST_SUBMITTED.to_string(),
         sha256: Sha256::digest(&payload).into(),
         payload,
         content_type: Some("application/json".into()),
         received_at: now,
         reject_mismatch: false,
-        lane: Lane::CallOut,
+        origin: EventOrigin::Submission,
         traceparent: None,
     }
 }

@@ -2,8 +2,6 @@
 
 use serde::Serialize;
 
-use super::Lane;
-
 /// What `/readyz` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readiness {
@@ -28,11 +26,32 @@ pub struct NewDelivery {
     pub received_at: i64,
     /// `on_payload_mismatch = "reject"`: a differing body is refused instead of counted.
     pub reject_mismatch: bool,
-    /// Which consumers claim the event.
-    pub lane: Lane,
+    /// Where it came from, which decides when it gets its state rows.
+    pub origin: EventOrigin,
     /// The W3C `traceparent` its handling continues (see `telemetry::traces`); `None` when
     /// tracing is off and the provider sent none.
     pub traceparent: Option<String>,
+}
+
+/// Where an event came from. A webhook's event is fanned out to its subscriptions by the
+/// consumers' claim, after the queue's cursor; a submitted request gets its state rows when it
+/// is stored (for the `downstream` kind, which takes only these). Kept in `event_log.lane` as 0
+/// and 1: the column keeps its name, since renaming it on PostgreSQL would need every node
+/// stopped (docs/guides/operating.md, upgrades) for a name only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOrigin {
+    Webhook,
+    Submission,
+}
+
+impl EventOrigin {
+    /// The value stored in `event_log.lane`.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            EventOrigin::Webhook => 0,
+            EventOrigin::Submission => 1,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

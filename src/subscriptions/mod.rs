@@ -23,8 +23,8 @@ pub use settings::{
 pub use target::check_ca_file;
 
 use crate::config::{ConsumerSettings, Settings};
+use crate::domain::ORDER_COMPLETED;
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
-use crate::handlers::ORDER_COMPLETED;
 
 /// What a subscription does with its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]

@@ -10,7 +10,7 @@ use tempfile::TempDir;
 use webhook_inbox::config::ConsumerSettings;
 use webhook_inbox::consumer::Consumer;
 use webhook_inbox::handlers::{DownstreamError, DownstreamSystem, Handled, Handler, Registry};
-use webhook_inbox::store::{Claimed, EventDetail, InsertOutcome, Lane, NewDelivery, Store};
+use webhook_inbox::store::{Claimed, EventDetail, EventOrigin, InsertOutcome, NewDelivery, Store};
 
 use crate::helpers::{drain_blocking, init_logs};
 use crate::stores::{StoreKind, TestDb};
@@ -307,10 +307,10 @@ impl Harness {
 /// A delivery as ingest (or, for `requests`/`request.submitted`, a submit) stores it.
 pub fn new_delivery(source: &str, id: &str, ty: &str, body: &str) -> NewDelivery {
     use sha2::Digest;
-    let lane = if (source, ty) == ("requests", "request.submitted") {
-        Lane::CallOut
+    let origin = if (source, ty) == ("requests", "request.submitted") {
+        EventOrigin::Submission
     } else {
-        Lane::InProcess
+        EventOrigin::Webhook
     };
     NewDelivery {
         source: source.into(),
@@ -321,7 +321,7 @@ pub fn new_delivery(source: &str, id: &str, ty: &str, body: &str) -> NewDelivery
         sha256: sha2::Sha256::digest(body.as_bytes()).into(),
         received_at: webhook_inbox::domain::time::now_ms(),
         reject_mismatch: false,
-        lane,
+        origin,
         traceparent: None,
     }
 }

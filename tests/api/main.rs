@@ -30,6 +30,7 @@ mod connections;
 mod consumers;
 mod copy;
 mod copy_registry;
+mod copy_store;
 mod crash;
 mod dashboard;
 mod dashboard_api;

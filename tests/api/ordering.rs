@@ -419,9 +419,9 @@ async fn a_retry_keeps_its_place_and_keyless_events_wait_for_nothing(kind: Store
 
 /// An in-process kind keeps the order too: an order its handler refuses holds its customer's
 /// later orders until ops skip it.
-#[tokio::test]
-async fn an_in_process_subscription_holds_a_key_behind_a_failed_event() {
-    let app = spawn_app_with(
+async fn an_in_process_subscription_holds_a_key_behind_a_failed_event(kind: StoreKind) {
+    let app = spawn_app_with_on(
+        kind,
         |c| {
             c.push_str(
                 "\n[[subscriptions]]\nname = \"points\"\nkind = \"loyalty-credit\"\n\
@@ -558,5 +558,6 @@ mod both {
         a_failed_event_holds_its_key_until_skipped,
         on_failure_skip_lets_the_key_go_on,
         a_retry_keeps_its_place_and_keyless_events_wait_for_nothing,
+        an_in_process_subscription_holds_a_key_behind_a_failed_event,
     );
 }

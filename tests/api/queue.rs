@@ -272,7 +272,7 @@ fn a_cursor_put_back_cannot_claim_an_event_twice() {
     let h = Harness::new(5, 30);
     h.insert(&[event("a"), event("b")]);
     assert_eq!(claim_all(&h, Lane::InProcess, 5), ["a", "b"]);
-    h.db.execute("UPDATE queue_cursors SET after_seq = 0");
+    h.db.execute("UPDATE queue_cursor SET after_seq = 0");
     let again = h.store.claim("w", Lane::InProcess, 5, LEASE_MS, now_ms());
     assert!(again.is_err(), "claimed again: {again:?}");
     assert_eq!(

@@ -12,7 +12,10 @@ use crate::helpers::*;
 use crate::secrets::{database_bytes, holds, signing_secrets};
 use crate::stores::{StoreKind, TestDb};
 
-crate::stores::store_tests!(a_rotation_keeps_the_old_secret_for_its_grace_only);
+crate::stores::store_tests!(
+    a_rotation_keeps_the_old_secret_for_its_grace_only,
+    rotations_at_once_leave_one_current_secret
+);
 
 /// The store's rotation, on both stores: the new secret is current, the old one is listed
 /// until its grace ends and is dropped by the heartbeat after; a config's secret is not
@@ -75,6 +78,49 @@ fn a_rotation_keeps_the_old_secret_for_its_grace_only(kind: StoreKind) {
         a.rotate_secret("nothing", Purpose::Token, "sha256:00", 0, t0)
             .unwrap(),
         Rotation::NoSecret
+    );
+}
+
+/// Nodes rotating one secret at once, released together: each rotation ends one current
+/// secret's life and adds the next, so one secret is current after them all and none fails
+/// (PostgreSQL locks the current row, `Dialect::lock`; a rotation that waited on it finds it
+/// no longer current and answers `NoSecret`). Seen failing on PostgreSQL with the lock left
+/// out: two rotations read one current row, and the second new one broke the unique key.
+fn rotations_at_once_leave_one_current_secret(kind: StoreKind) {
+    const NODES: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::create(kind, dir.path());
+    let stores: Vec<_> = (0..NODES).map(|_| db.open_store()).collect();
+    let t0 = now_ms();
+    stores[0]
+        .keep_secret("billing", Purpose::Signing, "whsec_0", t0)
+        .unwrap();
+    let barrier = std::sync::Barrier::new(NODES);
+    let rotated = std::thread::scope(|s| {
+        let runs: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, store)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let value = format!("whsec_{}", i + 1);
+                    store.rotate_secret("billing", Purpose::Signing, &value, 60_000, t0)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap().expect("a rotation fails nothing"))
+            .filter(|r| matches!(r, Rotation::Rotated { .. }))
+            .count()
+    });
+    assert!(rotated >= 1);
+    let current = "SELECT count(*) FROM subscription_secrets WHERE expires_at IS NULL";
+    assert_eq!(db.count(current), 1);
+    assert_eq!(
+        db.count("SELECT count(*) FROM subscription_secrets"),
+        1 + rotated as i64,
+        "each rotation added one secret"
     );
 }
 

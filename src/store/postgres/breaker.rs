@@ -1,4 +1,5 @@
-//! The claims of one `http` subscription and its circuit breaker (`crate::forward`).
+//! The claims of one `http` subscription behind its circuit breaker (`crate::forward`; the
+//! breaker opens and closes in `store::sql::breaker`).
 
 use super::consume;
 use super::session::Db;
@@ -71,39 +72,4 @@ pub(super) fn claim(
         )?;
     }
     Ok(SubscriptionClaim { claims, gate })
-}
-
-/// See [`crate::store::Store::open_breaker`].
-pub(super) fn open(
-    db: &mut Db<'_>,
-    sub: i64,
-    after_probe: bool,
-    first_ms: i64,
-    max_ms: i64,
-    now: i64,
-) -> StoreResult<()> {
-    let sql = if after_probe {
-        "UPDATE subscriptions
-            SET probe_interval_ms =
-                    least(greatest(coalesce(probe_interval_ms, 0) * 2, $2::bigint), $3::bigint),
-                probe_at = $4::bigint
-                    + least(greatest(coalesce(probe_interval_ms, 0) * 2, $2::bigint), $3::bigint)
-          WHERE id = $1"
-    } else {
-        "UPDATE subscriptions
-            SET probe_interval_ms = least($2::bigint, $3::bigint),
-                probe_at = $4::bigint + least($2::bigint, $3::bigint)
-          WHERE id = $1 AND probe_at IS NULL"
-    };
-    db.execute(sql, &[&sub, &first_ms, &max_ms, &now])?;
-    Ok(())
-}
-
-pub(super) fn close(db: &mut Db<'_>, sub: i64) -> StoreResult<()> {
-    db.execute(
-        "UPDATE subscriptions SET probe_at = NULL, probe_interval_ms = NULL
-          WHERE id = $1 AND probe_at IS NOT NULL",
-        &[&sub],
-    )?;
-    Ok(())
 }

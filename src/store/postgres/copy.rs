@@ -1,39 +1,12 @@
-//! `copy_out` and `copy_in` of [`crate::store::copy`] on PostgreSQL. Cells are typed by the
-//! column: `bigint` and `boolean` (0 and 1, as SQLite stores it) cross as integers, `text` as
-//! text, `bytea` as bytes.
+//! `copy_in` of [`crate::store::copy`] on PostgreSQL, and what a copy rebuilds after it (its
+//! reads are `store::sql::copy`'s). Cells are typed by the column: `bigint` and `boolean` (0
+//! and 1, as SQLite stores it) cross as integers, `text` as text, `bytea` as bytes.
 
 use postgres::types::{ToSql, Type};
 
 use super::session::Db;
 use crate::store::copy::{Cell, Row, Table};
 use crate::store::{StoreError, StoreResult};
-
-fn cell(row: &postgres::Row, i: usize) -> StoreResult<Cell> {
-    let ty = row.columns()[i].type_().clone();
-    Ok(match ty {
-        Type::INT8 => row
-            .try_get::<_, Option<i64>>(i)?
-            .map_or(Cell::Null, Cell::Int),
-        Type::INT4 => row
-            .try_get::<_, Option<i32>>(i)?
-            .map_or(Cell::Null, |v| Cell::Int(v.into())),
-        Type::BOOL => row
-            .try_get::<_, Option<bool>>(i)?
-            .map_or(Cell::Null, |v| Cell::Int(v.into())),
-        Type::BYTEA => row
-            .try_get::<_, Option<Vec<u8>>>(i)?
-            .map_or(Cell::Null, Cell::Bytes),
-        Type::TEXT => row
-            .try_get::<_, Option<String>>(i)?
-            .map_or(Cell::Null, Cell::Text),
-        other => {
-            return Err(StoreError::Internal(anyhow::anyhow!(
-                "column {} has type {other}, which the copy does not carry",
-                row.columns()[i].name()
-            )));
-        }
-    })
-}
 
 /// A cell as a parameter of the column's type (`ty`, from the prepared statement).
 fn value(cell: &Cell, ty: &Type) -> StoreResult<Box<dyn ToSql + Sync>> {
@@ -55,52 +28,6 @@ fn value(cell: &Cell, ty: &Type) -> StoreResult<Box<dyn ToSql + Sync>> {
         (Cell::Text(t), &Type::BYTEA) => Box::new(t.as_bytes().to_vec()),
         _ => return Err(mismatch()),
     })
-}
-
-/// Up to `limit` rows after the key `after` (empty: from the first), in key order.
-pub(super) fn rows(
-    db: &mut Db<'_>,
-    table: &Table,
-    after: &[Cell],
-    limit: usize,
-) -> StoreResult<Vec<Row>> {
-    let key = table.key_columns().join(", ");
-    let from = if after.is_empty() {
-        String::new()
-    } else {
-        let marks: Vec<String> = (1..=after.len()).map(|i| format!("${i}")).collect();
-        format!("WHERE ({key}) > ({})", marks.join(", "))
-    };
-    // The key's values are typed like the table's own columns (SQLite's key types are text
-    // and integer only).
-    let after_values: Vec<Box<dyn ToSql + Sync>> = after
-        .iter()
-        .map(|c| -> Box<dyn ToSql + Sync> {
-            match c {
-                Cell::Int(i) => Box::new(*i),
-                Cell::Text(t) => Box::new(t.clone()),
-                Cell::Bytes(b) => Box::new(b.clone()),
-                Cell::Null => Box::new(None::<String>),
-            }
-        })
-        .collect();
-    let params: Vec<&(dyn ToSql + Sync)> = after_values.iter().map(|v| v.as_ref()).collect();
-    let sql = format!(
-        "SELECT {} FROM {} {from} ORDER BY {key} LIMIT {limit}",
-        table.columns.join(", "),
-        table.name
-    );
-    db.query(&sql, &params)?
-        .iter()
-        .map(|r| (0..table.columns.len()).map(|i| cell(r, i)).collect())
-        .collect()
-}
-
-pub(super) fn count(db: &mut Db<'_>, table: &Table) -> StoreResult<u64> {
-    let n: i64 = db
-        .query_one(&format!("SELECT count(*) FROM {}", table.name), &[])?
-        .try_get(0)?;
-    Ok(n as u64)
 }
 
 /// Insert rows as they are; a row whose key (or any unique column) is present is skipped,
@@ -144,12 +71,6 @@ pub(super) fn forget(db: &mut Db<'_>, table: &Table, key: i64) -> StoreResult<()
     Ok(())
 }
 
-pub(super) fn cursor(db: &mut Db<'_>) -> StoreResult<i64> {
-    Ok(db
-        .query_one("SELECT after_seq FROM queue_cursor", &[])?
-        .try_get(0)?)
-}
-
 /// After a copy: the source's fan-out cursor (the copied lane-0 events up to it have their
 /// states, those after it are fanned out by the target's first claim); new rows get keys after
 /// every copied one (events, rejections, subscriptions, secrets, notices); the registry's
@@ -170,24 +91,4 @@ pub(super) fn finished(db: &mut Db<'_>, cursor: i64) -> StoreResult<()> {
         ))?;
     }
     crate::store::sql::registry::bump(db)
-}
-
-/// Mark a copy into this database as started, or clear the mark.
-pub(super) fn mark(db: &mut Db<'_>, started_at: Option<i64>) -> StoreResult<()> {
-    match started_at {
-        Some(at) => db.execute(
-            "INSERT INTO copy_in_progress (id, started_at) VALUES (1, $1)
-             ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at",
-            &[&at],
-        )?,
-        None => db.execute("DELETE FROM copy_in_progress", &[])?,
-    };
-    Ok(())
-}
-
-pub(super) fn unfinished(db: &mut Db<'_>) -> StoreResult<Option<i64>> {
-    Ok(db
-        .query_opt("SELECT started_at FROM copy_in_progress", &[])?
-        .map(|r| r.try_get(0))
-        .transpose()?)
 }

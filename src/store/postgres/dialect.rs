@@ -14,9 +14,10 @@ impl sql::Dialect for Dialect {
         format!("${n}")
     }
     const NONE: &'static str = "false";
-    const WAITS: &'static str = "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor))";
     const WAITING: &'static str = super::events::WAITING;
-    const CURSOR: &'static str = "(SELECT after_seq FROM queue_cursor)";
+    const LEAST: &'static str = "least";
+    const GREATEST: &'static str = "greatest";
+    const STATUS_COUNTS: &'static str = super::events::STATUS_COUNTS;
     const NOW_MS: &'static str = NOW_MS;
     const NEWEST_SEQ: &'static str =
         "coalesce(pg_sequence_last_value(pg_get_serial_sequence('event_log', 'seq')), 0)";

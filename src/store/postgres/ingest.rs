@@ -19,7 +19,7 @@ use super::QUEUED_CHANNEL;
 use super::fan_out::INGEST_LOCK;
 use super::session::{Conn, Db, Params};
 use super::subscriptions::RouteCache;
-use crate::store::{InsertOutcome, Lane, NewDelivery, StoreError, StoreResult};
+use crate::store::{EventOrigin, InsertOutcome, NewDelivery, StoreError, StoreResult};
 
 /// Only the first copy of each key in a batch is offered to the INSERT; the rows are inserted
 /// in key order, so that two nodes whose batches share keys take their locks in one order and
@@ -81,7 +81,7 @@ pub(super) fn insert_all(
         let ord = queued(row, &mut outcomes)?;
         // A submitted request is claimed through its state rows, written with it; a webhook's
         // are written by the claim that fans it out.
-        if batch[ord].lane == Lane::CallOut {
+        if batch[ord].origin == EventOrigin::Submission {
             let seq: i64 = row.try_get(1)?;
             db.execute(&super::fan_out::fan_out_one_sql(&routes), &[&seq])?;
         }
@@ -96,7 +96,7 @@ pub(super) fn insert_webhooks(
     conn: &mut Conn,
     batch: &[NewDelivery],
 ) -> StoreResult<Vec<InsertOutcome>> {
-    debug_assert!(batch.iter().all(|d| d.lane != Lane::CallOut));
+    debug_assert!(batch.iter().all(|d| d.origin != EventOrigin::Submission));
     let rows = insert_new(batch, |sql, params| conn.query_alone(sql, params))?;
     let mut outcomes = vec![None; batch.len()];
     for row in &rows {
@@ -125,7 +125,7 @@ fn insert_new(
         .collect();
     let shas: Vec<&[u8]> = first.iter().map(|&i| &batch[i].sha256[..]).collect();
     let received: Vec<i64> = first.iter().map(|&i| batch[i].received_at).collect();
-    let lanes: Vec<i64> = first.iter().map(|&i| batch[i].lane.as_i64()).collect();
+    let lanes: Vec<i64> = first.iter().map(|&i| batch[i].origin.as_i64()).collect();
     let payloads: Vec<&[u8]> = first.iter().map(|&i| batch[i].payload.as_slice()).collect();
     let content_types: Vec<Option<&str>> = first
         .iter()

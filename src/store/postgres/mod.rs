@@ -31,10 +31,8 @@ mod leases;
 mod listen;
 mod migrations;
 mod operations;
-mod ordering;
 mod purge;
 mod routes;
-mod secrets;
 mod session;
 mod subscriptions;
 mod tls;
@@ -47,7 +45,7 @@ use anyhow::Context;
 use r2d2::Pool;
 
 use super::{StoreError, StoreResult};
-use crate::config::redact_credentials;
+use crate::domain::redact_credentials;
 pub use migrations::MIGRATIONS;
 use session::{Conn, Db, Manager};
 
@@ -171,7 +169,7 @@ impl PostgresStore {
         // What a node that died between a removal's commit and its finishing left pending.
         let left = self.tx(|db| super::sql::registry::left_unfinished(db))?;
         self.finish_removed(&left, now)?;
-        self.tx(|db| secrets::drop_expired(db, now))?;
+        self.tx(|db| super::sql::secrets::drop_expired(db, now))?;
         Ok(removed.len() + sessions)
     }
 

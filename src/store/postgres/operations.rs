@@ -6,16 +6,15 @@ use std::sync::Arc;
 
 use super::session::Db;
 use super::{
-    PostgresStore, breaker, consume, copy, events, finish, hold, ingest, leases, listen,
-    migrations, off_async, ordering, purge, secrets, subscriptions,
+    PostgresStore, breaker, consume, copy, finish, hold, ingest, leases, listen, migrations,
+    off_async, purge, subscriptions,
 };
-use crate::store::copy::{Cell, Row, Table};
-use crate::store::secrets::{Purpose, Rotation, StoredSecret};
+use crate::store::copy::{Row, Table};
 use crate::store::{
-    ClaimFor, ClaimRef, Claimed, DecideExpiry, Finish, Finished, HeldKey, Hold, Holder,
+    ClaimFor, ClaimRef, Claimed, DecideExpiry, EventOrigin, Finish, Finished, Hold, Holder,
     InsertOutcome, Lane, LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch,
-    PurgeCutoffs, Readiness, SkipOutcome, StatusCounts, Store, StoreError, StoreResult,
-    SubmitOutcome, SubscriptionClaim,
+    PurgeCutoffs, Readiness, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome,
+    SubscriptionClaim,
 };
 use crate::subscriptions::Subscription;
 
@@ -68,14 +67,10 @@ impl Store for PostgresStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        if batch.iter().all(|d| d.lane != Lane::CallOut) {
+        if batch.iter().all(|d| d.origin != EventOrigin::Submission) {
             return self.conn(|conn| ingest::insert_webhooks(conn, batch));
         }
         self.tx(|db| ingest::insert_all(db, batch, &self.routes))
-    }
-
-    fn status_counts(&self) -> StoreResult<StatusCounts> {
-        self.tx(events::status_counts)
     }
 
     fn event_counts(&self) -> StoreResult<StatusCounts> {
@@ -176,41 +171,6 @@ impl Store for PostgresStore {
         self.prune(now, sessions_idle_before)
     }
 
-    fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
-        self.tx(|db| secrets::list(db, name, now))
-    }
-
-    fn keep_secret(
-        &self,
-        name: &str,
-        purpose: Purpose,
-        value: &str,
-        now: i64,
-    ) -> StoreResult<StoredSecret> {
-        self.tx(|db| secrets::keep(db, name, purpose, value, now))
-    }
-
-    fn put_config_secrets(
-        &self,
-        name: &str,
-        purpose: Purpose,
-        values: &[String],
-        now: i64,
-    ) -> StoreResult<()> {
-        self.tx(|db| secrets::put_config(db, name, purpose, values, now))
-    }
-
-    fn rotate_secret(
-        &self,
-        name: &str,
-        purpose: Purpose,
-        value: &str,
-        grace_ms: i64,
-        now: i64,
-    ) -> StoreResult<Rotation> {
-        self.tx(|db| secrets::rotate(db, name, purpose, value, grace_ms, now))
-    }
-
     fn registry_version_seen(&self) -> Option<i64> {
         self.routes.seen()
     }
@@ -249,21 +209,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn open_breaker(
-        &self,
-        sub: i64,
-        after_probe: bool,
-        first_ms: i64,
-        max_ms: i64,
-        now: i64,
-    ) -> StoreResult<()> {
-        self.tx(|db| breaker::open(db, sub, after_probe, first_ms, max_ms, now))
-    }
-
-    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
-        self.tx(|db| breaker::close(db, sub))
-    }
-
     fn extend_claims(
         &self,
         claims: &[ClaimRef],
@@ -280,16 +225,6 @@ impl Store for PostgresStore {
         };
         self.tx(|db| subscriptions::backfill(db, sub, since, now))
             .map(Some)
-    }
-
-    fn skip(&self, source: &str, event_id: &str, sub: &str, _now: i64) -> StoreResult<SkipOutcome> {
-        let routes = self.routes()?;
-        self.tx(|db| ordering::skip(db, &routes, source, event_id, sub))
-    }
-
-    fn held_keys(&self, subscription: &str, limit: usize) -> StoreResult<Vec<HeldKey>> {
-        let routes = self.routes()?;
-        self.tx(|db| ordering::held_keys(db, &routes, subscription, limit))
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
@@ -329,14 +264,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
-        self.tx(|db| copy::rows(db, table, after, limit))
-    }
-
-    fn copy_count(&self, table: &Table) -> StoreResult<u64> {
-        self.tx(|db| copy::count(db, table))
-    }
-
     fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64> {
         self.tx(|db| copy::insert(db, table, rows))
     }
@@ -347,18 +274,6 @@ impl Store for PostgresStore {
 
     fn copy_finished(&self, cursor: i64) -> StoreResult<()> {
         self.tx(|db| copy::finished(db, cursor))
-    }
-
-    fn fan_out_cursor(&self) -> StoreResult<i64> {
-        self.tx(copy::cursor)
-    }
-
-    fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {
-        self.tx(|db| copy::mark(db, started_at))
-    }
-
-    fn unfinished_copy(&self) -> StoreResult<Option<i64>> {
-        self.tx(copy::unfinished)
     }
 
     /// An advisory lock on a connection of its own, outside the pool (see `hold`).

@@ -7,8 +7,10 @@
 //! unique constraint inside the transaction that completes the event (`ON CONFLICT DO
 //! NOTHING`), never by a read followed by a write.
 
+mod backoff;
 mod finish;
 
+pub use backoff::Backoff;
 pub use finish::{Credit, FinishStatements, finish_all};
 
 use super::{EventRecord, RetryOutcome, Status};

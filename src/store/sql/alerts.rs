@@ -34,7 +34,7 @@ pub fn subjects<C: Conn>(conn: &mut C) -> StoreResult<Vec<AlertSubject>> {
             &format!(
                 "SELECT received_at FROM event_log WHERE lane = 0 AND seq > {}
                   ORDER BY seq LIMIT 1",
-                C::Dialect::CURSOR
+                super::CURSOR
             ),
             &[],
         )?

@@ -69,6 +69,10 @@ impl Row {
         Row(values)
     }
 
+    pub fn into_values(self) -> Vec<Value> {
+        self.0
+    }
+
     fn at(&self, i: usize) -> StoreResult<&Value> {
         self.0
             .get(i)

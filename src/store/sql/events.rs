@@ -36,7 +36,7 @@ pub fn events_where<D: Dialect>(
             clauses.push(crate::store::routes::subscription_clause(
                 sub,
                 status,
-                D::WAITS,
+                super::WAITS,
                 &takes,
             ))
         }

@@ -2,19 +2,24 @@
 //! either driver binds and one row reader ([`conn`]), the few places where the two dialects
 //! differ ([`Dialect`], implemented in each store's `dialect.rs`), and the statements built
 //! over them: `GET /events`' filters ([`events`]), the event views ([`view`]), retries
-//! ([`retry`]), requests, the registry and its lists, refused deliveries, the breaker's and
-//! the alerts' reads, the overview's receipts per minute ([`stats`]). The hot paths (ingest,
+//! ([`retry`]), requests, the registry and its lists, secrets, refused deliveries, the
+//! breaker's opening and closing, held keys and skips ([`ordering`]), the copy's reads, the
+//! alerts' reads, the overview's counts and receipts per minute ([`stats`]). The hot paths (ingest,
 //! fan-out, claim, finish, leases) stay per store, each with its measured tuning; what is here
 //! is the ops half, where the two were the same logic written twice.
 
 pub mod alerts;
+pub mod breaker;
 pub mod conn;
+pub mod copy;
 pub mod events;
 pub mod ops;
+pub mod ordering;
 pub mod registry;
 pub mod rejections;
 pub mod requests;
 pub mod retry;
+pub mod secrets;
 pub mod stats;
 pub mod subscriptions;
 pub mod view;
@@ -25,19 +30,31 @@ pub use events::{events_page, events_where, failed_states, retry_events_filter};
 use crate::store::Status;
 use crate::subscriptions::Route;
 
+/// The fan-out's cursor (the last `seq` fanned out), a scalar subquery: one row, of id 0, under
+/// one name on both stores (SQLite's migration 0024).
+pub const CURSOR: &str = "(SELECT after_seq FROM queue_cursor WHERE id = 0)";
+
+/// The events waiting for their fan-out (webhooks' events after the cursor), on `events`.
+pub const WAITS: &str =
+    "(lane = 0 AND events.seq > (SELECT after_seq FROM queue_cursor WHERE id = 0))";
+
 /// Where the two stores' SQL differs in what the shared statements need.
 pub trait Dialect {
     /// The `n`th parameter (from 1).
     fn param(n: usize) -> String;
     /// A condition that holds for no row.
     const NONE: &'static str;
-    /// The events waiting for their fan-out (lane 0, after the cursor), on `events`.
-    const WAITS: &'static str;
     /// How many events wait for their fan-out, and when the first of them was received: one
     /// row of two columns, read without routing them.
     const WAITING: &'static str;
-    /// The fan-out's cursor (the last `seq` fanned out), a scalar subquery.
-    const CURSOR: &'static str;
+    /// The smaller and the larger of two values, as functions (SQLite's `min` and `max` of
+    /// several arguments, PostgreSQL's `least` and `greatest`).
+    const LEAST: &'static str;
+    const GREATEST: &'static str;
+    /// The counts `/metrics` reports, one row read by [`stats::status_counts`]: state rows,
+    /// pending ones, events waiting for their fan-out, claimed, failed, the first due time,
+    /// the sessions' pending ones. Per store: each reads the indexes its planner needs.
+    const STATUS_COUNTS: &'static str;
     /// The database's clock in unix milliseconds (PostgreSQL: shared by every node).
     const NOW_MS: &'static str;
     /// The last `seq` the log has given, an expression: a new subscription takes what follows.
@@ -106,9 +123,10 @@ mod tests {
             format!("${n}")
         }
         const NONE: &'static str = "false";
-        const WAITS: &'static str = "waits";
         const WAITING: &'static str = "waiting";
-        const CURSOR: &'static str = "cursor";
+        const LEAST: &'static str = "least";
+        const GREATEST: &'static str = "greatest";
+        const STATUS_COUNTS: &'static str = "counts";
         const NOW_MS: &'static str = "now";
         const NEWEST_SEQ: &'static str = "newest";
         fn status_candidates(_: Status) -> Option<&'static str> {

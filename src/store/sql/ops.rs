@@ -191,6 +191,121 @@ macro_rules! ops_methods {
         ) -> $crate::store::StoreResult<Vec<$crate::store::RejectionRecord>> {
             self.reading(|c| $crate::store::sql::rejections::list(c, filter, page))
         }
+
+        fn status_counts(&self) -> $crate::store::StoreResult<$crate::store::StatusCounts> {
+            self.reading(|c| $crate::store::sql::stats::status_counts(c))
+        }
+
+        fn subscription_secrets(
+            &self,
+            name: &str,
+            now: i64,
+        ) -> $crate::store::StoreResult<Vec<$crate::store::secrets::StoredSecret>> {
+            self.reading(|c| $crate::store::sql::secrets::list(c, name, now))
+        }
+
+        fn keep_secret(
+            &self,
+            name: &str,
+            purpose: $crate::store::secrets::Purpose,
+            value: &str,
+            now: i64,
+        ) -> $crate::store::StoreResult<$crate::store::secrets::StoredSecret> {
+            self.writing(|c| $crate::store::sql::secrets::keep(c, name, purpose, value, now))
+        }
+
+        fn put_config_secrets(
+            &self,
+            name: &str,
+            purpose: $crate::store::secrets::Purpose,
+            values: &[String],
+            now: i64,
+        ) -> $crate::store::StoreResult<()> {
+            self.writing(|c| $crate::store::sql::secrets::put_config(c, name, purpose, values, now))
+        }
+
+        fn rotate_secret(
+            &self,
+            name: &str,
+            purpose: $crate::store::secrets::Purpose,
+            value: &str,
+            grace_ms: i64,
+            now: i64,
+        ) -> $crate::store::StoreResult<$crate::store::secrets::Rotation> {
+            self.writing(|c| {
+                $crate::store::sql::secrets::rotate(c, name, purpose, value, grace_ms, now)
+            })
+        }
+
+        fn open_breaker(
+            &self,
+            sub: i64,
+            after_probe: bool,
+            first_ms: i64,
+            max_ms: i64,
+            now: i64,
+        ) -> $crate::store::StoreResult<()> {
+            self.writing(|c| {
+                $crate::store::sql::breaker::open(c, sub, after_probe, first_ms, max_ms, now)
+            })
+        }
+
+        fn close_breaker(&self, sub: i64) -> $crate::store::StoreResult<()> {
+            self.writing(|c| $crate::store::sql::breaker::close(c, sub))
+        }
+
+        fn skip(
+            &self,
+            source: &str,
+            event_id: &str,
+            sub: &str,
+            now: i64,
+        ) -> $crate::store::StoreResult<$crate::store::SkipOutcome> {
+            let routes = self.routes()?;
+            self.writing(|c| {
+                let live = &routes.live;
+                $crate::store::sql::ordering::skip(c, live, source, event_id, sub, now)
+            })
+        }
+
+        fn held_keys(
+            &self,
+            subscription: &str,
+            limit: usize,
+        ) -> $crate::store::StoreResult<Vec<$crate::store::HeldKey>> {
+            let routes = self.routes()?;
+            self.reading(|c| {
+                $crate::store::sql::ordering::held_keys(c, &routes.live, subscription, limit)
+            })
+        }
+
+        fn copy_out(
+            &self,
+            table: &$crate::store::copy::Table,
+            after: &[$crate::store::copy::Cell],
+            limit: usize,
+        ) -> $crate::store::StoreResult<Vec<$crate::store::copy::Row>> {
+            self.reading(|c| $crate::store::sql::copy::rows(c, table, after, limit))
+        }
+
+        fn copy_count(
+            &self,
+            table: &$crate::store::copy::Table,
+        ) -> $crate::store::StoreResult<u64> {
+            self.reading(|c| $crate::store::sql::copy::count(c, table))
+        }
+
+        fn fan_out_cursor(&self) -> $crate::store::StoreResult<i64> {
+            self.reading(|c| $crate::store::sql::copy::cursor(c))
+        }
+
+        fn mark_copy(&self, started_at: Option<i64>) -> $crate::store::StoreResult<()> {
+            self.writing(|c| $crate::store::sql::copy::mark(c, started_at))
+        }
+
+        fn unfinished_copy(&self) -> $crate::store::StoreResult<Option<i64>> {
+            self.reading(|c| $crate::store::sql::copy::unfinished(c))
+        }
     };
 }
 

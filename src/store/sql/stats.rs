@@ -1,11 +1,31 @@
-//! The overview's reads (`GET /events/stats`) written once for both stores: the events by
-//! summary status and the events received per minute.
+//! The counts `/metrics` reads, and the overview's (`GET /events/stats`), written once for
+//! both stores: the subscriptions' states by status, the events by summary status and the
+//! events received per minute.
 
 use super::{Conn, Dialect, Value};
 use crate::store::{StatusCounts, StoreResult};
 
 const MINUTE_MS: i64 = 60_000;
 const MINUTES_AT_MOST: usize = 24 * 60;
+
+/// The counts `/metrics` reports, as subscription states (an event taken by two subscriptions
+/// counts in each), from the store's [`Dialect::STATUS_COUNTS`] (one statement: one snapshot).
+/// The events not fanned out yet are pending in every subscription that will take them,
+/// counted once; `completed` is the rest of every state; a `listen` session's pending states
+/// are its own, not the node's backlog.
+pub fn status_counts<C: Conn>(conn: &mut C) -> StoreResult<StatusCounts> {
+    let r = conn.query_one(C::Dialect::STATUS_COUNTS, &[])?;
+    let (states, pending, waiting) = (r.int(0)?, r.int(1)?, r.int(2)?);
+    let (claimed, failed, session_pending) = (r.int(3)?, r.int(4)?, r.int(6)?);
+    Ok(StatusCounts {
+        pending: pending - session_pending + waiting,
+        claimed,
+        completed: states - pending - claimed - failed,
+        failed,
+        oldest_due_at: r.opt_int(5)?,
+        fan_out_waiting: waiting,
+    })
+}
 
 /// Events by summary status, the same SQL on both stores: an event counts once, as failed if
 /// any live subscription's state of it failed, else claimed if any is claimed, else pending if

@@ -1,4 +1,5 @@
-//! The claims of one `http` subscription and its circuit breaker (`crate::forward`).
+//! The claims of one `http` subscription behind its circuit breaker (`crate::forward`; the
+//! breaker opens and closes in `store::sql::breaker`).
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
@@ -37,38 +38,4 @@ pub(super) fn claim(
             .execute(params![sub, now + lease_ms])?;
     }
     Ok(SubscriptionClaim { claims, gate })
-}
-
-/// See [`crate::store::Store::open_breaker`]. A run of failures opens a closed breaker only (a
-/// node that saw its own run after another node opened it changes nothing); a failed probe
-/// doubles the wait.
-pub(super) fn open(
-    tx: &Transaction<'_>,
-    sub: i64,
-    after_probe: bool,
-    first_ms: i64,
-    max_ms: i64,
-    now: i64,
-) -> StoreResult<()> {
-    let sql = if after_probe {
-        "UPDATE subscriptions
-            SET probe_interval_ms = min(max(ifnull(probe_interval_ms, 0) * 2, ?2), ?3),
-                probe_at = ?4 + min(max(ifnull(probe_interval_ms, 0) * 2, ?2), ?3)
-          WHERE id = ?1"
-    } else {
-        "UPDATE subscriptions SET probe_interval_ms = min(?2, ?3), probe_at = ?4 + min(?2, ?3)
-          WHERE id = ?1 AND probe_at IS NULL"
-    };
-    tx.prepare_cached(sql)?
-        .execute(params![sub, first_ms, max_ms, now])?;
-    Ok(())
-}
-
-pub(super) fn close(tx: &Transaction<'_>, sub: i64) -> StoreResult<()> {
-    tx.prepare_cached(
-        "UPDATE subscriptions SET probe_at = NULL, probe_interval_ms = NULL
-          WHERE id = ?1 AND probe_at IS NOT NULL",
-    )?
-    .execute([sub])?;
-    Ok(())
 }

@@ -1,21 +1,11 @@
-//! `copy_out` and `copy_in` of [`crate::store::copy`] on SQLite.
+//! `copy_in` of [`crate::store::copy`] on SQLite, and what a copy rebuilds after it (its
+//! reads are `store::sql::copy`'s).
 
-use rusqlite::types::{Value, ValueRef};
-use rusqlite::{Connection, OptionalExtension as _, Transaction, params_from_iter};
+use rusqlite::types::Value;
+use rusqlite::{Transaction, params_from_iter};
 
 use crate::store::StoreResult;
 use crate::store::copy::{Cell, Row, Table};
-
-fn cell(value: ValueRef<'_>) -> Cell {
-    match value {
-        ValueRef::Null => Cell::Null,
-        ValueRef::Integer(i) => Cell::Int(i),
-        // No column holds a REAL (balances are CHECKed integers); kept rather than lost.
-        ValueRef::Real(f) => Cell::Text(f.to_string()),
-        ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
-        ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
-    }
-}
 
 fn value(cell: &Cell) -> Value {
     match cell {
@@ -24,42 +14,6 @@ fn value(cell: &Cell) -> Value {
         Cell::Text(t) => Value::Text(t.clone()),
         Cell::Bytes(b) => Value::Blob(b.clone()),
     }
-}
-
-/// Up to `limit` rows after the key `after` (empty: from the first), in key order.
-pub(super) fn rows(
-    conn: &Connection,
-    table: &Table,
-    after: &[Cell],
-    limit: usize,
-) -> StoreResult<Vec<Row>> {
-    let key = table.key_columns().join(", ");
-    let from = if after.is_empty() {
-        String::new()
-    } else {
-        let marks = vec!["?"; after.len()].join(", ");
-        format!("WHERE ({key}) > ({marks})")
-    };
-    let sql = format!(
-        "SELECT {} FROM {} {from} ORDER BY {key} LIMIT {limit}",
-        table.columns.join(", "),
-        table.name
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let width = table.columns.len();
-    let rows = stmt
-        .query_map(params_from_iter(after.iter().map(value)), |r| {
-            (0..width).map(|i| r.get_ref(i).map(cell)).collect()
-        })?
-        .collect::<Result<Vec<Row>, _>>()?;
-    Ok(rows)
-}
-
-pub(super) fn count(conn: &Connection, table: &Table) -> StoreResult<u64> {
-    let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {}", table.name), [], |r| {
-        r.get(0)
-    })?;
-    Ok(n as u64)
 }
 
 /// Insert rows as they are; a row whose key (or any unique column) is present is skipped,
@@ -111,31 +65,12 @@ fn insert_bodies(tx: &Transaction<'_>, table: &Table, rows: &[Row]) -> StoreResu
     Ok(written)
 }
 
-/// Mark a copy into this database as started, or clear the mark.
-pub(super) fn mark(tx: &Transaction<'_>, started_at: Option<i64>) -> StoreResult<()> {
-    match started_at {
-        Some(at) => tx.execute(
-            "INSERT INTO copy_in_progress (id, started_at) VALUES (1, ?1)
-             ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at",
-            [at],
-        )?,
-        None => tx.execute("DELETE FROM copy_in_progress", [])?,
-    };
-    Ok(())
-}
-
-pub(super) fn unfinished(conn: &Connection) -> StoreResult<Option<i64>> {
-    Ok(conn
-        .query_row("SELECT started_at FROM copy_in_progress", [], |r| r.get(0))
-        .optional()?)
-}
-
 /// Tables not copied, each the target's own or rebuilt after a copy (and the copy's own mark).
 #[cfg(test)]
 pub(super) const DERIVED: &[&str] = &[
     "copy_in_progress",
     // Set to the source's by `rebuild_derived`.
-    "queue_cursors",
+    "queue_cursor",
     // The registry's version is moved on; the nodes sharing a database are the target's own.
     "subscription_registry",
     "nodes",
@@ -145,14 +80,6 @@ pub(super) const DERIVED: &[&str] = &[
     "events",
 ];
 
-pub(super) fn cursor(conn: &Connection) -> StoreResult<i64> {
-    Ok(conn.query_row(
-        "SELECT after_seq FROM queue_cursors WHERE lane = 0",
-        [],
-        |r| r.get(0),
-    )?)
-}
-
 /// After a copy: the source's fan-out cursor (the copied lane-0 events up to it have their
 /// states, those after it are fanned out by the target's first claim); the credits copied in
 /// were logged by the trigger of migration 0008 (events are copied first; a credit skipped as
@@ -160,7 +87,7 @@ pub(super) fn cursor(conn: &Connection) -> StoreResult<i64> {
 /// interrupted copy's log does not wait for the consumers; the registry's version moved on.
 pub(super) fn rebuild_derived(tx: &Transaction<'_>, cursor: i64) -> StoreResult<()> {
     tx.execute(
-        "UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0",
+        "UPDATE queue_cursor SET after_seq = ?1 WHERE id = 0",
         [cursor],
     )?;
     super::customers::list_all(tx)?;
@@ -169,7 +96,7 @@ pub(super) fn rebuild_derived(tx: &Transaction<'_>, cursor: i64) -> StoreResult<
 
 /// The columns of `table` as this database has them, in order (for the schema check).
 #[cfg(test)]
-pub(super) fn columns(conn: &Connection, table: &str) -> Vec<String> {
+pub(super) fn columns(conn: &rusqlite::Connection, table: &str) -> Vec<String> {
     conn.prepare(&format!(
         "SELECT name FROM pragma_table_info('{table}') ORDER BY cid"
     ))

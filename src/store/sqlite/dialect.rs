@@ -15,8 +15,6 @@ impl sql::Dialect for Dialect {
         format!("?{n}")
     }
     const NONE: &'static str = "0";
-    const WAITS: &'static str =
-        "lane = 0 AND seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0)";
     /// Counted from the log's numbering (no gaps: migration 0009) less the submitted requests
     /// after the cursor (their own partial index), without reading the log.
     const WAITING: &'static str = "SELECT (SELECT ifnull(max(seq), 0) FROM event_log) - q.after_seq
@@ -24,8 +22,10 @@ impl sql::Dialect for Dialect {
                 WHERE lane = 1 AND seq > q.after_seq),
             (SELECT received_at FROM event_log WHERE seq > q.after_seq AND lane = 0
               ORDER BY seq LIMIT 1)
-       FROM queue_cursors q WHERE q.lane = 0";
-    const CURSOR: &'static str = "(SELECT after_seq FROM queue_cursors WHERE lane = 0)";
+       FROM queue_cursor q WHERE q.id = 0";
+    const LEAST: &'static str = "min";
+    const GREATEST: &'static str = "max";
+    const STATUS_COUNTS: &'static str = super::events::STATUS_COUNTS;
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     const NEWEST_SEQ: &'static str = "(SELECT ifnull(max(seq), 0) FROM event_log)";
     /// Named indexes, so that the planner cannot pick a scan of the state table.
@@ -39,7 +39,7 @@ impl sql::Dialect for Dialect {
             ),
             Status::Pending => Some(
                 "(seq IN (SELECT seq FROM event_state INDEXED BY events_due WHERE status = 'pending')
-                  OR seq > (SELECT after_seq FROM queue_cursors WHERE lane = 0))",
+                  OR seq > (SELECT after_seq FROM queue_cursor WHERE id = 0))",
             ),
             Status::Completed | Status::Stored => None,
         }

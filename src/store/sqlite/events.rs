@@ -1,10 +1,6 @@
-//! The counts `/metrics` reads on SQLite (the event views and retries are `store::sql`'s).
+//! The statement of the counts `/metrics` reads on SQLite (read by `store::sql::stats`).
 
-use rusqlite::Connection;
-
-use crate::store::{StatusCounts, StoreResult};
-
-/// The counts `/metrics` reports, read in one statement (one snapshot), as subscription
+/// [`crate::store::sql::Dialect::STATUS_COUNTS`] on SQLite: in one statement (one snapshot), as subscription
 /// states (an event taken by two subscriptions counts in each). Each status but `completed` is
 /// counted where it lives, so a scrape costs what is claimed or failed, not the whole history:
 /// pending state rows in the partial index `events_due`; events not fanned out yet (pending in
@@ -19,7 +15,7 @@ use crate::store::{StatusCounts, StoreResult};
 ///
 /// `listen` sessions (origin `session`) are left out of the pending count and the lag: their
 /// pending rows are counted apart, each session's index range (`session_pending`, taken off
-/// `pending` by [`status_counts`]), and the lag reads only the other subscriptions' ranges and
+/// `pending` by `sql::stats::status_counts`), and the lag reads only the other subscriptions' ranges and
 /// claims (a claim's row is read for its due time anyway). Their claims and failures stay in
 /// those counts: leaving them out would read the row of each one, for few rows that a session
 /// holds only while it runs.
@@ -46,34 +42,4 @@ pub const STATUS_COUNTS: &str = "SELECT
     (SELECT ifnull(sum((SELECT count(*) FROM event_state INDEXED BY events_due
                          WHERE status = 'pending' AND sub = u.id)), 0)
        FROM subscriptions u WHERE u.origin = 'session')
-  FROM queue_cursors AS q WHERE q.lane = 0";
-
-pub(super) fn status_counts(conn: &Connection) -> StoreResult<StatusCounts> {
-    let (states, pending, waiting, claimed, failed, oldest, session_pending): (
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        Option<i64>,
-        i64,
-    ) = conn.prepare_cached(STATUS_COUNTS)?.query_row([], |r| {
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-            r.get(6)?,
-        ))
-    })?;
-    Ok(StatusCounts {
-        pending: pending - session_pending + waiting,
-        claimed,
-        completed: states - pending - claimed - failed,
-        failed,
-        oldest_due_at: oldest,
-        fan_out_waiting: waiting,
-    })
-}
+  FROM queue_cursor AS q WHERE q.id = 0";

@@ -67,7 +67,7 @@ pub(super) fn fan_out(
     room: usize,
 ) -> StoreResult<Vec<Claimed>> {
     let cursor: i64 = tx
-        .prepare_cached("SELECT after_seq FROM queue_cursors WHERE lane = 0")?
+        .prepare_cached("SELECT after_seq FROM queue_cursor WHERE id = 0")?
         .query_row([], |r| r.get(0))?;
     let (found, last): (i64, Option<i64>) = tx
         .prepare_cached(&format!(
@@ -95,7 +95,7 @@ pub(super) fn fan_out(
     } else {
         last.unwrap_or(cursor)
     };
-    tx.prepare_cached("UPDATE queue_cursors SET after_seq = ?1 WHERE lane = 0 AND after_seq < ?1")?
+    tx.prepare_cached("UPDATE queue_cursor SET after_seq = ?1 WHERE id = 0 AND after_seq < ?1")?
         .execute(params![to])?;
     Ok(claims)
 }

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use rusqlite::{Transaction, params};
 
 use super::subscriptions::Routes;
-use crate::store::{InsertOutcome, Lane, NewDelivery, StoreResult};
+use crate::store::{EventOrigin, InsertOutcome, NewDelivery, StoreResult};
 
 /// Insert every delivery of a group commit in the caller's transaction. Items are applied in
 /// order, so a second copy of a key within the batch is a duplicate of the first.
@@ -42,7 +42,7 @@ pub(super) fn insert_all(
             insert.raw_bind_parameter(p + 3, &d.event_type)?;
             insert.raw_bind_parameter(p + 4, &d.sha256[..])?;
             insert.raw_bind_parameter(p + 5, d.received_at)?;
-            insert.raw_bind_parameter(p + 6, d.lane.as_i64())?;
+            insert.raw_bind_parameter(p + 6, d.origin.as_i64())?;
             insert.raw_bind_parameter(p + 7, &d.payload[..])?;
             insert.raw_bind_parameter(p + 8, &d.content_type)?;
             insert.raw_bind_parameter(p + 9, &d.traceparent)?;
@@ -92,7 +92,7 @@ pub(super) fn insert_all(
     for (d, seq) in batch.iter().zip(&seqs) {
         let outcome = match seq {
             Some(seq) => {
-                if d.lane == Lane::CallOut {
+                if d.origin == EventOrigin::Submission {
                     // Claimed through the index of due work, not the log's cursor.
                     tx.prepare_cached(&super::fan_out::fan_out_one_sql(&routes.by_id))?
                         .execute(params![seq])?;

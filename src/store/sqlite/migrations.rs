@@ -117,6 +117,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "transforms",
         include_str!("../../../migrations/sqlite/0022_transforms.sql"),
     ),
+    (
+        24,
+        "queue_cursor",
+        include_str!("../../../migrations/sqlite/0024_queue_cursor.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -203,7 +203,7 @@ fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
         ]
     );
     let cursors: Vec<(i64, i64)> = conn
-        .prepare("SELECT lane, after_seq FROM queue_cursors ORDER BY lane")
+        .prepare("SELECT id, after_seq FROM queue_cursor ORDER BY id")
         .unwrap()
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
@@ -322,4 +322,93 @@ fn the_claimer_of_each_kind_follows_the_kind() {
             .unwrap();
         assert_eq!(claimer, kind.claimer().as_str(), "{kind:?}");
     }
+}
+
+/// Migration 24 renames the fan-out's cursor to PostgreSQL's `queue_cursor` (id 0): a database
+/// full of events under 22 keeps every row, its cursor, and the `events` view's answer (the
+/// events after the cursor pending, the others as their state rows say).
+#[test]
+fn the_cursor_takes_its_postgres_name_with_every_event_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    let before = MIGRATIONS.iter().position(|m| m.0 == 24).unwrap();
+    apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
+    // 2,000 events, every tenth a submitted request (lane 1); the first 1,500 fanned out.
+    conn.execute_batch(
+        "INSERT INTO subscriptions (name, kind, lane, created_at) VALUES ('audit', 'audit', 0, 0)
+           ON CONFLICT (name) DO NOTHING;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+         INSERT INTO event_log (seq, source, event_id, event_type, payload_sha256, received_at,
+                                last_delivered_at, lane, payload)
+         SELECT i, 'shop', 'e-' || i, 't', zeroblob(32), i, i, i % 10 = 0, x'7b7d' FROM n;
+         INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at)
+         SELECT l.seq, u.id, 0, CASE WHEN l.seq % 3 = 0 THEN 'completed' ELSE 'pending' END,
+                1, l.seq
+           FROM event_log l, subscriptions u WHERE u.name = 'audit' AND l.seq <= 1500;
+         UPDATE queue_cursors SET after_seq = 1500 WHERE lane = 0;",
+    )
+    .unwrap();
+    let dump = |conn: &Connection| -> Vec<String> {
+        let mut out = Vec::new();
+        for sql in [
+            "SELECT * FROM event_log ORDER BY seq",
+            "SELECT * FROM event_state ORDER BY seq, sub",
+            "SELECT * FROM events ORDER BY seq, status",
+        ] {
+            let mut stmt = conn.prepare(sql).unwrap();
+            let n = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap();
+            out.extend(rows.map(|r| r.unwrap().join(", ")));
+        }
+        out
+    };
+    let old = dump(&conn);
+    assert_eq!(old.len(), 2_000 + 1_500 + 2_000);
+    apply_all(&mut conn, &MIGRATIONS[before..]).unwrap();
+    assert_eq!(
+        dump(&conn),
+        old,
+        "every row, and the view's answer, as before"
+    );
+    let cursor: (i64, i64) = conn
+        .query_row("SELECT id, after_seq FROM queue_cursor", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(cursor, (0, 1500));
+    let pending_after: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE seq > 1500 AND status = 'pending'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(pending_after, 450, "the webhooks' events after the cursor");
+    assert!(
+        conn.execute("INSERT INTO queue_cursor (id, after_seq) VALUES (1, 0)", [])
+            .is_err(),
+        "one cursor, as the CHECK keeps it"
+    );
+    let old_name: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE sql LIKE '%queue_cursors%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(old_name, 0, "nothing in the schema names the old table");
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
 }

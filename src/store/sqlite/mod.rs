@@ -63,7 +63,6 @@ pub fn fan_out_statement(conn: &Connection) -> anyhow::Result<String> {
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;
 pub use migrations::MIGRATIONS;
-pub(crate) use ordering::SKIPPED_BY_OPS;
 
 /// Set to `1`, the store skips the fdatasync that makes commits durable: for the power-loss
 /// test only (docs/power-loss.md), never for users. Not a setting, so not in the config.

@@ -4,16 +4,15 @@
 
 use super::dialect::Sqlite;
 use super::{
-    SqliteStore, breaker, consume, copy, events, finish, ingest, leases, migrations, ordering,
-    purge, registry, secrets, subscriptions,
+    SqliteStore, breaker, consume, copy, finish, ingest, leases, migrations, purge, registry,
+    subscriptions,
 };
-use crate::store::copy::{Cell, Row, Table};
-use crate::store::secrets::{Purpose, Rotation, StoredSecret};
+use crate::store::copy::{Row, Table};
 use crate::store::sql;
 use crate::store::{
-    ClaimRef, Claimed, DecideExpiry, Finish, Finished, HeldKey, Hold, Holder, InsertOutcome, Lane,
+    ClaimRef, Claimed, DecideExpiry, Finish, Finished, Hold, Holder, InsertOutcome, Lane,
     LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch, PurgeCutoffs, Readiness,
-    SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
+    StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
 };
 use crate::subscriptions::Subscription;
 
@@ -62,10 +61,6 @@ impl Store for SqliteStore {
             let routes = self.routes_in(tx)?;
             ingest::insert_all(tx, batch, &routes)
         })
-    }
-
-    fn status_counts(&self) -> StoreResult<StatusCounts> {
-        self.read(events::status_counts)
     }
 
     fn event_counts(&self) -> StoreResult<StatusCounts> {
@@ -141,48 +136,13 @@ impl Store for SqliteStore {
             let removed = subscriptions::prune(tx, now)?
                 + registry::prune_sessions(tx, sessions_idle_before, now)?;
             super::registry::finish_left_unfinished(tx, now)?;
-            secrets::drop_expired(tx, now)?;
+            sql::secrets::drop_expired(&mut Sqlite(tx), now)?;
             Ok(removed)
         })?;
         if removed > 0 {
             self.routes_changed();
         }
         Ok(removed)
-    }
-
-    fn subscription_secrets(&self, name: &str, now: i64) -> StoreResult<Vec<StoredSecret>> {
-        self.read(|c| secrets::list(c, name, now))
-    }
-
-    fn keep_secret(
-        &self,
-        name: &str,
-        purpose: Purpose,
-        value: &str,
-        now: i64,
-    ) -> StoreResult<StoredSecret> {
-        self.write(|tx| secrets::keep(tx, name, purpose, value, now))
-    }
-
-    fn put_config_secrets(
-        &self,
-        name: &str,
-        purpose: Purpose,
-        values: &[String],
-        now: i64,
-    ) -> StoreResult<()> {
-        self.write(|tx| secrets::put_config(tx, name, purpose, values, now))
-    }
-
-    fn rotate_secret(
-        &self,
-        name: &str,
-        purpose: Purpose,
-        value: &str,
-        grace_ms: i64,
-        now: i64,
-    ) -> StoreResult<Rotation> {
-        self.write(|tx| secrets::rotate(tx, name, purpose, value, grace_ms, now))
     }
 
     fn registry_version_seen(&self) -> Option<i64> {
@@ -245,21 +205,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn open_breaker(
-        &self,
-        sub: i64,
-        after_probe: bool,
-        first_ms: i64,
-        max_ms: i64,
-        now: i64,
-    ) -> StoreResult<()> {
-        self.write(|tx| breaker::open(tx, sub, after_probe, first_ms, max_ms, now))
-    }
-
-    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
-        self.write(|tx| breaker::close(tx, sub))
-    }
-
     fn extend_claims(
         &self,
         claims: &[ClaimRef],
@@ -276,16 +221,6 @@ impl Store for SqliteStore {
         };
         self.write(|tx| subscriptions::backfill(tx, sub, since, now))
             .map(Some)
-    }
-
-    fn skip(&self, source: &str, event_id: &str, sub: &str, now: i64) -> StoreResult<SkipOutcome> {
-        let routes = self.routes()?;
-        self.write(|tx| ordering::skip(tx, &routes, source, event_id, sub, now))
-    }
-
-    fn held_keys(&self, subscription: &str, limit: usize) -> StoreResult<Vec<HeldKey>> {
-        let routes = self.routes()?;
-        self.read(|c| ordering::held_keys(c, &routes, subscription, limit))
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
@@ -321,14 +256,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn copy_out(&self, table: &Table, after: &[Cell], limit: usize) -> StoreResult<Vec<Row>> {
-        self.read(|c| copy::rows(c, table, after, limit))
-    }
-
-    fn copy_count(&self, table: &Table) -> StoreResult<u64> {
-        self.read(|c| copy::count(c, table))
-    }
-
     fn copy_in(&self, table: &Table, rows: &[Row]) -> StoreResult<u64> {
         self.write(|tx| copy::insert(tx, table, rows))
     }
@@ -339,18 +266,6 @@ impl Store for SqliteStore {
 
     fn copy_finished(&self, cursor: i64) -> StoreResult<()> {
         self.write(|tx| copy::rebuild_derived(tx, cursor))
-    }
-
-    fn fan_out_cursor(&self) -> StoreResult<i64> {
-        self.read(copy::cursor)
-    }
-
-    fn mark_copy(&self, started_at: Option<i64>) -> StoreResult<()> {
-        self.write(|tx| copy::mark(tx, started_at))
-    }
-
-    fn unfinished_copy(&self) -> StoreResult<Option<i64>> {
-        self.read(copy::unfinished)
     }
 
     /// A lock file beside the database (`…db-lock`), `flock`ed: shared by nodes, exclusive

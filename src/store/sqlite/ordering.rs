@@ -1,14 +1,12 @@
-//! Ordering per key on SQLite: ops skipping the event that holds a key, and the held keys.
-//! (The key itself is read at the fan-out; the claims keep the order: see `consume`.)
+//! Ordering per key on SQLite: the claim of an ordered subscription. (The key itself is read
+//! at the fan-out; ops' skips and held keys are `store::sql::ordering`'s.)
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Transaction, params};
 
 use super::consume::{CLAIMED, claimed};
-use super::dialect::Sqlite;
 use super::subscriptions::Routes;
 use crate::store::routes::Ordered;
-use crate::store::sql::view::{fill_subscriptions, get};
-use crate::store::{Claimed, HeldKey, SkipOutcome, Status, StoreResult};
+use crate::store::{Claimed, StoreResult};
 
 /// A claim of an ordered subscription first looks at this many times its limit of the oldest
 /// due states, not at all of them.
@@ -94,97 +92,4 @@ pub fn claim_sql(sub: i64, limit: usize, ordered: &Ordered, window: Option<usize
          ORDER BY s.next_attempt_at LIMIT {limit})
 RETURNING {CLAIMED}"
     )
-}
-
-/// What a skip records on the attempt it adds.
-pub(crate) const SKIPPED_BY_OPS: &str = "skipped by ops: the later events of its key go on";
-
-pub(super) fn skip(
-    tx: &Transaction<'_>,
-    routes: &Routes,
-    source: &str,
-    event_id: &str,
-    subscription: &str,
-    now: i64,
-) -> StoreResult<SkipOutcome> {
-    let (Some(live), Some(event)) = (
-        routes.named(subscription),
-        get(&mut Sqlite(tx), source, event_id)?,
-    ) else {
-        return Ok(SkipOutcome::NotFound);
-    };
-    let skipped: Option<i64> = tx
-        .prepare_cached(
-            "UPDATE event_state
-                SET status = 'completed', outcome = 'skipped', completed_at = ?3,
-                    finished_at = ?3, next_attempt_at = NULL, last_error = NULL,
-                    attempts = attempts + 1
-              WHERE seq = ?1 AND sub = ?2 AND status IN ('failed', 'pending')
-             RETURNING attempts",
-        )?
-        .query_row(params![event.seq, live.id, now], |r| r.get(0))
-        .optional()?;
-    let Some(attempt) = skipped else {
-        let status: Option<String> = tx
-            .prepare_cached("SELECT status FROM event_state WHERE seq = ?1 AND sub = ?2")?
-            .query_row(params![event.seq, live.id], |r| r.get(0))
-            .optional()?;
-        return Ok(match status.as_deref().and_then(Status::parse) {
-            Some(status) => SkipOutcome::Refused(status),
-            None => SkipOutcome::NotFound,
-        });
-    };
-    tx.prepare_cached(
-        "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at, finished_at,
-                                     result, error)
-         VALUES (?1, ?2, ?3, 'ops', ?4, ?4, 'ok', ?5)",
-    )?
-    .execute(params![event.seq, live.id, attempt, now, SKIPPED_BY_OPS])?;
-    let Some(mut event) = get(&mut Sqlite(tx), source, event_id)? else {
-        return Ok(SkipOutcome::NotFound);
-    };
-    fill_subscriptions(
-        &mut Sqlite(tx),
-        &routes.live,
-        std::slice::from_mut(&mut event),
-    )?;
-    Ok(SkipOutcome::Skipped(Box::new(event)))
-}
-
-/// The first failed state of each key of `subscription`, with how many wait behind it.
-pub(super) fn held_keys(
-    conn: &rusqlite::Connection,
-    routes: &Routes,
-    subscription: &str,
-    limit: usize,
-) -> StoreResult<Vec<HeldKey>> {
-    let Some(live) = routes.named(subscription) else {
-        return Ok(Vec::new());
-    };
-    let held = conn
-        .prepare_cached(
-            "SELECT s.order_key, l.source, l.event_id, s.finished_at,
-                    (SELECT count(*) FROM event_state w INDEXED BY events_ordered
-                      WHERE w.sub = s.sub AND w.order_key = s.order_key
-                        AND w.order_key IS NOT NULL AND w.status <> 'completed'
-                        AND w.seq > s.seq)
-               FROM event_state s INDEXED BY events_failed JOIN event_log l ON l.seq = s.seq
-              WHERE s.status = 'failed' AND s.sub = ?1 AND s.order_key IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM event_state e INDEXED BY events_ordered
-                                 WHERE e.sub = s.sub AND e.order_key = s.order_key
-                                   AND e.order_key IS NOT NULL AND e.status <> 'completed'
-                                   AND e.status = 'failed' AND e.seq < s.seq)
-              ORDER BY s.seq LIMIT ?2",
-        )?
-        .query_map(params![live.id, limit as i64], |r| {
-            Ok(HeldKey {
-                key: r.get(0)?,
-                source: r.get(1)?,
-                event_id: r.get(2)?,
-                failed_at: r.get(3)?,
-                waiting: r.get(4)?,
-            })
-        })?
-        .collect::<Result<_, _>>()?;
-    Ok(held)
 }

@@ -228,7 +228,7 @@ pub(super) fn backfill(
         "INSERT INTO event_state (seq, sub, lane, status, next_attempt_at, order_key)
          SELECT l.seq, ?1, ?2, 'pending', ?3, {key} FROM event_log l
           WHERE l.received_at >= ?4 AND l.payload IS NOT NULL
-            AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursors WHERE lane = 0))
+            AND (l.lane = 1 OR l.seq <= (SELECT after_seq FROM queue_cursor WHERE id = 0))
             AND {}
             AND NOT EXISTS (SELECT 1 FROM event_state s WHERE s.seq = l.seq AND s.sub = ?1)",
         takes_sql(sub)

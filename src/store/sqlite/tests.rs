@@ -2,7 +2,7 @@
 //! commit that wrote nothing making nothing durable), and new connections writing nothing.
 
 use super::{SqliteOptions, SqliteStore};
-use crate::store::{Lane, NewDelivery, Store as _};
+use crate::store::{EventOrigin, Lane, NewDelivery, Store as _};
 
 /// A stored-shape delivery of `shop` with an empty body (for the store's tests).
 pub(super) fn delivery(id: &str) -> NewDelivery {
@@ -15,7 +15,7 @@ pub(super) fn delivery(id: &str) -> NewDelivery {
         sha256: [0; 32],
         received_at: 1,
         reject_mismatch: false,
-        lane: Lane::InProcess,
+        origin: EventOrigin::Webhook,
         traceparent: None,
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Barrier;
 
 use webhook_inbox::domain::time::now_ms;
-use webhook_inbox::store::{Lane, NewDelivery, Store};
+use webhook_inbox::store::{EventOrigin, Lane, NewDelivery, Store};
 use webhook_inbox::subscriptions::{Kind, Route, Subscription};
 
 use super::fresh::FreshDb;
@@ -39,15 +39,15 @@ fn race(writer: Writer) {
     a.sync_subscriptions(std::slice::from_ref(&base), now_ms())
         .unwrap();
     let mut stored = 0;
-    let mut store_events = |n: usize, lane: Lane| {
-        let source = if lane == Lane::CallOut {
+    let mut store_events = |n: usize, origin: EventOrigin| {
+        let source = if origin == EventOrigin::Submission {
             "requests"
         } else {
             "shop"
         };
         let batch: Vec<_> = (stored..stored + n)
             .map(|i| NewDelivery {
-                lane,
+                origin,
                 ..new_delivery(source, &format!("e-{i}"), "audit.thing", "{}")
             })
             .collect();
@@ -56,7 +56,7 @@ fn race(writer: Writer) {
     };
     if let Writer::Backfill = writer {
         // Behind the cursor before any `late-N` is added: what a backfill hands out.
-        store_events(EVENTS, Lane::InProcess);
+        store_events(EVENTS, EventOrigin::Webhook);
         let fanned = a
             .claim("w", Lane::InProcess, EVENTS, 600_000, now_ms())
             .unwrap();
@@ -82,7 +82,7 @@ fn race(writer: Writer) {
         let live = a.subscription_ids().unwrap();
         assert!(live.iter().any(|(_, name)| *name == late.name));
         if let Writer::FanOut = writer {
-            store_events(EVENTS, Lane::InProcess);
+            store_events(EVENTS, EventOrigin::Webhook);
         }
         let barrier = Barrier::new(2);
         std::thread::scope(|s| {
@@ -98,7 +98,7 @@ fn race(writer: Writer) {
                         // has it removed already (the sync first): nothing to write.
                         a.backfill(&late.name, 0, now_ms()).unwrap();
                     }
-                    Writer::Submission => store_events(EVENTS, Lane::CallOut),
+                    Writer::Submission => store_events(EVENTS, EventOrigin::Submission),
                 }
             });
             let syncing = s.spawn(|| {

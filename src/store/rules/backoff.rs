@@ -1,5 +1,6 @@
 //! Exponential backoff with jitter: base × 2^(n-1), capped, then a random point in its upper
-//! half, so that events that failed together do not all come back together.
+//! half, so that events that failed together do not all come back together. One rule for
+//! every claimer (the consumer workers, the forwarders, the pull routes).
 
 use rand::Rng;
 
