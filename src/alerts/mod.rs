@@ -271,17 +271,31 @@ impl Alerts {
                 if *stopped.borrow() {
                     return;
                 }
-                tokio::select! {
-                    _ = self.send_one(&channel, &claimer, notice) => {}
-                    _ = stopped.changed() => return,
+                if !self
+                    .send_one(&channel, &claimer, notice, &mut stopped)
+                    .await
+                {
+                    return;
                 }
             }
         }
     }
 
-    async fn send_one(&self, channel: &Channel, claimer: &str, notice: Notice) {
+    /// Send `notice` and record what came of it; `false` when a stop came first. Only the call
+    /// is cut short by a stop: once the channel has answered, its answer is recorded whatever
+    /// happens, or a notice the channel took would go out again after a restart.
+    async fn send_one(
+        &self,
+        channel: &Channel,
+        claimer: &str,
+        notice: Notice,
+        stopped: &mut watch::Receiver<bool>,
+    ) -> bool {
         let now = now_ms();
-        let result = channel.send(&notice, now).await;
+        let result = tokio::select! {
+            result = channel.send(&notice, now) => result,
+            _ = stopped.changed() => return false,
+        };
         let store = Arc::clone(&self.store);
         let (id, who, attempts) = (notice.id, claimer.to_string(), notice.attempts);
         let outcome = match &result {
@@ -318,6 +332,7 @@ impl Alerts {
             Ok(Err(e)) => tracing::warn!(error = %e, "alerts: cannot record the notice"),
             Err(e) => tracing::warn!(error = %e, "alerts: the record task failed"),
         }
+        true
     }
 }
 
