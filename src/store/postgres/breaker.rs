@@ -4,6 +4,7 @@ use super::consume;
 use super::session::Db;
 use super::subscriptions::RouteCache;
 use crate::store::{ClaimFor, Gate, StoreResult, SubscriptionClaim};
+use crate::subscriptions::HttpSettings;
 
 /// The subscription's gate: its row read plainly, or, when a probe looks due, locked, so that
 /// of several nodes one takes the probe and the others see the next probe moved past its lease.
@@ -104,6 +105,30 @@ pub(super) fn close(db: &mut Db<'_>, sub: i64) -> StoreResult<()> {
         "UPDATE subscriptions SET probe_at = NULL, probe_interval_ms = NULL
           WHERE id = $1 AND probe_at IS NOT NULL",
         &[&sub],
+    )?;
+    Ok(())
+}
+
+/// Whether subscription `sub` still delivers by `settings` (see the SQLite store's
+/// `delivers_by`), its row locked so that a change cannot commit between this and the write.
+pub(super) fn delivers_by(db: &mut Db<'_>, sub: i64, settings: &HttpSettings) -> StoreResult<bool> {
+    let rows = db.query(
+        "SELECT settings FROM subscriptions WHERE id = $1 FOR UPDATE",
+        &[&sub],
+    )?;
+    let column: Option<String> = match rows.first() {
+        Some(r) => r.try_get(0)?,
+        None => None,
+    };
+    Ok(HttpSettings::parse(column.as_deref()).is_none_or(|now| now == *settings))
+}
+
+/// A probe given back untried: the next one is due now (see
+/// [`crate::store::Store::give_back_probe`]).
+pub(super) fn probe_now(db: &mut Db<'_>, sub: i64, now: i64) -> StoreResult<()> {
+    db.execute(
+        "UPDATE subscriptions SET probe_at = $2 WHERE id = $1 AND probe_at > $2",
+        &[&sub, &now],
     )?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use crate::store::{
     PurgeCutoffs, Readiness, SkipOutcome, StatusCounts, Store, StoreError, StoreResult,
     SubmitOutcome, SubscriptionClaim,
 };
-use crate::subscriptions::Subscription;
+use crate::subscriptions::{HttpSettings, Subscription};
 
 /// [`crate::store::sql::stats::event_counts_sql`] for PostgreSQL.
 static EVENT_COUNTS: std::sync::LazyLock<String> =
@@ -161,6 +161,16 @@ impl Store for PostgresStore {
         self.tx(|db| leases::give_back(db, claims))
     }
 
+    fn give_back_probe(&self, claim: &ClaimRef, now: i64) -> StoreResult<bool> {
+        self.tx(|db| {
+            let given = leases::give_back(db, std::slice::from_ref(claim))? == 1;
+            if given {
+                breaker::probe_now(db, claim.subscription, now)?;
+            }
+            Ok(given)
+        })
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.tx(|db| leases::sweep(db, now, decide))
     }
@@ -249,19 +259,63 @@ impl Store for PostgresStore {
         })
     }
 
+    fn finish_and_claim_subscription(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        sub: i64,
+        claim: Option<usize>,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Option<SubscriptionClaim>)> {
+        // One transaction: a busy forwarder's round is one commit, as on SQLite. The answers
+        // come first, so that the fan-out's lock (taken by the claim) is not held over them.
+        self.consuming(claim.is_some(), |db, to, isolate| {
+            let finished = match items {
+                [] => Vec::new(),
+                items => finish::finish_all(db, items, now, isolate)?,
+            };
+            let claimed = match claim {
+                Some(limit) => Some(breaker::claim(
+                    db,
+                    &self.routes,
+                    to,
+                    worker,
+                    sub,
+                    limit,
+                    lease_ms,
+                    now,
+                )?),
+                None => None,
+            };
+            Ok((finished, claimed))
+        })
+    }
+
     fn open_breaker(
         &self,
         sub: i64,
+        settings: &HttpSettings,
         after_probe: bool,
         first_ms: i64,
         max_ms: i64,
         now: i64,
     ) -> StoreResult<()> {
-        self.tx(|db| breaker::open(db, sub, after_probe, first_ms, max_ms, now))
+        self.tx(|db| {
+            if breaker::delivers_by(db, sub, settings)? {
+                breaker::open(db, sub, after_probe, first_ms, max_ms, now)?;
+            }
+            Ok(())
+        })
     }
 
-    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
-        self.tx(|db| breaker::close(db, sub))
+    fn close_breaker(&self, sub: i64, settings: &HttpSettings) -> StoreResult<()> {
+        self.tx(|db| {
+            if breaker::delivers_by(db, sub, settings)? {
+                breaker::close(db, sub)?;
+            }
+            Ok(())
+        })
     }
 
     fn extend_claims(

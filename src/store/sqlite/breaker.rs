@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use super::consume;
 use super::subscriptions::Routes;
 use crate::store::{ClaimFor, Gate, StoreResult, SubscriptionClaim};
+use crate::subscriptions::HttpSettings;
 
 /// The gate read and the claim in one write transaction: a probe is claimed by one node, which
 /// moves the next probe past its lease in the same transaction.
@@ -70,5 +71,29 @@ pub(super) fn close(tx: &Transaction<'_>, sub: i64) -> StoreResult<()> {
           WHERE id = ?1 AND probe_at IS NOT NULL",
     )?
     .execute([sub])?;
+    Ok(())
+}
+
+/// Whether subscription `sub` still delivers by `settings` (compared as settings, not as text:
+/// a row written by an older build may spell the same settings otherwise). A row without
+/// settings that parse says nothing against them.
+pub(super) fn delivers_by(
+    tx: &Transaction<'_>,
+    sub: i64,
+    settings: &HttpSettings,
+) -> StoreResult<bool> {
+    let column: Option<String> = tx
+        .prepare_cached("SELECT settings FROM subscriptions WHERE id = ?1")?
+        .query_row([sub], |r| r.get(0))
+        .optional()?
+        .flatten();
+    Ok(HttpSettings::parse(column.as_deref()).is_none_or(|now| now == *settings))
+}
+
+/// A probe given back untried: the next one is due now (see
+/// [`crate::store::Store::give_back_probe`]).
+pub(super) fn probe_now(tx: &Transaction<'_>, sub: i64, now: i64) -> StoreResult<()> {
+    tx.prepare_cached("UPDATE subscriptions SET probe_at = ?2 WHERE id = ?1 AND probe_at > ?2")?
+        .execute(params![sub, now])?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use crate::store::{
     LifecycleCounts, LoyaltyAccount, NewDelivery, Page, PurgeBatch, PurgeCutoffs, Readiness,
     SkipOutcome, StatusCounts, Store, StoreError, StoreResult, SubmitOutcome, SubscriptionClaim,
 };
-use crate::subscriptions::Subscription;
+use crate::subscriptions::{HttpSettings, Subscription};
 
 /// [`crate::store::sql::stats::event_counts_sql`] with SQLite's index hints.
 static EVENT_COUNTS: std::sync::LazyLock<String> =
@@ -124,6 +124,16 @@ impl Store for SqliteStore {
 
     fn give_back(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize> {
         self.consumer_write(|tx| leases::give_back(tx, claims, now))
+    }
+
+    fn give_back_probe(&self, claim: &ClaimRef, now: i64) -> StoreResult<bool> {
+        self.consumer_write(|tx| {
+            let given = leases::give_back(tx, std::slice::from_ref(claim), now)? == 1;
+            if given {
+                breaker::probe_now(tx, claim.subscription, now)?;
+            }
+            Ok(given)
+        })
     }
 
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
@@ -248,16 +258,27 @@ impl Store for SqliteStore {
     fn open_breaker(
         &self,
         sub: i64,
+        settings: &HttpSettings,
         after_probe: bool,
         first_ms: i64,
         max_ms: i64,
         now: i64,
     ) -> StoreResult<()> {
-        self.write(|tx| breaker::open(tx, sub, after_probe, first_ms, max_ms, now))
+        self.write(|tx| {
+            if breaker::delivers_by(tx, sub, settings)? {
+                breaker::open(tx, sub, after_probe, first_ms, max_ms, now)?;
+            }
+            Ok(())
+        })
     }
 
-    fn close_breaker(&self, sub: i64) -> StoreResult<()> {
-        self.write(|tx| breaker::close(tx, sub))
+    fn close_breaker(&self, sub: i64, settings: &HttpSettings) -> StoreResult<()> {
+        self.write(|tx| {
+            if breaker::delivers_by(tx, sub, settings)? {
+                breaker::close(tx, sub)?;
+            }
+            Ok(())
+        })
     }
 
     fn extend_claims(
