@@ -10,7 +10,8 @@
 //! Why rounds: one write at a time, and the answers that arrive while it runs wait for the
 //! next one, so the size of a commit follows the load by itself (one answer when idle, dozens
 //! when busy) and a busy forwarder claims once for many calls in the same transaction as it
-//! commits.
+//! commits. The claims run up to a batch ahead of the calls (`super::ahead`), so that a round's
+//! write is not what a freed place waits for.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
