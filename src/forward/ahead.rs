@@ -4,9 +4,11 @@
 //! fast endpoint a call lasts about as long as a claim's write, and without a queue half of the
 //! places stood empty (docs/performance.md, "Delivery out of the node").
 //!
-//! A queued event is no attempt yet: whatever stops the calls (the breaker opening, a 410
-//! pausing the subscription, a change or removal of the subscription, the forwarder stopping,
-//! a lease that no longer covers a call) gives it back untried, its budget whole. Ordering per
+//! A queued event is no attempt yet: whatever stops the calls (the breaker opening, a 410 or
+//! the API pausing the subscription, a change or removal of the subscription, the forwarder
+//! stopping, a lease that no longer covers a call) gives it back untried, its budget whole.
+//! What happens elsewhere (a pause through the API, another node's breaker) is seen by the next
+//! claim's gate, at most a round later. Ordering per
 //! key is the claim's: it never hands out an event while an earlier one of its key is
 //! unfinished, and a queued event is unfinished.
 
@@ -18,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::call::Answer;
 use super::{Done, Forwarder, Untried};
-use crate::store::Claimed;
+use crate::store::{Claimed, Gate};
 
 /// An event claimed and shaped, its call not started.
 pub(super) struct Queued {
@@ -66,6 +68,23 @@ impl Ahead {
     /// Everything queued, to be given back.
     pub fn untried(&mut self) -> Vec<Untried> {
         self.queued.drain(..).map(Queued::untried).collect()
+    }
+
+    /// What a claim's gate says must go back: everything when the subscription was paused or
+    /// removed (through the API, or on another node); when the breaker is open, what was
+    /// claimed before it opened (another node's run of failures), but not a probe, whose own
+    /// claim moved the next probe on.
+    pub fn closed_by(&mut self, gate: Gate) -> Vec<Untried> {
+        match gate {
+            Gate::Shut => self.untried(),
+            Gate::WaitUntil(_) => {
+                let (probes, before): (VecDeque<_>, VecDeque<_>) =
+                    self.queued.drain(..).partition(|q| q.probe);
+                self.queued = probes;
+                before.into_iter().map(Queued::untried).collect()
+            }
+            Gate::Open | Gate::Probe => Vec::new(),
+        }
     }
 }
 

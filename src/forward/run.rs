@@ -216,6 +216,7 @@ impl Forwarder {
                     (Vec::new(), Gate::Open)
                 }
             };
+            self.give_back(ahead.closed_by(gate)).await;
             let probe = gate == Gate::Probe;
             let untried = || claims.iter().map(|c| (c.claim.clone(), probe)).collect();
             if !claims.is_empty()
