@@ -8,10 +8,9 @@
 //! up to a batch ahead of its calls ([`ahead`]), starts each call as a task, with at most
 //! `concurrency` in flight, and commits the answers in batches, in the same transaction as the
 //! next claim: under load, one write covers many calls. Each call starts only while its
-//! claim's lease covers
-//! its whole timeout, and its completion is fenced by the claim: a call that outlived its lease
-//! changes nothing (the event is forwarded again, and the receiver's dedup on `webhook-id`
-//! makes that safe; an at-most-once subscription abandons it instead).
+//! claim's lease covers its whole timeout, and its completion is fenced by the claim: a call
+//! that outlived its lease changes nothing (the event is forwarded again, and the receiver's
+//! dedup on `webhook-id` makes that safe; an at-most-once subscription abandons it instead).
 //!
 //! The circuit breaker lives in the database, so that every node and a restart see it: after
 //! a run of failed calls the subscription claims nothing until its next probe, one event,
