@@ -87,12 +87,13 @@ impl Forwarder {
     }
 
     /// What an answer says about the endpoint: a 410 pauses the subscription; a run of
-    /// failures (or a failed probe) opens the breaker; a success closes it.
-    pub(super) async fn observe(self: &Arc<Self>, answer: &Option<Answer>, probe: bool) {
+    /// failures (or a failed probe) opens the breaker; a success closes it. `true` when it
+    /// paused the subscription or opened the breaker (the events claimed ahead then go back).
+    pub(super) async fn observe(self: &Arc<Self>, answer: &Option<Answer>, probe: bool) -> bool {
         let me = Arc::clone(self);
         let write = match answer {
             // The program's doing, not the endpoint's: no breaker moves.
-            None | Some(Answer::Filtered | Answer::Unshaped(_)) => return,
+            None | Some(Answer::Filtered | Answer::Unshaped(_)) => return false,
             Some(Answer::Gone) => {
                 tracing::warn!(
                     subscription = %self.sub.name,
@@ -103,7 +104,7 @@ impl Forwarder {
             Some(Answer::Delivered(_)) => {
                 self.failures.store(0, Ordering::SeqCst);
                 if !probe {
-                    return;
+                    return false;
                 }
                 tracing::info!(subscription = %self.sub.name, "probe delivered: breaker closed");
                 Write::Close
@@ -121,10 +122,16 @@ impl Forwarder {
                     );
                     Write::Open { after_probe: false }
                 } else {
-                    return;
+                    return false;
                 }
             }
         };
+        let halts = !matches!(write, Write::Close);
+        if halts {
+            // Before the write: no queued call starts while it runs (the loop lowers it once
+            // it has this call's answer).
+            self.halting.fetch_add(1, Ordering::SeqCst);
+        }
         let written = tokio::task::spawn_blocking(move || {
             let store = &me.store;
             let (base, max) = (
@@ -133,9 +140,10 @@ impl Forwarder {
             );
             match write {
                 Write::Pause => store.set_paused(&me.sub.name, true).map(|_| ()),
-                Write::Close => store.close_breaker(me.sub_id),
+                Write::Close => store.close_breaker(me.sub_id, &me.settings),
                 Write::Open { after_probe } => {
-                    store.open_breaker(me.sub_id, after_probe, base.max(1), max, now_ms())
+                    let (first, now) = (base.max(1), now_ms());
+                    store.open_breaker(me.sub_id, &me.settings, after_probe, first, max, now)
                 }
             }
         })
@@ -145,6 +153,7 @@ impl Forwarder {
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot record the endpoint's state"),
             Err(e) => tracing::error!(error = %e, "recording the endpoint's state panicked"),
         }
+        halts
     }
 
     pub(super) fn record(&self, item: &Finish, result: Finished) {

@@ -5,17 +5,18 @@
 //!
 //! One forwarder per subscription and node, on a thread of its own ([`run`]). It claims due
 //! events of its subscription in batches (one statement; the claim also fans new events out),
-//! starts each call as a task, with at most `concurrency` in flight, and commits the answers
-//! in batches, in the same transaction as the next claim: under load, one write covers many
-//! calls. Each call starts only while its claim's lease covers
-//! its whole timeout, and its completion is fenced by the claim: a call that outlived its lease
-//! changes nothing (the event is forwarded again, and the receiver's dedup on `webhook-id`
-//! makes that safe; an at-most-once subscription abandons it instead).
+//! up to a batch ahead of its calls ([`ahead`]), starts each call as a task, with at most
+//! `concurrency` in flight, and commits the answers in batches, in the same transaction as the
+//! next claim: under load, one write covers many calls. Each call starts only while its
+//! claim's lease covers its whole timeout, and its completion is fenced by the claim: a call
+//! that outlived its lease changes nothing (the event is forwarded again, and the receiver's
+//! dedup on `webhook-id` makes that safe; an at-most-once subscription abandons it instead).
 //!
 //! The circuit breaker lives in the database, so that every node and a restart see it: after
 //! a run of failed calls the subscription claims nothing until its next probe, one event,
 //! whose success closes it (see `Store::claim_subscription`).
 
+mod ahead;
 mod amqp;
 mod answers;
 pub mod call;
@@ -23,7 +24,7 @@ mod nats;
 mod run;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
@@ -31,8 +32,8 @@ use tokio::sync::{Notify, watch};
 use crate::domain::time::now_ms;
 use crate::metrics::Metrics;
 use crate::store::rules::Backoff;
-use crate::store::{Claimed, Store};
-use crate::subscriptions::{HttpTarget, Subscription};
+use crate::store::{ClaimRef, Claimed, Store};
+use crate::subscriptions::{HttpSettings, HttpTarget, Subscription};
 use call::Answer;
 
 /// Failed calls in a row that open the breaker.
@@ -72,6 +73,9 @@ pub struct Forwarder {
     sub_id: i64,
     sub: Subscription,
     target: HttpTarget,
+    /// Its settings as the registry's row holds them: the breaker moves only while the row
+    /// still says these (an answer from the target a change replaced says nothing of the new).
+    settings: HttpSettings,
     /// The secrets it signs with, from the store (a rotation is seen without a restart).
     secrets: crate::secrets::Live,
     via: Via,
@@ -80,6 +84,9 @@ pub struct Forwarder {
     worker: String,
     /// Failed calls in a row on this node (any success resets it).
     failures: AtomicU32,
+    /// Breaker or pause writes under way (a call's answer opened the breaker, or a 410): no
+    /// queued call starts and nothing is claimed until the loop has seen their answers.
+    halting: AtomicUsize,
     /// `webhook_inbox_forwards_total` of this subscription, by result.
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
     transform_counters: crate::transform::Counters,
@@ -111,7 +118,13 @@ struct Done {
     answer: Option<Answer>,
     /// Its spans, when its trace is sampled.
     trace: Option<crate::telemetry::traces::Delivery>,
+    /// Its answer opened the breaker or paused the subscription (written already): the
+    /// events claimed ahead go back.
+    halted: bool,
 }
+
+/// A claim given back untried, and whether it was the breaker's probe.
+type Untried = (ClaimRef, bool);
 
 impl Forwarder {
     /// The forwarder of `sub` (of kind `http`, `nats` or `amqp`), signing an `http` one's calls with
@@ -150,11 +163,13 @@ impl Forwarder {
             metrics,
             sub_id,
             sub,
+            settings: HttpSettings::of(&target),
             target,
             secrets,
             via,
             options,
             failures: AtomicU32::new(0),
+            halting: AtomicUsize::new(0),
             applied: None,
         })
     }
@@ -180,15 +195,15 @@ impl Forwarder {
         }
     }
 
-    /// Give back a claim that saw a registry the node has not applied yet (another node's
+    /// Give back claims that saw a registry the node has not applied yet (another node's
     /// start, a change through the API), or that came once the forwarder was told to stop:
-    /// `true` when it was given back. The node reads the registry now, and the claims go on
+    /// `true` when they were given back. The node reads the registry now, and the claims go on
     /// if this forwarder's subscription is unchanged (the node stops a changed one's forwarder
     /// before it says it has applied the change); otherwise they are for the forwarder the
     /// node runs for the registry as it is now.
     async fn given_back(
         &self,
-        claims: &[Claimed],
+        claims: impl FnOnce() -> Vec<Untried>,
         applied: &mut Option<(watch::Receiver<i64>, Arc<Notify>)>,
         stopped: &watch::Receiver<bool>,
     ) -> bool {
@@ -203,12 +218,7 @@ impl Forwarder {
         if !*stopped.borrow() && !self.stale() {
             return false;
         }
-        let refs: Vec<_> = claims.iter().map(|c| c.claim.clone()).collect();
-        let store = Arc::clone(&self.store);
-        let given = tokio::task::spawn_blocking(move || store.give_back(&refs, now_ms()));
-        if let Ok(Err(e)) = given.await {
-            tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give back a stale claim: its lease runs out");
-        }
+        self.give_back(claims()).await;
         if let Some((applied, _)) = applied.as_mut() {
             let mut stopped = stopped.clone();
             tokio::select! {
@@ -220,6 +230,40 @@ impl Forwarder {
         true
     }
 
+    /// Give claims back untried: pending, due now, no attempt counted. A probe given back
+    /// makes the next probe due now, not a lease after its claim.
+    async fn give_back(&self, claims: Vec<Untried>) {
+        if claims.is_empty() {
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let given = tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            let (probes, plain): (Vec<_>, Vec<_>) = claims.into_iter().partition(|c| c.1);
+            let plain: Vec<ClaimRef> = plain.into_iter().map(|c| c.0).collect();
+            if !plain.is_empty() {
+                store.give_back(&plain, now)?;
+            }
+            for (probe, _) in probes {
+                store.give_back_probe(&probe, now)?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        });
+        match given.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, subscription = %self.sub.name, "cannot give claims back: their leases run out")
+            }
+            Err(e) => tracing::error!(error = %e, "giving claims back panicked"),
+        }
+    }
+
+    /// Whether the claim's lease still covers a whole call started now.
+    fn covers(&self, event: &Claimed) -> bool {
+        let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
+        event.claimed_until - now_ms() >= needed
+    }
+
     /// The call, started only while the lease covers all of it, with the event's trace
     /// context: the `webhook.call` span's when traced, else the one stored with the event.
     async fn call(
@@ -227,11 +271,10 @@ impl Forwarder {
         event: &mut Claimed,
         trace: Option<&crate::telemetry::traces::Delivery>,
     ) -> Option<Answer> {
-        let now = now_ms();
-        let needed = i64::try_from(self.target.timeout_ms).unwrap_or(i64::MAX) + LEASE_MARGIN_MS;
-        if event.claimed_until - now < needed {
+        if !self.covers(event) {
             return None;
         }
+        let now = now_ms();
         // A broker kind signs nothing: the broker's own credentials authenticate it.
         let secrets = match &self.via {
             Via::Http(_) => match self.secrets.signing().await {

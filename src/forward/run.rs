@@ -10,16 +10,18 @@
 //! Why rounds: one write at a time, and the answers that arrive while it runs wait for the
 //! next one, so the size of a commit follows the load by itself (one answer when idle, dozens
 //! when busy) and a busy forwarder claims once for many calls in the same transaction as it
-//! commits.
+//! commits. The claims run up to a batch ahead of the calls (`super::ahead`), so that a round's
+//! write is not what a freed place waits for.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::call::Answer;
+use super::ahead::{Ahead, Queued};
 use super::{Done, Forwarder, MAX_FINISH_BATCH};
 
 /// Writes running at once: a claim may start while the write before it waits for the disk.
@@ -36,6 +38,8 @@ struct Round {
     limit: usize,
     /// When the write ran (for the traces).
     at: (SystemTime, SystemTime),
+    /// The loop's epoch when the write started.
+    epoch: u64,
 }
 
 impl Forwarder {
@@ -63,12 +67,13 @@ impl Forwarder {
         }))
     }
 
-    /// Forward until `stopped` says so; then let the calls in flight finish (each is bounded
-    /// by its timeout) and commit their answers.
+    /// Forward until `stopped` says so; then give back what was claimed ahead, let the calls
+    /// in flight finish (each is bounded by its timeout) and commit their answers.
     async fn run(self: Arc<Self>, queued: Arc<Notify>, mut stopped: watch::Receiver<bool>) {
         let concurrency = self.target.concurrency;
         let (done, mut answers) = mpsc::unbounded_channel::<Done>();
         let mut pace = Pace::new(self.target.rate_per_second);
+        let mut ahead = Ahead::new(pace.batch(concurrency));
         let mut applied = self.applied.clone();
         // Answers back from their calls, not committed yet.
         let mut returned: Vec<Done> = Vec::new();
@@ -76,6 +81,10 @@ impl Forwarder {
         let mut writes: JoinSet<Round> = JoinSet::new();
         // Places held for the claims of the writes running.
         let mut reserved = 0usize;
+        // Moves when an answer opened the breaker or paused the subscription: the claims of
+        // writes started before it are given back, as the queue is.
+        let mut epoch = 0u64;
+        let mut halted = false;
         // No claim before this (idle, a closed gate, errors); answers are still committed.
         let mut rest_until: Option<Instant> = None;
         let mut woken_by_events = false;
@@ -83,7 +92,35 @@ impl Forwarder {
         let mut busy = false;
         let mut stopping = *stopped.borrow();
         loop {
-            let free = concurrency - in_flight - reserved;
+            let halting = self.halting.load(Ordering::SeqCst) > 0;
+            if halting || halted || stopping {
+                self.give_back(ahead.untried()).await;
+            } else if !ahead.is_empty() && in_flight < concurrency {
+                // A change through this node was answered: no queued call goes out with the
+                // settings it replaced.
+                if self.stale()
+                    && self
+                        .given_back(|| ahead.untried(), &mut applied, &stopped)
+                        .await
+                {
+                    continue;
+                }
+                let mut expired = Vec::new();
+                while in_flight < concurrency
+                    && let Some(next) = ahead.pop()
+                {
+                    if next.unshaped.is_none() && !self.covers(&next.event) {
+                        expired.push(next.untried());
+                        continue;
+                    }
+                    in_flight += 1;
+                    self.spawn_call(next, pace.next(), &done);
+                }
+                self.give_back(expired).await;
+            }
+            halted = false;
+            let free =
+                (concurrency + ahead.room).saturating_sub(in_flight + ahead.len() + reserved);
             // While busy, wait for a quarter of the places before claiming: a claim per
             // finished call would be a transaction per event.
             let want = if busy {
@@ -91,7 +128,7 @@ impl Forwarder {
             } else {
                 1
             };
-            let claim = (!stopping && free >= want && rest_until.is_none())
+            let claim = (!stopping && !halting && free >= want && rest_until.is_none())
                 .then(|| free.min(pace.batch(concurrency)));
             // A claim does not wait for the write before it to be durable (the two share its
             // fsync); answers alone do, so that they gather into one commit.
@@ -106,12 +143,13 @@ impl Forwarder {
                 let me = Arc::clone(&self);
                 writes.spawn_blocking(move || {
                     // Caught, so that the places it holds come back (the hook logs the panic).
-                    let write = std::panic::AssertUnwindSafe(|| me.write(batch, claim));
+                    let write = std::panic::AssertUnwindSafe(|| me.write(batch, claim, epoch));
                     std::panic::catch_unwind(write).unwrap_or_else(|_| Round {
                         written: Err(StoreError::unavailable("the forwarder's write panicked")),
                         answers: 0,
                         limit: claim.unwrap_or(0),
                         at: (SystemTime::now(), SystemTime::now()),
+                        epoch,
                     })
                 });
             } else if writes.is_empty() && stopping && in_flight == 0 && returned.is_empty() {
@@ -125,6 +163,13 @@ impl Forwarder {
                         returned.push(more);
                     }
                     in_flight -= returned.len() - before;
+                    let halts = returned[before..].iter().filter(|d| d.halted).count();
+                    if halts > 0 {
+                        // Their writes are committed: claims made from now on see them.
+                        epoch += 1;
+                        halted = true;
+                        self.halting.fetch_sub(halts, Ordering::SeqCst);
+                    }
                     continue;
                 }
                 Some(round) = writes.join_next(), if !writes.is_empty() => round,
@@ -171,7 +216,17 @@ impl Forwarder {
                     (Vec::new(), Gate::Open)
                 }
             };
-            if !claims.is_empty() && self.given_back(&claims, &mut applied, &stopped).await {
+            self.give_back(ahead.closed_by(gate)).await;
+            let probe = gate == Gate::Probe;
+            let untried = || claims.iter().map(|c| (c.claim.clone(), probe)).collect();
+            if !claims.is_empty()
+                && (round.epoch != epoch || self.halting.load(Ordering::SeqCst) > 0)
+            {
+                // Claimed before the breaker's opening (or the pause) was written.
+                self.give_back(untried()).await;
+                continue;
+            }
+            if !claims.is_empty() && self.given_back(untried, &mut applied, &stopped).await {
                 continue;
             }
             busy = claims.len() == round.limit;
@@ -185,41 +240,17 @@ impl Forwarder {
                 woken_by_events = errors == 0 && gate == Gate::Open;
                 continue;
             }
-            in_flight += claims.len();
-            let probe = gate == Gate::Probe;
             // Shaped first, all at once (one batch for the transform's workers), so that each
             // call's lease check covers the call that follows.
             let mut claims = claims;
             let (unshaped, shaped_at) = self.shape_all(&mut claims).await;
             for (event, unshaped) in claims.into_iter().zip(unshaped) {
-                let start = pace.next();
-                let me = Arc::clone(&self);
-                let done = done.clone();
-                tokio::spawn(async move {
-                    if let Some(start) = start {
-                        tokio::time::sleep_until(start).await;
-                    }
-                    let mut event = event;
-                    let trace = me.options.traces.deliver(&event, &me.sub.name, round.at);
-                    let answer = match unshaped {
-                        Some(not_delivered) => Some(not_delivered),
-                        None => me.call(&mut event, trace.as_ref()).await,
-                    };
-                    if let Some(trace) = trace.as_ref().filter(|_| me.sub.transform.is_some()) {
-                        let outcome = match &answer {
-                            Some(Answer::Filtered) => "filtered",
-                            Some(Answer::Unshaped(_)) => "failed",
-                            _ => "shaped",
-                        };
-                        let kind = opentelemetry::trace::SpanKind::Internal;
-                        trace.done("webhook.transform", kind, shaped_at, Some(outcome));
-                    }
-                    me.observe(&answer, probe).await;
-                    let _ = done.send(Done {
-                        event,
-                        answer,
-                        trace,
-                    });
+                ahead.push(Queued {
+                    event,
+                    unshaped,
+                    probe,
+                    claimed_at: round.at,
+                    shaped_at,
                 });
             }
         }
@@ -232,7 +263,7 @@ impl Forwarder {
 
     /// One round's write (blocking): commit `batch`'s answers, and with `claim`, claim up to
     /// that many events, in one transaction where the store can.
-    fn write(&self, batch: Vec<Done>, claim: Option<usize>) -> Round {
+    fn write(&self, batch: Vec<Done>, claim: Option<usize>, epoch: u64) -> Round {
         let started = SystemTime::now();
         let now = now_ms();
         let items: Vec<Finish> = batch
@@ -260,6 +291,7 @@ impl Forwarder {
             answers: items.len(),
             limit: claim.unwrap_or(0),
             at,
+            epoch,
         }
     }
 

@@ -31,7 +31,7 @@ pub use request_types::*;
 pub use types::*;
 
 use crate::domain::Database;
-use crate::subscriptions::Subscription;
+use crate::subscriptions::{HttpSettings, Subscription};
 use copy::{Cell, Row, Table};
 use postgres::{PostgresOptions, PostgresStore};
 use sqlite::{SqliteOptions, SqliteStore};
@@ -185,8 +185,8 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> StoreResult<SubscriptionClaim>;
     /// A forwarder's round: commit its answers (`finish`), then, with `claim`, claim up to that
-    /// many events of its subscription (`claim_subscription`). Two transactions here; a store
-    /// that can do both in one overrides it (a busy forwarder then writes once a round).
+    /// many events of its subscription (`claim_subscription`), in one transaction (a busy
+    /// forwarder writes once a round).
     fn finish_and_claim_subscription(
         &self,
         items: &[Finish],
@@ -195,30 +195,24 @@ pub trait Store: Send + Sync + 'static {
         claim: Option<usize>,
         lease_ms: i64,
         now: i64,
-    ) -> StoreResult<(Vec<Finished>, Option<SubscriptionClaim>)> {
-        let finished = match items {
-            [] => Vec::new(),
-            items => self.finish(items, now)?,
-        };
-        let claimed = match claim {
-            Some(limit) => Some(self.claim_subscription(worker, sub, limit, lease_ms, now)?),
-            None => None,
-        };
-        Ok((finished, claimed))
-    }
+    ) -> StoreResult<(Vec<Finished>, Option<SubscriptionClaim>)>;
     /// Open the circuit breaker: after a run of failures of a closed breaker, the next probe
     /// comes `first_ms` later (a breaker open already is left as it is); after a failed probe
-    /// (`after_probe`), twice the last wait later, at most `max_ms`.
+    /// (`after_probe`), twice the last wait later, at most `max_ms`. Only while the
+    /// subscription still delivers by `settings` (the failing forwarder's): the failures of a
+    /// target a change replaced say nothing of the new one, whose breaker the change closed.
     fn open_breaker(
         &self,
         sub: i64,
+        settings: &HttpSettings,
         after_probe: bool,
         first_ms: i64,
         max_ms: i64,
         now: i64,
     ) -> StoreResult<()>;
-    /// A call went through: claims flow again.
-    fn close_breaker(&self, sub: i64) -> StoreResult<()>;
+    /// A call went through: claims flow again (only while the subscription still delivers by
+    /// `settings`, as for [`Store::open_breaker`]).
+    fn close_breaker(&self, sub: i64, settings: &HttpSettings) -> StoreResult<()>;
     /// Move the lease of each claim still held to `lease_ms` from now, and say until when
     /// (unix ms); `None` for a claim no longer held (finished, swept, or its lease ran out),
     /// fenced as a worker's own transitions are. For `pull` clients that need longer.
@@ -277,6 +271,10 @@ pub trait Store: Send + Sync + 'static {
     /// Give back claims that were no attempt at all (nothing was sent): pending, due now, with
     /// the claim's attempt taken back from the count and the history.
     fn give_back(&self, claims: &[ClaimRef], now: i64) -> StoreResult<usize>;
+    /// [`Store::give_back`] for the breaker's probe (a claim its gate allowed alone): the next
+    /// probe, which its claim set a lease away, is due now, unless the breaker closed
+    /// meanwhile. `false`: the claim was no longer held.
+    fn give_back_probe(&self, claim: &ClaimRef, now: i64) -> StoreResult<bool>;
     /// Expired leases: back to pending, or failed for at-most-once handlers and spent budgets.
     /// Apply `decide` to every claim whose lease has run out, each transition fenced by its
     /// claim token, in one transaction.

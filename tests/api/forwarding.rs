@@ -15,7 +15,7 @@ use crate::helpers::*;
 
 /// A config with one `http` subscription `billing` (taking `shop`'s events) beside an
 /// in-process `points`, workers on so that the forwarder runs.
-fn config(url: &str, extra: &str) -> impl FnOnce(&mut String) {
+pub(crate) fn config(url: &str, extra: &str) -> impl FnOnce(&mut String) {
     let url = url.to_string();
     let extra = extra.to_string();
     move |c: &mut String| {
@@ -40,7 +40,7 @@ timeout_ms = 1500
     }
 }
 
-fn options() -> BuildOptions {
+pub(crate) fn options() -> BuildOptions {
     BuildOptions {
         idle_poll: Some(Duration::from_millis(50)),
         ..BuildOptions::default()
@@ -118,7 +118,7 @@ async fn until_status_in(
 
 /// `n` orders of 10 points for 4 customers, each delivered twice (a redelivery), and for
 /// every fifth one the same order again under another event id (a business duplicate).
-async fn deliver_orders(app: &TestApp, prefix: &str, n: usize) -> (usize, i64) {
+pub(crate) async fn deliver_orders(app: &TestApp, prefix: &str, n: usize) -> (usize, i64) {
     let mut events = 0;
     for i in 0..n {
         let body = order_body(&format!("{prefix}-o{i}"), &format!("c{}", i % 4), 10);

@@ -8,11 +8,11 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::store::{Finish, Finished, Gate, InsertOutcome, Next, Outcome};
-use webhook_inbox::subscriptions::{HttpTarget, Kind, Subscription};
+use webhook_inbox::subscriptions::{HttpSettings, HttpTarget, Kind, Subscription};
 
 use crate::helpers::*;
 
-fn subscriptions() -> [Subscription; 2] {
+pub(crate) fn subscriptions() -> [Subscription; 2] {
     let sub = |name: &str, kind: Kind, http: Option<HttpTarget>| Subscription {
         http,
         ..test_subscription(name, kind)
@@ -303,9 +303,10 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
         .map(|(s, id, t, b)| (*s, id.as_str(), *t, b.clone()))
         .collect();
     h.insert(&refs);
+    let settings = &HttpSettings::of(subs[1].http.as_ref().unwrap());
     let now = now_ms();
     h.store
-        .open_breaker(billing, false, 200, 1_000, now)
+        .open_breaker(billing, settings, false, 200, 1_000, now)
         .unwrap();
     // Open: nothing is claimed before the probe is due.
     let got = h
@@ -316,7 +317,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
     assert!(got.claims.is_empty());
     // A run of failures seen by another node leaves an open breaker as it is.
     h.store
-        .open_breaker(billing, false, 200, 1_000, now + 50)
+        .open_breaker(billing, settings, false, 200, 1_000, now + 50)
         .unwrap();
     let at = now + 200;
     let threads = 6;
@@ -342,7 +343,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
     }
     // The probe failed: the next wait is twice the first.
     h.store
-        .open_breaker(billing, true, 200, 1_000, at + 10)
+        .open_breaker(billing, settings, true, 200, 1_000, at + 10)
         .unwrap();
     let got = h
         .store
@@ -350,7 +351,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
         .unwrap();
     assert_eq!(got.gate, Gate::WaitUntil(at + 10 + 400));
     // It succeeded: claims flow again, up to the limit.
-    h.store.close_breaker(billing).unwrap();
+    h.store.close_breaker(billing, settings).unwrap();
     let got = h
         .store
         .claim_subscription("f", billing, 8, 30_000, at + 20)
@@ -376,9 +377,10 @@ fn a_change_of_where_it_delivers_closes_the_breaker(kind: crate::stores::StoreKi
     let mut subs = subscriptions();
     let billing = h.store.sync_subscriptions(&subs, now_ms()).unwrap()[1];
     h.insert(&[("shop", "b-1", "order.created", "{}".to_string())]);
+    let settings = HttpSettings::of(subs[1].http.as_ref().unwrap());
     let now = now_ms();
     h.store
-        .open_breaker(billing, false, 60_000, 60_000, now)
+        .open_breaker(billing, &settings, false, 60_000, 60_000, now)
         .unwrap();
     let gate = |at| {
         h.store

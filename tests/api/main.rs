@@ -17,6 +17,7 @@ mod apidoc;
 mod apidoc_fuzz;
 mod backup;
 mod balances;
+mod breaker_fence;
 mod brokers;
 mod browser;
 mod callouts;

@@ -151,10 +151,10 @@ async fn nats_a_creds_file_signs_in_to_a_broker_in_operator_mode() {
     let changed = crate::registry_routes::patch(&app, "bus", &body).await;
     assert_eq!(changed.status, 200, "{}", changed.body);
     assert_eq!(changed.body["creds_file"], creds.display().to_string());
-    // Up to a lease (30 s) and a probe more: a failing attempt still in flight when the
-    // PATCH lands can open the breaker again, and a probe given back untried waits a lease
-    // (docs/next-steps.md, broker kinds: a known delay, not a lost event).
-    until_published(&app, 3, Duration::from_secs(75)).await;
+    // Less than a lease (30 s): a failing attempt of the old settings still in flight when
+    // the PATCH lands cannot open the breaker again, and a probe given back untried is due
+    // at once (tests/api/breaker_fence.rs); what is left is a backoff (at most 400 ms).
+    until_published(&app, 3, Duration::from_secs(20)).await;
     let messages = stored(&js, &name).await;
     assert_eq!(messages.len(), 3);
     assert_eq!(distinct_ids(&messages).len(), 3);

@@ -156,6 +156,16 @@ impl Store for PostgresStore {
         self.tx(|db| leases::give_back(db, claims))
     }
 
+    fn give_back_probe(&self, claim: &ClaimRef, now: i64) -> StoreResult<bool> {
+        self.tx(|db| {
+            let given = leases::give_back(db, std::slice::from_ref(claim))? == 1;
+            if given {
+                crate::store::sql::breaker::probe_now(db, claim.subscription, now)?;
+            }
+            Ok(given)
+        })
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.tx(|db| leases::sweep(db, now, decide))
     }
@@ -206,6 +216,39 @@ impl Store for PostgresStore {
     ) -> StoreResult<SubscriptionClaim> {
         self.consuming(true, |db, to, _| {
             breaker::claim(db, &self.routes, to, worker, sub, limit, lease_ms, now)
+        })
+    }
+
+    fn finish_and_claim_subscription(
+        &self,
+        items: &[Finish],
+        worker: &str,
+        sub: i64,
+        claim: Option<usize>,
+        lease_ms: i64,
+        now: i64,
+    ) -> StoreResult<(Vec<Finished>, Option<SubscriptionClaim>)> {
+        // One transaction: a busy forwarder's round is one commit, as on SQLite. The answers
+        // come first, so that the fan-out's lock (taken by the claim) is not held over them.
+        self.consuming(claim.is_some(), |db, to, isolate| {
+            let finished = match items {
+                [] => Vec::new(),
+                items => finish::finish_all(db, items, now, isolate)?,
+            };
+            let claimed = match claim {
+                Some(limit) => Some(breaker::claim(
+                    db,
+                    &self.routes,
+                    to,
+                    worker,
+                    sub,
+                    limit,
+                    lease_ms,
+                    now,
+                )?),
+                None => None,
+            };
+            Ok((finished, claimed))
         })
     }
 

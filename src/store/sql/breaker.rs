@@ -3,6 +3,7 @@
 
 use super::{Conn, Dialect, Value};
 use crate::store::StoreResult;
+use crate::subscriptions::HttpSettings;
 
 /// See [`crate::store::Store::open_breaker`]. A run of failures opens a closed breaker only (a
 /// node that saw its own run after another node opened it changes nothing); a failed probe
@@ -50,6 +51,35 @@ pub fn close(conn: &mut impl Conn, sub: i64) -> StoreResult<()> {
         "UPDATE subscriptions SET probe_at = NULL, probe_interval_ms = NULL
           WHERE id = ?1 AND probe_at IS NOT NULL",
         &[Value::Int(sub)],
+    )?;
+    Ok(())
+}
+
+/// Whether subscription `sub` still delivers by `settings` (compared as settings, not as text:
+/// a row written by an older build may spell the same settings otherwise), its row locked where
+/// the store locks rows, so that a change cannot commit between this and the write. A row
+/// without settings that parse says nothing against them.
+pub fn delivers_by<C: Conn>(conn: &mut C, sub: i64, settings: &HttpSettings) -> StoreResult<bool> {
+    let sql = format!(
+        "SELECT settings FROM subscriptions WHERE id = ?1 {}",
+        C::Dialect::lock("subscriptions")
+    );
+    let column = conn
+        .query(&sql, &[Value::Int(sub)])?
+        .into_iter()
+        .next()
+        .map(|row| row.opt_text(0))
+        .transpose()?
+        .flatten();
+    Ok(HttpSettings::parse(column.as_deref()).is_none_or(|now| now == *settings))
+}
+
+/// A probe given back untried: the next one is due now (see
+/// [`crate::store::Store::give_back_probe`]).
+pub fn probe_now(conn: &mut impl Conn, sub: i64, now: i64) -> StoreResult<()> {
+    conn.execute(
+        "UPDATE subscriptions SET probe_at = ?2 WHERE id = ?1 AND probe_at > ?2",
+        &[Value::Int(sub), Value::Int(now)],
     )?;
     Ok(())
 }

@@ -240,18 +240,33 @@ macro_rules! ops_methods {
         fn open_breaker(
             &self,
             sub: i64,
+            settings: &$crate::subscriptions::HttpSettings,
             after_probe: bool,
             first_ms: i64,
             max_ms: i64,
             now: i64,
         ) -> $crate::store::StoreResult<()> {
+            use $crate::store::sql::breaker;
             self.writing(|c| {
-                $crate::store::sql::breaker::open(c, sub, after_probe, first_ms, max_ms, now)
+                if breaker::delivers_by(c, sub, settings)? {
+                    breaker::open(c, sub, after_probe, first_ms, max_ms, now)?;
+                }
+                Ok(())
             })
         }
 
-        fn close_breaker(&self, sub: i64) -> $crate::store::StoreResult<()> {
-            self.writing(|c| $crate::store::sql::breaker::close(c, sub))
+        fn close_breaker(
+            &self,
+            sub: i64,
+            settings: &$crate::subscriptions::HttpSettings,
+        ) -> $crate::store::StoreResult<()> {
+            use $crate::store::sql::breaker;
+            self.writing(|c| {
+                if breaker::delivers_by(c, sub, settings)? {
+                    breaker::close(c, sub)?;
+                }
+                Ok(())
+            })
         }
 
         fn skip(

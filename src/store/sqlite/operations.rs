@@ -121,6 +121,16 @@ impl Store for SqliteStore {
         self.consumer_write(|tx| leases::give_back(tx, claims, now))
     }
 
+    fn give_back_probe(&self, claim: &ClaimRef, now: i64) -> StoreResult<bool> {
+        self.consumer_write(|tx| {
+            let given = leases::give_back(tx, std::slice::from_ref(claim), now)? == 1;
+            if given {
+                sql::breaker::probe_now(&mut Sqlite(tx), claim.subscription, now)?;
+            }
+            Ok(given)
+        })
+    }
+
     fn sweep(&self, now: i64, decide: DecideExpiry<'_>) -> StoreResult<usize> {
         self.consumer_write(|tx| leases::sweep(tx, now, decide))
     }
