@@ -14,10 +14,11 @@ use crate::brokers::{
 };
 use crate::https::Pki;
 
-/// The test's own client over TLS, trusting `ca_pem`; retried (bounded) while the node's TLS
-/// listener, which opens beside the plain one, is not yet up.
+/// The test's own client over TLS, trusting `ca_pem`; retried (bounded) while the broker's TLS
+/// listener, which opens beside the plain one, is not yet up (seen taking over 20 s while the
+/// whole suite ran).
 async fn tls_client(url: &str, ca_pem: &str) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let tls = OwnedTLSConfig {
             identity: None,
