@@ -47,7 +47,7 @@ fn the_claim_query_uses_the_partial_index_on_due_pending_events() {
 #[test]
 fn the_fan_out_reads_a_range_of_the_log_after_the_cursor() {
     let h = Harness::new(5, 30);
-    let plan = query_plan(&h, &fan_out(&h), rusqlite::params!["w", 0, 0, 5]);
+    let plan = query_plan(&h, &fan_out(&h), rusqlite::params!["w", 0, 0, 5, "nonce"]);
     assert!(
         plan.iter()
             .any(|p| p.contains("SEARCH l USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)")),
@@ -108,7 +108,9 @@ fn the_claim_statement_is_not_prepared_again_at_each_claim() {
     assert_eq!(claim.get_status(rusqlite::StatementStatus::RePrepare), 0);
     let mut first = conn.prepare(&fan_out(&h)).unwrap();
     for now in 1..=3_i64 {
-        let mut rows = first.query(rusqlite::params!["w", now + 30, 0, 5]).unwrap();
+        let mut rows = first
+            .query(rusqlite::params!["w", now + 30, 0, 5, "nonce"])
+            .unwrap();
         while rows.next().unwrap().is_some() {}
     }
     assert_eq!(first.get_status(rusqlite::StatementStatus::RePrepare), 0);
