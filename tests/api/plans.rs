@@ -61,6 +61,49 @@ fn the_fan_out_reads_a_range_of_the_log_after_the_cursor() {
     );
 }
 
+/// The same with filters: subscriptions that share a filter read the log once for all of them,
+/// and the arms still merge in `(seq, sub)` order without a sort.
+#[test]
+fn a_filtered_fan_out_reads_a_range_of_the_log_and_sorts_nothing() {
+    use webhook_inbox::subscriptions::{Kind, filter::Filter};
+    let h = Harness::new(5, 30);
+    let filter = |v: serde_json::Value| Some(Filter::parse(&v).unwrap());
+    let shared = serde_json::json!({"all": [{"path": "/data/customer_id", "prefix": "cust-"},
+                                            {"path": "/data/points", "gte": 1}]});
+    let subs = [
+        webhook_inbox::subscriptions::Subscription {
+            filter: filter(shared.clone()),
+            ..test_subscription("a", Kind::Audit)
+        },
+        webhook_inbox::subscriptions::Subscription {
+            filter: filter(shared),
+            ..test_subscription("b", Kind::LoyaltyCredit)
+        },
+        webhook_inbox::subscriptions::Subscription {
+            filter: filter(serde_json::json!({"path": "/type", "exists": true})),
+            ..test_subscription("c", Kind::Audit)
+        },
+        test_subscription("d", Kind::Audit),
+    ];
+    h.store
+        .sync_subscriptions(&subs, webhook_inbox::domain::time::now_ms())
+        .unwrap();
+    let sql = fan_out(&h);
+    let plan = query_plan(&h, &sql, rusqlite::params!["w", 0, 0, 5, "nonce"]);
+    let ranges = plan
+        .iter()
+        .filter(|p| p.contains("SEARCH l USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"))
+        .count();
+    // Two arms (claimed, pending) for the shared filter, two for `c`, two for `d`.
+    assert_eq!(ranges, 6, "{plan:?}");
+    assert!(
+        !plan
+            .iter()
+            .any(|p| p.contains("TEMP B-TREE") || p.trim_end() == "SCAN l"),
+        "{plan:?}"
+    );
+}
+
 /// `/metrics` reads the status counts at every scrape: they must not scan the event history
 /// (a GROUP BY over a table of millions of completed events costs a second per scrape).
 #[test]

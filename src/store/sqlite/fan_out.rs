@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use rusqlite::{Transaction, params};
 
 use super::consume::{CLAIMED, claimed};
-use super::subscriptions::Routes;
+use super::subscriptions::{Routes, route_sql};
 use crate::store::routes::Live;
 use crate::store::{Claimed, StoreResult};
 
@@ -23,49 +23,93 @@ pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0 AND u.orde
 /// `u`) picks start claimed by worker ?1 until ?2 with claim token ?5, the others pending.
 /// `None` when no subscription is live.
 ///
-/// One arm per subscription and start (claimed or pending), each a seek of its `u` row then a
-/// range of the log: what depends on the subscription alone (`claims_now`, its lane, its
-/// route's choice) is decided once per arm, not per event and subscription as a `CASE` over a
-/// cross join was (27,700 instructions a fanned-out event against 22,000, docs/performance.md).
-/// The arm whose `claims_now` does not hold stops at its `u` row. `ORDER BY` merges the arms,
-/// each already in `seq` order: no sort. `NOT INDEXED` keeps each arm on the log's rowid range
-/// where a route on `source` would tempt the planner to the `(source, event_id)` key.
+/// Arms, each for one start (claimed or pending), so that what depends on the subscription
+/// alone (`claims_now`, its lane) is decided once per arm, not per event and subscription as a
+/// `CASE` over a cross join was (27,700 instructions a fanned-out event against 22,000,
+/// docs/performance.md, issue 60's fourth look):
+/// - a subscription without a filter has its own arms, each a seek of its `u` row then a range
+///   of the log; the arm whose `claims_now` does not hold stops at its `u` row;
+/// - filtered subscriptions with the same filter (and order key) share arms that read the log
+///   first and test the filter once per event for all of them, where each subscription's arm
+///   would read the body again (three subscriptions with one two-condition filter: 104,600
+///   instructions an event against 77,400). The scalar subquery, run once, stops the arm
+///   whose start none of them has before it reads a body.
+///
+/// `ORDER BY` merges the arms, each already in `(seq, sub)` order: no sort. `NOT INDEXED` keeps
+/// each arm on the log's rowid range where a route on `source` would tempt the planner to the
+/// `(source, event_id)` key.
 ///
 /// The claim token is one per claim statement (?5, fresh random 128 bits), shared by the rows
 /// it claims: every fence names the row by `(seq, sub)` as well, so a token still matches only
 /// the claim it came from, and one random value replaces one per row (about 2,900 instructions
 /// a row).
 pub fn fan_out_sql(live: &[Live], claims_now: &str) -> Option<String> {
-    let arms: Vec<String> = live
-        .iter()
-        .flat_map(|s| {
-            let takes = super::subscriptions::takes_sql(s);
-            let key = s.ordered.as_ref().map_or_else(
-                || "NULL".to_string(),
-                |o| super::subscriptions::key_sql(&o.path),
-            );
-            let id = s.id;
-            let lane = s.lane;
-            [
-                (
-                    "'claimed', 1, l.received_at, ?2, ?1, ?5",
-                    claims_now.to_string(),
-                ),
-                (
-                    "'pending', 0, l.received_at, NULL, NULL, NULL",
-                    format!("NOT {claims_now}"),
-                ),
-            ]
-            .map(|(columns, start)| {
-                format!(
+    let starts = [
+        (
+            "'claimed', 1, l.received_at, ?2, ?1, ?5",
+            claims_now.to_string(),
+        ),
+        (
+            "'pending', 0, l.received_at, NULL, NULL, NULL",
+            format!("NOT {claims_now}"),
+        ),
+    ];
+    let mut arms = Vec::new();
+    let mut groups: Vec<(String, String, Vec<&Live>)> = Vec::new();
+    for s in live {
+        let key = s.ordered.as_ref().map_or_else(
+            || "NULL".to_string(),
+            |o| super::subscriptions::key_sql(&o.path),
+        );
+        let Some(filter) = super::subscriptions::filter_sql(s) else {
+            let (id, lane) = (s.id, s.lane);
+            let route = route_sql(&s.route, "l.");
+            for (columns, start) in &starts {
+                arms.push(format!(
                     "SELECT l.seq, {id}, {lane}, {columns}, {key}
   FROM subscriptions u CROSS JOIN event_log l NOT INDEXED
  WHERE u.id = {id} AND u.removed_at IS NULL AND {start}
-   AND l.seq > ?3 AND l.seq <= ?4 AND l.seq > u.start_after_seq AND l.lane = 0 AND {takes}"
-                )
-            })
-        })
-        .collect();
+   AND l.seq > ?3 AND l.seq <= ?4 AND l.seq > u.start_after_seq AND l.lane = 0 AND {route}"
+                ));
+            }
+            continue;
+        };
+        match groups
+            .iter_mut()
+            .find(|(f, k, _)| *f == filter && *k == key)
+        {
+            Some((_, _, subs)) => subs.push(s),
+            None => groups.push((filter, key, vec![s])),
+        }
+    }
+    for (filter, key, subs) in &groups {
+        let ids: Vec<String> = subs.iter().map(|s| s.id.to_string()).collect();
+        let ids = ids.join(", ");
+        let routes: Vec<String> = subs.iter().map(|s| route_sql(&s.route, "l.")).collect();
+        let any_route = routes.join(" OR ");
+        let route_of_u = match &routes[..] {
+            [one] => one.clone(),
+            _ => {
+                let arms: String = subs
+                    .iter()
+                    .zip(&routes)
+                    .map(|(s, r)| format!(" WHEN {} THEN {r}", s.id))
+                    .collect();
+                format!("CASE u.id{arms} END")
+            }
+        };
+        for (columns, start) in &starts {
+            arms.push(format!(
+                "SELECT l.seq, u.id, u.lane, {columns}, {key}
+  FROM event_log l NOT INDEXED CROSS JOIN subscriptions u
+ WHERE (SELECT count(*) FROM subscriptions u
+         WHERE u.id IN ({ids}) AND u.removed_at IS NULL AND {start}) > 0
+   AND l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0 AND ({any_route}) AND {filter}
+   AND u.id IN ({ids}) AND u.removed_at IS NULL AND {start}
+   AND l.seq > u.start_after_seq AND {route_of_u}"
+            ));
+        }
+    }
     if arms.is_empty() {
         return None;
     }

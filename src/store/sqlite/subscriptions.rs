@@ -53,18 +53,21 @@ pub(super) fn route_sql(route: &Route, alias: &str) -> String {
 /// subscription without one costs what its route costs.
 pub(super) fn takes_sql(s: &Live) -> String {
     let route = route_sql(&s.route, "l.");
-    match &s.filter {
+    match filter_sql(s) {
         None => route,
-        Some(filter) => {
-            let dialect = crate::store::filters::Sqlite {
-                body: "CAST(l.payload AS TEXT)",
-            };
-            format!(
-                "(CASE WHEN {route} THEN {} ELSE 0 END)",
-                crate::store::filters::filter_sql(filter, &dialect)
-            )
-        }
+        Some(filter) => format!("(CASE WHEN {route} THEN {filter} ELSE 0 END)"),
     }
+}
+
+/// Subscription `s`'s filter as a condition on the body of the event `l`, if it has one.
+pub(super) fn filter_sql(s: &Live) -> Option<String> {
+    let dialect = crate::store::filters::Sqlite {
+        body: "CAST(l.payload AS TEXT)",
+    };
+    Some(crate::store::filters::filter_sql(
+        s.filter.as_ref()?,
+        &dialect,
+    ))
 }
 
 /// The live subscriptions as the table has them.
