@@ -243,17 +243,22 @@ fn each_claim_of_a_fan_out_is_fenced_by_its_own_subscription(kind: StoreKind) {
     // The other state is still claimed by its own claim, and only that one.
     assert_eq!(
         h.store
-            .extend_claims(&[first.clone()], 60_000, now_ms())
+            .extend_claims(std::slice::from_ref(&first), 60_000, now_ms())
             .unwrap(),
         vec![None]
     );
     assert!(
         h.store
-            .extend_claims(&[second.clone()], 60_000, now_ms())
+            .extend_claims(std::slice::from_ref(&second), 60_000, now_ms())
             .unwrap()[0]
             .is_some()
     );
-    assert_eq!(h.store.release(&[second.clone()], now_ms()).unwrap(), 1);
+    assert_eq!(
+        h.store
+            .release(std::slice::from_ref(&second), now_ms())
+            .unwrap(),
+        1
+    );
     let again = h
         .store
         .claim("B", Lane::InProcess, 10, 30_000, now_ms())
