@@ -159,7 +159,7 @@ pub(super) fn fan_out(
         ))?
         .query_row([cursor], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let mut claims = Vec::new();
-    if let (Some(last), Some(sql)) = (last, fan_out_sql(&routes.live, claims_now)) {
+    if let (Some(last), Some(sql)) = (last, routes.fan_out_sql(claims_now)) {
         let nonce = hex::encode(rand::random::<[u8; 16]>());
         let mut fan = tx.prepare_cached(&sql)?;
         let mut rows = fan.query(params![worker, claimed_until, cursor, last, nonce])?;

@@ -26,11 +26,27 @@ pub(super) struct Routes {
     /// What the fan-outs left out of filtered subscriptions (the store's, shared by each
     /// version of its routes).
     pub left_out: std::sync::Arc<crate::store::filters::LeftOut>,
+    /// The fan-out statement for each `claims_now` asked for, written once per version of the
+    /// routes: writing one with filters took more than running it (122,000 instructions).
+    pub fan_outs: std::sync::Arc<parking_lot::Mutex<FanOuts>>,
 }
+
+type FanOuts = std::collections::HashMap<String, Option<std::sync::Arc<str>>>;
 
 impl Routes {
     pub fn named(&self, name: &str) -> Option<&Live> {
         self.live.iter().find(|s| s.name == name)
+    }
+
+    /// [`super::fan_out_sql`] over these routes, kept.
+    pub fn fan_out_sql(&self, claims_now: &str) -> Option<std::sync::Arc<str>> {
+        let mut kept = self.fan_outs.lock();
+        if let Some(sql) = kept.get(claims_now) {
+            return sql.clone();
+        }
+        let sql = super::fan_out_sql(&self.live, claims_now).map(std::sync::Arc::from);
+        kept.insert(claims_now.to_string(), sql.clone());
+        sql
     }
 }
 
@@ -86,6 +102,7 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
     Ok(Routes {
         live,
         by_id,
+        fan_outs: Default::default(),
         whole_looks: Default::default(),
         version,
         left_out: Default::default(),
