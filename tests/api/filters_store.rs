@@ -142,6 +142,20 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
     let mut all = subs.clone();
     all.push(test_subscription("everything", Kind::Pull));
     all[filters.len()].route.sources = Some(vec!["shop".into()]);
+    // Two that share a filter of the corpus with `f{TWIN}` (the fan-out tests a filter once per
+    // event for all the subscriptions that have it): one with its route, one whose route
+    // takes nothing here.
+    const TWIN: usize = 20;
+    let twin = Subscription {
+        name: "twin".into(),
+        ..subs[TWIN].clone()
+    };
+    let mut elsewhere = Subscription {
+        name: "twin-elsewhere".into(),
+        ..subs[TWIN].clone()
+    };
+    elsewhere.route.sources = Some(vec!["elsewhere".into()]);
+    all.extend([twin, elsewhere]);
     h.store.sync_subscriptions(&all, now_ms()).unwrap();
     // Not here: JSON text with bytes that are not UTF-8 inside a string, which SQLite's
     // `json_valid` takes and PostgreSQL and Rust refuse (docs/guides/subscriptions.md).
@@ -204,6 +218,12 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
             got.contains("everything"),
             "b{b}: the unfiltered one takes it"
         );
+        assert_eq!(
+            got.contains("twin"),
+            got.contains(&format!("f{TWIN}")),
+            "b{b}: a subscription takes what another with its filter and route takes"
+        );
+        assert!(!got.contains("twin-elsewhere"), "b{b}: its route says no");
         for (i, (f, sub)) in filters.iter().zip(&subs).enumerate() {
             let expected = sub.filter.as_ref().unwrap().matches(payload);
             taken += usize::from(expected);
@@ -231,12 +251,14 @@ fn the_fan_out_takes_what_the_evaluator_says(kind: crate::stores::StoreKind) {
     // Each event left out by a filter has no state row of that subscription, and is counted
     // (`webhook_inbox_filtered_out_total`).
     let rows = h.count("SELECT count(*) FROM event_state");
-    assert_eq!(rows as usize, taken + payloads.len());
+    let twins = payloads.len() as u64 - left_out[TWIN];
+    assert_eq!(rows as usize, taken + payloads.len() + twins as usize);
     let mut expected: Vec<(String, u64)> = left_out
         .iter()
         .enumerate()
         .filter(|(_, n)| **n > 0)
         .map(|(i, n)| (format!("f{i}"), *n))
+        .chain([("twin".to_string(), left_out[TWIN])])
         .collect();
     expected.sort();
     assert_eq!(h.store.filtered_out(), expected);

@@ -167,6 +167,7 @@ store_tests!(
     an_expired_lease_on_the_last_attempt_fails_the_event,
     at_most_once_events_whose_lease_expires_are_abandoned_not_retried,
     a_claim_given_back_unused_costs_no_attempt,
+    each_claim_of_a_fan_out_is_fenced_by_its_own_subscription,
 );
 
 /// A forwarder whose claims saw a registry its node has not applied yet gives them back
@@ -202,4 +203,75 @@ fn a_claim_given_back_unused_costs_no_attempt(kind: StoreKind) {
         .claim("B", Lane::InProcess, 10, 30_000, now_ms())
         .unwrap();
     assert_eq!(claimed[0].claim.attempt, 1);
+}
+
+/// A fan-out claims an event for each in-process subscription in one statement, and its rows
+/// share the claim's token (SQLite): each fence names its row by subscription too, so that
+/// finishing, extending or releasing one subscription's claim never touches another's, and a
+/// claim taken again after a release fences out the first. Seen failing on SQLite with the
+/// fences by `(seq, claim_token)` alone (the first completion moved both states, two rows,
+/// and said its lease was lost), and with the lease extension by them alone (the completed
+/// claim's token extended the other subscription's).
+fn each_claim_of_a_fan_out_is_fenced_by_its_own_subscription(kind: StoreKind) {
+    let h = Harness::on(kind, 5, 30);
+    let subs = [
+        test_subscription("a", webhook_inbox::subscriptions::Kind::Audit),
+        test_subscription("b", webhook_inbox::subscriptions::Kind::Audit),
+    ];
+    h.store.sync_subscriptions(&subs, now_ms()).unwrap();
+    h.insert(&[("shop", "evt-1", "thing.done", "{}".into())]);
+    let claimed = h
+        .store
+        .claim("A", Lane::InProcess, 10, 30_000, now_ms())
+        .unwrap();
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    assert_eq!(claimed[0].claim.seq, claimed[1].claim.seq);
+    assert_ne!(claimed[0].claim.subscription, claimed[1].claim.subscription);
+    let (first, second) = (claimed[0].claim.clone(), claimed[1].claim.clone());
+    let done = |claim: &webhook_inbox::store::ClaimRef| Finish {
+        claim: claim.clone(),
+        next: Next::Complete {
+            effect: None,
+            outcome: Outcome::Logged,
+        },
+    };
+    let finished = h.store.finish(&[done(&first)], now_ms()).unwrap();
+    assert!(
+        matches!(finished[..], [Finished::Completed { .. }]),
+        "{finished:?}"
+    );
+    // The other state is still claimed by its own claim, and only that one.
+    assert_eq!(
+        h.store
+            .extend_claims(std::slice::from_ref(&first), 60_000, now_ms())
+            .unwrap(),
+        vec![None]
+    );
+    assert!(
+        h.store
+            .extend_claims(std::slice::from_ref(&second), 60_000, now_ms())
+            .unwrap()[0]
+            .is_some()
+    );
+    assert_eq!(
+        h.store
+            .release(std::slice::from_ref(&second), now_ms())
+            .unwrap(),
+        1
+    );
+    let again = h
+        .store
+        .claim("B", Lane::InProcess, 10, 30_000, now_ms())
+        .unwrap();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].claim.subscription, second.subscription);
+    // The released claim's token no longer finishes anything; the new claim's does.
+    let stale = h.store.finish(&[done(&second)], now_ms()).unwrap();
+    assert_eq!(stale, vec![Finished::LeaseLost]);
+    let fresh = h.store.finish(&[done(&again[0].claim)], now_ms()).unwrap();
+    assert!(
+        matches!(fresh[..], [Finished::Completed { .. }]),
+        "{fresh:?}"
+    );
+    assert_eq!(h.drain(), 0);
 }

@@ -270,15 +270,17 @@ impl<'c> Prepared<'c> {
 
 /// A fenced transition: `UPDATE event_state SET <set>` on the event only while `claim` still holds
 /// it, clearing the claim. Parameters: ?1 seq, ?2 claim token, ?3 now, ?4 and ?5 the set's
-/// own values. `live`: the worker's own transitions, only while its lease runs; `expired`:
-/// the sweeper's, whose lease has already run out, fenced by the token alone.
+/// own values, ?6 the subscription. `live`: the worker's own transitions, only while its lease
+/// runs; `expired`: the sweeper's, whose lease has already run out, fenced by the token alone.
+/// The row is named by `(seq, sub)`: a fan-out's rows share their claim's token.
 macro_rules! fence {
     ($set:literal, live) => {
         concat!(
             "UPDATE event_state SET ",
             $set,
             ", claim_token = NULL, claimed_until = NULL, claimed_by = NULL
-              WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed' AND claimed_until > ?3"
+              WHERE seq = ?1 AND sub = ?6 AND claim_token = ?2 AND status = 'claimed'
+                AND claimed_until > ?3"
         )
     };
     ($set:literal, expired) => {
@@ -286,7 +288,7 @@ macro_rules! fence {
             "UPDATE event_state SET ",
             $set,
             ", claim_token = NULL, claimed_until = NULL, claimed_by = NULL
-              WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed'"
+              WHERE seq = ?1 AND sub = ?6 AND claim_token = ?2 AND status = 'claimed'"
         )
     };
 }
@@ -329,9 +331,15 @@ pub(super) fn fenced(
     b: &dyn ToSql,
 ) -> StoreResult<bool> {
     let stmt = prepared.get(sql)?;
-    let values: [&dyn ToSql; 5] = [&claim.seq, &claim.claim_token, &now, a, b];
-    // A statement counts parameters up to the highest number it names.
-    for (i, value) in values.iter().enumerate().take(stmt.parameter_count()) {
+    let values: [&dyn ToSql; 6] = [
+        &claim.seq,
+        &claim.claim_token,
+        &now,
+        a,
+        b,
+        &claim.subscription,
+    ];
+    for (i, value) in values.iter().enumerate() {
         stmt.raw_bind_parameter(i + 1, value)?;
     }
     Ok(stmt.raw_execute()? == 1)

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use rusqlite::{Transaction, params};
 
 use super::consume::{CLAIMED, claimed};
-use super::subscriptions::Routes;
+use super::subscriptions::{Routes, route_sql};
+use crate::store::routes::Live;
 use crate::store::{Claimed, StoreResult};
 
 /// Whether a subscription's fanned-out state row starts claimed, for a lane-0 claim: the
@@ -17,27 +18,109 @@ use crate::store::{Claimed, StoreResult};
 pub const IN_PROCESS_CLAIMS_NOW: &str = "(u.lane = 0 AND u.paused = 0 AND u.ordered_by IS NULL)";
 
 /// The fan-out of the lane-0 events in `(?3, ?4]`: a state row for each live subscription whose
-/// route (`routes`, an expression picked by `u.id`) matches and that took the event (added
-/// before it was stored). Due since the event was received. The rows that `claims_now` (an
-/// expression on `u`) picks start claimed, the others pending.
-pub fn fan_out_sql(routes: &str, keys: &str, claims_now: &str) -> String {
-    format!(
+/// route and filter take the event and that took it (added before it was stored). Due since
+/// the event was received. The rows of the subscriptions that `claims_now` (an expression on
+/// `u`) picks start claimed by worker ?1 until ?2 with claim token ?5, the others pending.
+/// `None` when no subscription is live.
+///
+/// Arms, each for one start (claimed or pending), so that what depends on the subscription
+/// alone (`claims_now`, its lane) is decided once per arm, not per event and subscription as a
+/// `CASE` over a cross join was (27,700 instructions a fanned-out event against 22,000,
+/// docs/performance.md, issue 60's fourth look):
+/// - a subscription without a filter has its own arms, each a seek of its `u` row then a range
+///   of the log; the arm whose `claims_now` does not hold stops at its `u` row;
+/// - filtered subscriptions with the same filter (and order key) share arms that read the log
+///   first and test the filter once per event for all of them, where each subscription's arm
+///   would read the body again (three subscriptions with one two-condition filter: 104,600
+///   instructions an event against 77,400). The scalar subquery, run once, stops the arm
+///   whose start none of them has before it reads a body.
+///
+/// `ORDER BY` merges the arms, each already in `(seq, sub)` order: no sort. `NOT INDEXED` keeps
+/// each arm on the log's rowid range where a route on `source` would tempt the planner to the
+/// `(source, event_id)` key.
+///
+/// The claim token is one per claim statement (?5, fresh random 128 bits), shared by the rows
+/// it claims: every fence names the row by `(seq, sub)` as well, so a token still matches only
+/// the claim it came from, and one random value replaces one per row (about 2,900 instructions
+/// a row).
+pub fn fan_out_sql(live: &[Live], claims_now: &str) -> Option<String> {
+    let starts = [
+        (
+            "'claimed', 1, l.received_at, ?2, ?1, ?5",
+            claims_now.to_string(),
+        ),
+        (
+            "'pending', 0, l.received_at, NULL, NULL, NULL",
+            format!("NOT {claims_now}"),
+        ),
+    ];
+    let mut arms = Vec::new();
+    let mut groups: Vec<(String, String, Vec<&Live>)> = Vec::new();
+    for s in live {
+        let key = s.ordered.as_ref().map_or_else(
+            || "NULL".to_string(),
+            |o| super::subscriptions::key_sql(&o.path),
+        );
+        let Some(filter) = super::subscriptions::filter_sql(s) else {
+            let (id, lane) = (s.id, s.lane);
+            let route = route_sql(&s.route, "l.");
+            for (columns, start) in &starts {
+                arms.push(format!(
+                    "SELECT l.seq, {id}, {lane}, {columns}, {key}
+  FROM subscriptions u CROSS JOIN event_log l NOT INDEXED
+ WHERE u.id = {id} AND u.removed_at IS NULL AND {start}
+   AND l.seq > ?3 AND l.seq <= ?4 AND l.seq > u.start_after_seq AND l.lane = 0 AND {route}"
+                ));
+            }
+            continue;
+        };
+        match groups
+            .iter_mut()
+            .find(|(f, k, _)| *f == filter && *k == key)
+        {
+            Some((_, _, subs)) => subs.push(s),
+            None => groups.push((filter, key, vec![s])),
+        }
+    }
+    for (filter, key, subs) in &groups {
+        let ids: Vec<String> = subs.iter().map(|s| s.id.to_string()).collect();
+        let ids = ids.join(", ");
+        let routes: Vec<String> = subs.iter().map(|s| route_sql(&s.route, "l.")).collect();
+        let any_route = routes.join(" OR ");
+        let route_of_u = match &routes[..] {
+            [one] => one.clone(),
+            _ => {
+                let arms: String = subs
+                    .iter()
+                    .zip(&routes)
+                    .map(|(s, r)| format!(" WHEN {} THEN {r}", s.id))
+                    .collect();
+                format!("CASE u.id{arms} END")
+            }
+        };
+        for (columns, start) in &starts {
+            arms.push(format!(
+                "SELECT l.seq, u.id, u.lane, {columns}, {key}
+  FROM event_log l NOT INDEXED CROSS JOIN subscriptions u
+ WHERE (SELECT count(*) FROM subscriptions u
+         WHERE u.id IN ({ids}) AND u.removed_at IS NULL AND {start}) > 0
+   AND l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0 AND ({any_route}) AND {filter}
+   AND u.id IN ({ids}) AND u.removed_at IS NULL AND {start}
+   AND l.seq > u.start_after_seq AND {route_of_u}"
+            ));
+        }
+    }
+    if arms.is_empty() {
+        return None;
+    }
+    Some(format!(
         "INSERT INTO event_state (seq, sub, lane, status, attempts, next_attempt_at,
                          claimed_until, claimed_by, claim_token, order_key)
-SELECT l.seq, u.id, u.lane,
-       CASE WHEN {claims_now} THEN 'claimed' ELSE 'pending' END,
-       CASE WHEN {claims_now} THEN 1 ELSE 0 END,
-       l.received_at,
-       CASE WHEN {claims_now} THEN ?2 END,
-       CASE WHEN {claims_now} THEN ?1 END,
-       CASE WHEN {claims_now} THEN lower(hex(randomblob(16))) END,
-       {keys}
-  FROM event_log l CROSS JOIN subscriptions u
- WHERE l.seq > ?3 AND l.seq <= ?4 AND l.lane = 0
-   AND u.removed_at IS NULL AND l.seq > u.start_after_seq AND {routes}
- ORDER BY l.seq, u.id
-RETURNING {CLAIMED}, status"
-    )
+{}
+ ORDER BY 1, 2
+RETURNING {CLAIMED}, status",
+        arms.join("\nUNION ALL\n")
+    ))
 }
 
 /// The state rows of one submitted request (lane 1), stored with it: pending, due now, for
@@ -76,10 +159,10 @@ pub(super) fn fan_out(
         ))?
         .query_row([cursor], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let mut claims = Vec::new();
-    if let Some(last) = last {
-        let sql = fan_out_sql(&routes.by_id, &routes.keys_by_id, claims_now);
+    if let (Some(last), Some(sql)) = (last, routes.fan_out_sql(claims_now)) {
+        let nonce = hex::encode(rand::random::<[u8; 16]>());
         let mut fan = tx.prepare_cached(&sql)?;
-        let mut rows = fan.query(params![worker, claimed_until, cursor, last])?;
+        let mut rows = fan.query(params![worker, claimed_until, cursor, last, nonce])?;
         let mut taken: HashMap<i64, u64> = HashMap::new();
         while let Some(row) = rows.next()? {
             if row.get::<_, String>(6)? == "claimed" {

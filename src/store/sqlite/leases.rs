@@ -59,15 +59,17 @@ pub(super) fn extend(
 ) -> StoreResult<Vec<Option<i64>>> {
     let mut stmt = tx.prepare_cached(
         "UPDATE event_state SET claimed_until = ?3
-          WHERE seq = ?1 AND claim_token = ?2 AND status = 'claimed' AND claimed_until > ?4
+          WHERE seq = ?1 AND sub = ?5 AND claim_token = ?2 AND status = 'claimed'
+            AND claimed_until > ?4
          RETURNING claimed_until",
     )?;
     let mut extended = Vec::with_capacity(claims.len());
     for claim in claims {
         extended.push(
-            stmt.query_row(params![claim.seq, claim.claim_token, until, now], |r| {
-                r.get(0)
-            })
+            stmt.query_row(
+                params![claim.seq, claim.claim_token, until, now, claim.subscription],
+                |r| r.get(0),
+            )
             .optional()?,
         );
     }

@@ -53,12 +53,9 @@ pub use fan_out::{IN_PROCESS_CLAIMS_NOW, fan_out_sql};
 /// The fan-out statement for the subscriptions a database holds now (for the query-plan
 /// tests): [`fan_out_sql`] over their routes.
 pub fn fan_out_statement(conn: &Connection) -> anyhow::Result<String> {
+    use anyhow::Context;
     let routes = subscriptions::load(conn)?;
-    Ok(fan_out_sql(
-        &routes.by_id,
-        &routes.keys_by_id,
-        IN_PROCESS_CLAIMS_NOW,
-    ))
+    fan_out_sql(&routes.live, IN_PROCESS_CLAIMS_NOW).context("no live subscription")
 }
 use durable::{Ticket, WalSync};
 pub use events::STATUS_COUNTS;

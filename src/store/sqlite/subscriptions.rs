@@ -17,8 +17,6 @@ pub(super) use crate::store::routes::Live;
 pub(super) struct Routes {
     pub live: Vec<Live>,
     pub by_id: String,
-    /// The order key of an event `l` for subscription `u`: NULL but for ordered ones.
-    pub keys_by_id: String,
     /// When each ordered subscription's claim last read its whole backlog (see
     /// `ordering::claim`).
     pub whole_looks:
@@ -28,19 +26,41 @@ pub(super) struct Routes {
     /// What the fan-outs left out of filtered subscriptions (the store's, shared by each
     /// version of its routes).
     pub left_out: std::sync::Arc<crate::store::filters::LeftOut>,
+    /// The fan-out statement for each `claims_now` asked for, written once per version of the
+    /// routes: writing one with filters took more than running it (122,000 instructions).
+    pub fan_outs: std::sync::Arc<parking_lot::Mutex<FanOuts>>,
 }
+
+type FanOuts = std::collections::HashMap<String, Option<std::sync::Arc<str>>>;
 
 impl Routes {
     pub fn named(&self, name: &str) -> Option<&Live> {
         self.live.iter().find(|s| s.name == name)
     }
+
+    /// [`super::fan_out_sql`] over these routes, kept.
+    pub fn fan_out_sql(&self, claims_now: &str) -> Option<std::sync::Arc<str>> {
+        let mut kept = self.fan_outs.lock();
+        if let Some(sql) = kept.get(claims_now) {
+            return sql.clone();
+        }
+        let sql = super::fan_out_sql(&self.live, claims_now).map(std::sync::Arc::from);
+        kept.insert(claims_now.to_string(), sql.clone());
+        sql
+    }
 }
 
 /// A route as an SQL condition on `{alias}source` and `{alias}event_type`. Globs are SQLite's
-/// GLOB, which means what ours do once brackets are refused (the config does).
+/// GLOB, which means what ours do once brackets are refused (the config does); one without
+/// `*` or `?` is an equality, which costs the fan-out less per event than GLOB's matcher.
 pub(super) fn route_sql(route: &Route, alias: &str) -> String {
     routes::route_sql(route, alias, |column, glob| {
-        format!("{column} GLOB {}", routes::quote(glob))
+        let op = if glob.contains(['*', '?']) {
+            "GLOB"
+        } else {
+            "="
+        };
+        format!("{column} {op} {}", routes::quote(glob))
     })
 }
 
@@ -49,18 +69,21 @@ pub(super) fn route_sql(route: &Route, alias: &str) -> String {
 /// subscription without one costs what its route costs.
 pub(super) fn takes_sql(s: &Live) -> String {
     let route = route_sql(&s.route, "l.");
-    match &s.filter {
+    match filter_sql(s) {
         None => route,
-        Some(filter) => {
-            let dialect = crate::store::filters::Sqlite {
-                body: "CAST(l.payload AS TEXT)",
-            };
-            format!(
-                "(CASE WHEN {route} THEN {} ELSE 0 END)",
-                crate::store::filters::filter_sql(filter, &dialect)
-            )
-        }
+        Some(filter) => format!("(CASE WHEN {route} THEN {filter} ELSE 0 END)"),
     }
+}
+
+/// Subscription `s`'s filter as a condition on the body of the event `l`, if it has one.
+pub(super) fn filter_sql(s: &Live) -> Option<String> {
+    let dialect = crate::store::filters::Sqlite {
+        body: "CAST(l.payload AS TEXT)",
+    };
+    Some(crate::store::filters::filter_sql(
+        s.filter.as_ref()?,
+        &dialect,
+    ))
 }
 
 /// The live subscriptions as the table has them.
@@ -76,20 +99,10 @@ pub(super) fn load(conn: &Connection) -> StoreResult<Routes> {
     } else {
         format!("CASE u.id{arms} ELSE 0 END")
     };
-    let key_arms: String = live
-        .iter()
-        .filter_map(|s| Some((s.id, s.ordered.as_ref()?)))
-        .map(|(id, o)| format!(" WHEN {id} THEN {}", key_sql(&o.path)))
-        .collect();
-    let keys_by_id = if key_arms.is_empty() {
-        "NULL".into()
-    } else {
-        format!("CASE u.id{key_arms} ELSE NULL END")
-    };
     Ok(Routes {
         live,
         by_id,
-        keys_by_id,
+        fan_outs: Default::default(),
         whole_looks: Default::default(),
         version,
         left_out: Default::default(),
@@ -105,7 +118,7 @@ pub(super) fn registry_version(conn: &Connection) -> StoreResult<i64> {
 
 /// The order key of the body of `l`: the value at `path` as text, NULL when the body is not
 /// JSON or has no such field (a body is never refused here: it only has no key).
-fn key_sql(path: &[String]) -> String {
+pub(super) fn key_sql(path: &[String]) -> String {
     format!(
         "(CASE WHEN json_valid(CAST(l.payload AS TEXT))
                THEN CAST(json_extract(CAST(l.payload AS TEXT), {}) AS TEXT) END)",
