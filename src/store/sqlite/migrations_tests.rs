@@ -2,6 +2,23 @@
 
 use super::*;
 
+/// Each row of `sql`, its values printed in order, for comparing a table before and after.
+fn rows_of(conn: &Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                r.get::<_, rusqlite::types::Value>(i)
+                    .map(|v| format!("{v:?}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .unwrap()
+    .map(|row| row.unwrap().join(", "))
+    .collect()
+}
+
 #[test]
 fn migrations_apply_cleanly_to_an_empty_database_and_only_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -80,22 +97,9 @@ fn rebuilding_the_event_tables_keeps_rows_keys_and_constraints() {
                 "event_seq, attempt, worker, started_at, finished_at, result, error",
             ),
         ] {
-            let mut stmt = conn
-                .prepare(&format!("SELECT {columns} FROM {table} ORDER BY 1, 2"))
-                .unwrap();
-            let n = stmt.column_count();
-            let rows = stmt
-                .query_map([], |r| {
-                    (0..n)
-                        .map(|i| {
-                            r.get::<_, rusqlite::types::Value>(i)
-                                .map(|v| format!("{v:?}"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .unwrap();
-            for row in rows {
-                out.push(format!("{table}: {}", row.unwrap().join(", ")));
+            let sql = format!("SELECT {columns} FROM {table} ORDER BY 1, 2");
+            for row in rows_of(conn, &sql) {
+                out.push(format!("{table}: {row}"));
             }
         }
         out
@@ -356,19 +360,7 @@ fn the_cursor_takes_its_postgres_name_with_every_event_kept() {
             "SELECT * FROM event_state ORDER BY seq, sub",
             "SELECT * FROM events ORDER BY seq, status",
         ] {
-            let mut stmt = conn.prepare(sql).unwrap();
-            let n = stmt.column_count();
-            let rows = stmt
-                .query_map([], |r| {
-                    (0..n)
-                        .map(|i| {
-                            r.get::<_, rusqlite::types::Value>(i)
-                                .map(|v| format!("{v:?}"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .unwrap();
-            out.extend(rows.map(|r| r.unwrap().join(", ")));
+            out.extend(rows_of(conn, sql));
         }
         out
     };
