@@ -139,7 +139,7 @@ impl Forwarder {
                 i64::try_from(me.sub.backoff_max_ms).unwrap_or(i64::MAX),
             );
             match write {
-                Write::Pause => store.set_paused(&me.sub.name, true).map(|_| ()),
+                Write::Pause => store.pause_gone(me.sub_id, &me.settings).map(|_| ()),
                 Write::Close => store.close_breaker(me.sub_id, &me.settings),
                 Write::Open { after_probe } => {
                     let (first, now) = (base.max(1), now_ms());

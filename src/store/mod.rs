@@ -164,6 +164,9 @@ pub trait Store: Send + Sync + 'static {
     /// Pause (nothing is claimed for it; its events wait) or resume. `false`: no live
     /// subscription has that name.
     fn set_paused(&self, name: &str, paused: bool) -> StoreResult<bool>;
+    /// Pause subscription `sub` for its endpoint's 410, only while it still delivers by
+    /// `settings` (as for [`Store::open_breaker`]): whether it paused it.
+    fn pause_gone(&self, sub: i64, settings: &HttpSettings) -> StoreResult<bool>;
     /// Hand a subscription the events it matches that were stored at or after `since` (unix
     /// ms) and that it has no state for (stored before it was added): pending, due now.
     /// `None`: no live subscription has that name.

@@ -83,3 +83,16 @@ pub fn probe_now(conn: &mut impl Conn, sub: i64, now: i64) -> StoreResult<()> {
     )?;
     Ok(())
 }
+
+/// A 410 from the endpoint at `settings`: pause subscription `sub`, only while it still
+/// delivers there (a late answer of the target a change replaced pauses nothing). Whether it
+/// paused it.
+pub fn pause_gone<C: Conn>(conn: &mut C, sub: i64, settings: &HttpSettings) -> StoreResult<bool> {
+    if !delivers_by(conn, sub, settings)? {
+        return Ok(false);
+    }
+    Ok(conn.execute(
+        "UPDATE subscriptions SET paused = ?2 WHERE id = ?1 AND removed_at IS NULL",
+        &[Value::Int(sub), Value::Int(1)],
+    )? == 1)
+}

@@ -255,6 +255,14 @@ macro_rules! ops_methods {
             })
         }
 
+        fn pause_gone(
+            &self,
+            sub: i64,
+            settings: &$crate::subscriptions::HttpSettings,
+        ) -> $crate::store::StoreResult<bool> {
+            self.writing(|c| $crate::store::sql::breaker::pause_gone(c, sub, settings))
+        }
+
         fn close_breaker(
             &self,
             sub: i64,
