@@ -175,31 +175,7 @@ pub(super) fn claim_for(
             }
         }
     }
-    let mut event = tx.prepare_cached(
-        "SELECT source, event_id, event_type, payload, content_type, received_at, traceparent
-           FROM event_log WHERE seq = ?1",
-    )?;
-    for c in &mut claims {
-        (
-            c.claim.source,
-            c.claim.event_id,
-            c.event_type,
-            c.payload,
-            c.content_type,
-            c.received_at,
-            c.traceparent,
-        ) = event.query_row([c.claim.seq], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })?;
-    }
+    super::claimed_events::read(tx, &mut claims)?;
     let mut history = tx.prepare_cached(
         "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",

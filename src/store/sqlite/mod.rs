@@ -15,6 +15,7 @@ mod alerts;
 pub mod backup;
 mod breaker;
 mod checkpoint;
+mod claimed_events;
 mod consume;
 mod consumer_turns;
 mod copy;
