@@ -1,6 +1,8 @@
 //! Reading request bodies under a limit, and JSON bodies into typed values, so that every bad
 //! body gets the error shape (actix's own extractors answer in plain text).
 
+use std::future::Future as _;
+use std::task::Poll;
 use std::time::Duration;
 
 use actix_web::HttpRequest;
@@ -39,7 +41,7 @@ pub async fn read_limited(
         .map_or(ConnectionSettings::default().body_timeout_ms, |state| {
             state.settings.connections.body_timeout_ms
         });
-    let read = async {
+    let read = async move {
         while let Some(chunk) = payload.next().await {
             let chunk =
                 chunk.map_err(|e| ApiError::InvalidJson(format!("reading the body: {e}")))?;
@@ -48,10 +50,30 @@ pub async fn read_limited(
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(())
+        Ok(body)
     };
+    // A webhook's body usually comes in the same read as its head, but the dispatcher polls a
+    // handler once before it feeds that body in: the first poll waits, the next one (at once,
+    // woken by the feed or by this future) finds the body whole. The timer is armed only for a
+    // body still incomplete then: its registration and removal cost about 1,000 instructions
+    // a delivery (docs/performance.md, issue 60, sixth look).
+    let mut read = std::pin::pin!(read);
+    let mut waited = false;
+    let early = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+        Poll::Ready(read) => Poll::Ready(Some(read)),
+        Poll::Pending if !waited => {
+            waited = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await;
+    if let Some(read) = early {
+        return read;
+    }
     match tokio::time::timeout(Duration::from_millis(timeout_ms), read).await {
-        Ok(read) => read.map(|()| body),
+        Ok(read) => read,
         Err(_) => Err(ApiError::RequestTimeout(format!(
             "the body did not arrive within {timeout_ms} ms (connections.body_timeout_ms)"
         ))),
