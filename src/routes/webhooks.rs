@@ -328,7 +328,7 @@ fn check(req: &HttpRequest, body: &[u8], source: &SourceSettings) -> Result<Chec
         })?
         .into_string();
     let event_type = if source.scheme.type_from_body() {
-        fields.event_type()
+        fields.into_event_type()
     } else {
         verified.event_type
     }
