@@ -369,7 +369,10 @@ mod tests {
             (Some("evt_1".into()), Some("a.b".into()))
         );
         let p = peek(br#"{"event_id":42,"type":7}"#, Some("application/json")).unwrap();
-        assert_eq!((p.event_id(), p.into_event_type()), (Some("42".into()), None));
+        assert_eq!(
+            (p.event_id(), p.into_event_type()),
+            (Some("42".into()), None)
+        );
         for (body, what) in [
             (&b" [1, 2, 3]"[..], "an array"),
             (b"\"evt\"", "a string"),

@@ -6,9 +6,10 @@ use std::task::Poll;
 use std::time::Duration;
 
 use actix_web::HttpRequest;
+use actix_web::error::PayloadError;
 use actix_web::http::header::CONTENT_LENGTH;
-use actix_web::web::{self, BytesMut, Payload};
-use futures_util::StreamExt as _;
+use actix_web::web::{self, Bytes, BytesMut};
+use futures_util::{Stream, StreamExt as _};
 use serde::de::DeserializeOwned;
 
 use super::{ApiError, AppState};
@@ -22,11 +23,16 @@ fn too_large(limit: usize) -> ApiError {
 /// stream passes `limit`: an oversized body is never buffered whole. A body that takes longer
 /// than `connections.body_timeout_ms` to arrive is refused (408): a client sending a byte at a
 /// time holds a connection for that long at most, and nothing of its request is stored.
-pub async fn read_limited(
+/// `payload` is the request's [`web::Payload`] or a `&mut` of it: a handler whose future must stay
+/// small passes it by reference through its helpers (see `webhooks::receive`).
+pub async fn read_limited<P>(
     req: &HttpRequest,
-    mut payload: Payload,
+    mut payload: P,
     limit: usize,
-) -> Result<BytesMut, ApiError> {
+) -> Result<BytesMut, ApiError>
+where
+    P: Stream<Item = Result<Bytes, PayloadError>> + Unpin,
+{
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
