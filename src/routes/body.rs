@@ -59,10 +59,11 @@ where
         Ok(body)
     };
     // A webhook's body usually comes in the same read as its head, but the dispatcher polls a
-    // handler once before it feeds that body in: the first poll waits, the next one (at once,
-    // woken by the feed or by this future) finds the body whole. The timer is armed only for a
-    // body still incomplete then: its registration and removal cost about 1,000 instructions
-    // a delivery (docs/performance.md, issue 60, sixth look).
+    // handler once before it feeds that body in: the first poll waits, and the next one (the
+    // dispatcher's own, in the same turn; the wake below makes sure of it) finds the body
+    // whole. The timer is armed only for a body still incomplete then: its registration and
+    // removal cost about 1,000 instructions a delivery (docs/performance.md, issue 60, sixth
+    // look).
     let mut read = std::pin::pin!(read);
     let mut waited = false;
     let early = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
