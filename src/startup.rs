@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use actix_web::dev::Server;
 use actix_web::http::KeepAlive;
-use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use tokio::sync::Notify;
@@ -325,7 +324,7 @@ impl Application {
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
-                .wrap(from_fn(routes::request_id))
+                .wrap(routes::RequestId)
                 .configure(routes::configure)
         });
         let mut server = match &tls {

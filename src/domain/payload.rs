@@ -27,26 +27,35 @@ fn kind(json: &[u8]) -> &'static str {
     }
 }
 
-fn media_type(content_type: Option<&str>) -> String {
+/// The media type as sent (parameters dropped); compared ignoring case, without a lower-cased
+/// copy: ingest reads it for every delivery.
+fn media_type(content_type: Option<&str>) -> &str {
     content_type
         .unwrap_or("")
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase()
+}
+
+fn is_multipart(media: &str) -> bool {
+    media
+        .as_bytes()
+        .get(..MULTIPART.len())
+        .is_some_and(|m| m.eq_ignore_ascii_case(MULTIPART.as_bytes()))
 }
 
 const FORM: &str = "application/x-www-form-urlencoded";
+const MULTIPART: &str = "multipart/";
 
 pub fn is_form(content_type: Option<&str>) -> bool {
-    media_type(content_type) == FORM
+    media_type(content_type).eq_ignore_ascii_case(FORM)
 }
 
 /// Whether [`payload_json`] reads this body as it is (neither a form nor multipart).
 pub fn is_json(content_type: Option<&str>) -> bool {
     let media = media_type(content_type);
-    !media.starts_with("multipart/") && media != FORM
+    !is_multipart(media) && !media.eq_ignore_ascii_case(FORM)
 }
 
 /// Parse a body as JSON. A form-encoded body (GitHub's other delivery format) carries its JSON
@@ -54,8 +63,10 @@ pub fn is_json(content_type: Option<&str>) -> bool {
 /// label JSON in many ways (`text/plain`, vendor `+json` types).
 pub fn payload_json(raw: &[u8], content_type: Option<&str>) -> Result<Value, PayloadError> {
     let media = media_type(content_type);
-    if media.starts_with("multipart/") {
-        return Err(PayloadError::UnsupportedContentType(media));
+    if is_multipart(media) {
+        return Err(PayloadError::UnsupportedContentType(
+            media.to_ascii_lowercase(),
+        ));
     }
     if is_form(content_type) {
         let json = form_urlencoded::parse(raw)
@@ -245,11 +256,11 @@ impl Peek {
         self.event_id.as_ref().and_then(|s| s.0.clone())
     }
 
-    /// Types are names: a number there is not a type.
-    pub fn event_type(&self) -> Option<String> {
+    /// Types are names: a number there is not a type. Taken, not copied: the type is the
+    /// last thing ingest reads of a peek.
+    pub fn into_event_type(self) -> Option<String> {
         self.event_type
-            .as_ref()
-            .and_then(|s| s.0.clone())
+            .and_then(|s| s.0)
             .filter(|t| t.parse::<f64>().is_err())
     }
 }
@@ -257,8 +268,10 @@ impl Peek {
 /// Check that the body is JSON (or a form carrying JSON) and read its id and type fields.
 pub fn peek(raw: &[u8], content_type: Option<&str>) -> Result<Peek, PayloadError> {
     let media = media_type(content_type);
-    if media.starts_with("multipart/") {
-        return Err(PayloadError::UnsupportedContentType(media));
+    if is_multipart(media) {
+        return Err(PayloadError::UnsupportedContentType(
+            media.to_ascii_lowercase(),
+        ));
     }
     if is_form(content_type) {
         let json = payload_json(raw, content_type)?;
@@ -352,11 +365,14 @@ mod tests {
     fn peek_reads_ids_and_type_and_checks_the_rest_is_json() {
         let p = peek(br#"{"id":"evt_1","type":"a.b","data":{"x":[1,2]}}"#, None).unwrap();
         assert_eq!(
-            (p.id(), p.event_type()),
+            (p.id(), p.into_event_type()),
             (Some("evt_1".into()), Some("a.b".into()))
         );
         let p = peek(br#"{"event_id":42,"type":7}"#, Some("application/json")).unwrap();
-        assert_eq!((p.event_id(), p.event_type()), (Some("42".into()), None));
+        assert_eq!(
+            (p.event_id(), p.into_event_type()),
+            (Some("42".into()), None)
+        );
         for (body, what) in [
             (&b" [1, 2, 3]"[..], "an array"),
             (b"\"evt\"", "a string"),
@@ -381,11 +397,26 @@ mod tests {
         ));
         let form = b"payload=%7B%22type%22%3A%22push%22%7D";
         let p = peek(form, Some("application/x-www-form-urlencoded")).unwrap();
-        assert_eq!(p.event_type(), Some("push".into()));
+        assert_eq!(p.into_event_type(), Some("push".into()));
         assert!(matches!(
             peek(b"--x", Some("multipart/form-data; boundary=x")),
             Err(PayloadError::UnsupportedContentType(_))
         ));
+    }
+
+    /// Media types compare ignoring case, their parameters dropped.
+    #[test]
+    fn media_types_are_read_whatever_their_case() {
+        let form = Some("Application/X-WWW-Form-URLEncoded; charset=utf-8");
+        assert!(is_form(form) && !is_json(form));
+        let p = peek(b"payload=%7B%22type%22%3A%22push%22%7D", form).unwrap();
+        assert_eq!(p.into_event_type(), Some("push".into()));
+        assert!(!is_json(Some(" MULTIPART/Mixed; boundary=x")));
+        assert!(is_json(Some("Application/JSON")) && is_json(None) && is_json(Some("multi")));
+        assert_eq!(
+            peek(b"--x", Some("Multipart/Form-Data; boundary=x")).unwrap_err(),
+            PayloadError::UnsupportedContentType("multipart/form-data".into())
+        );
     }
 
     /// What serde_json refuses as a document, peek refuses wherever it sits, in the fields it
@@ -416,8 +447,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (p.event_type(), p.id()),
-            (Some("b".into()), Some("1".into()))
+            (p.id(), p.into_event_type()),
+            (Some("1".into()), Some("b".into()))
         );
     }
 

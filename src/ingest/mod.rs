@@ -141,11 +141,17 @@ impl Ingestor {
         Arc::clone(&self.activity)
     }
 
-    /// Store one delivery; returns after the transaction holding it has committed.
-    pub async fn ingest(&self, delivery: NewDelivery) -> Result<InsertOutcome, IngestError> {
+    /// Store one delivery: the future answers after the transaction holding it has committed.
+    /// The delivery is handed to the writer here, before the future is first polled, so that
+    /// the future does not carry it while it waits.
+    pub fn ingest(
+        &self,
+        delivery: NewDelivery,
+    ) -> impl Future<Output = Result<InsertOutcome, IngestError>> + use<> {
         let (reply, answer) = oneshot::channel();
         let deadline = Instant::now() + self.wait;
-        self.jobs
+        let sent = self
+            .jobs
             .try_send(Job {
                 delivery,
                 reply,
@@ -154,14 +160,18 @@ impl Ingestor {
             .map_err(|e| match e {
                 mpsc::TrySendError::Full(_) => IngestError::QueueFull,
                 mpsc::TrySendError::Disconnected(_) => IngestError::Stopped,
-            })?;
-        // The writer's answer is authoritative: a 503 from it means the delivery was not
-        // written. Only if the writer itself is stuck does the caller give up (503); the
-        // delivery may then still be committed, and the provider's retry is a duplicate.
-        match tokio::time::timeout(self.wait + BACKSTOP, answer).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(IngestError::Stopped),
-            Err(_) => Err(IngestError::Timeout),
+            });
+        let backstop = self.wait + BACKSTOP;
+        async move {
+            sent?;
+            // The writer's answer is authoritative: a 503 from it means the delivery was not
+            // written. Only if the writer itself is stuck does the caller give up (503); the
+            // delivery may then still be committed, and the provider's retry is a duplicate.
+            match tokio::time::timeout(backstop, answer).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => Err(IngestError::Stopped),
+                Err(_) => Err(IngestError::Timeout),
+            }
         }
     }
 }

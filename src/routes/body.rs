@@ -1,12 +1,15 @@
 //! Reading request bodies under a limit, and JSON bodies into typed values, so that every bad
 //! body gets the error shape (actix's own extractors answer in plain text).
 
+use std::future::Future as _;
+use std::task::Poll;
 use std::time::Duration;
 
 use actix_web::HttpRequest;
+use actix_web::error::PayloadError;
 use actix_web::http::header::CONTENT_LENGTH;
-use actix_web::web::{self, BytesMut, Payload};
-use futures_util::StreamExt as _;
+use actix_web::web::{self, Bytes, BytesMut};
+use futures_util::{Stream, StreamExt as _};
 use serde::de::DeserializeOwned;
 
 use super::{ApiError, AppState};
@@ -20,11 +23,16 @@ fn too_large(limit: usize) -> ApiError {
 /// stream passes `limit`: an oversized body is never buffered whole. A body that takes longer
 /// than `connections.body_timeout_ms` to arrive is refused (408): a client sending a byte at a
 /// time holds a connection for that long at most, and nothing of its request is stored.
-pub async fn read_limited(
+/// `payload` is the request's [`web::Payload`] or a `&mut` of it: a handler whose future must stay
+/// small passes it by reference through its helpers (see `webhooks::receive`).
+pub async fn read_limited<P>(
     req: &HttpRequest,
-    mut payload: Payload,
+    mut payload: P,
     limit: usize,
-) -> Result<BytesMut, ApiError> {
+) -> Result<BytesMut, ApiError>
+where
+    P: Stream<Item = Result<Bytes, PayloadError>> + Unpin,
+{
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -39,7 +47,7 @@ pub async fn read_limited(
         .map_or(ConnectionSettings::default().body_timeout_ms, |state| {
             state.settings.connections.body_timeout_ms
         });
-    let read = async {
+    let read = async move {
         while let Some(chunk) = payload.next().await {
             let chunk =
                 chunk.map_err(|e| ApiError::InvalidJson(format!("reading the body: {e}")))?;
@@ -48,10 +56,31 @@ pub async fn read_limited(
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(())
+        Ok(body)
     };
+    // A webhook's body usually comes in the same read as its head, but the dispatcher polls a
+    // handler once before it feeds that body in: the first poll waits, and the next one (the
+    // dispatcher's own, in the same turn; the wake below makes sure of it) finds the body
+    // whole. The timer is armed only for a body still incomplete then: its registration and
+    // removal cost about 1,000 instructions a delivery (docs/performance.md, issue 60, sixth
+    // look).
+    let mut read = std::pin::pin!(read);
+    let mut waited = false;
+    let early = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+        Poll::Ready(read) => Poll::Ready(Some(read)),
+        Poll::Pending if !waited => {
+            waited = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await;
+    if let Some(read) = early {
+        return read;
+    }
     match tokio::time::timeout(Duration::from_millis(timeout_ms), read).await {
-        Ok(read) => read.map(|()| body),
+        Ok(read) => read,
         Err(_) => Err(ApiError::RequestTimeout(format!(
             "the body did not arrive within {timeout_ms} ms (connections.body_timeout_ms)"
         ))),

@@ -15,6 +15,7 @@ mod pull;
 mod purge;
 mod rejected;
 mod rejections;
+mod request_id;
 mod requests;
 mod secrets;
 mod sender;
@@ -28,14 +29,11 @@ mod webhooks;
 
 use std::sync::Arc;
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{CACHE_CONTROL, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
-use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 use tokio::sync::Notify;
 
 pub use error::ApiError;
+pub use request_id::RequestId;
 
 use crate::config::Settings;
 use crate::consumer::Consumer;
@@ -166,76 +164,4 @@ async fn method_not_allowed() -> HttpResponse {
         "error": "method_not_allowed",
         "message": "this route does not take that method: see /openapi.json",
     }))
-}
-
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// Whether a given request id may be logged and echoed as it is: 1 to 128 letters, digits, `-`,
-/// `_` or `.` (a UUID, nginx's hex `$request_id`, a load balancer's trace id). Anything else
-/// (spaces, `=`, quotes) could pose as another field of a log line, so a new id is made.
-fn token_like(id: &[u8]) -> bool {
-    (1..=128).contains(&id.len())
-        && id
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// A request id per request, taken from `x-request-id` when it is sane, else generated, and
-/// echoed in the response. Headers are never logged: they carry secrets.
-///
-/// Nothing is logged for an answered request (at the default level), so no span is opened up
-/// front: a span's fields are formatted and stored for every request, logged or not (measured:
-/// about 5,000 instructions per delivery, 4% of ingest). An error answer gets its line here,
-/// with the request id, method, path and status, and the cause of a 5xx beside them.
-pub async fn request_id(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    // Kept as a header value: echoing it costs no allocation (the common case).
-    let header = req
-        .headers()
-        .get(&REQUEST_ID)
-        .filter(|v| token_like(v.as_bytes()))
-        .cloned()
-        .unwrap_or_else(|| {
-            let mut buf = uuid::Uuid::encode_buffer();
-            let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
-            HeaderValue::from_str(id).expect("a uuid is a header value")
-        });
-    let id = header.to_str().unwrap_or_default();
-    let mut response = next.call(req).await?;
-    let status = response.status();
-    if status.is_client_error() || status.is_server_error() {
-        let (method, path) = (response.request().method(), response.request().path());
-        let code = status.as_u16();
-        match response
-            .response()
-            .error()
-            .and_then(|e| e.as_error::<ApiError>())
-        {
-            Some(ApiError::Internal(e)) => {
-                tracing::error!(request_id = %id, %method, %path, status = code, error = ?e, "internal error");
-            }
-            Some(ApiError::Unavailable(cause)) => {
-                tracing::warn!(request_id = %id, %method, %path, status = code, %cause, "answering 503");
-            }
-            Some(ApiError::NotReady(why)) => {
-                tracing::warn!(request_id = %id, %method, %path, status = code, reason = why, "not ready");
-            }
-            _ => tracing::info!(request_id = %id, %method, %path, status = code, "refused"),
-        }
-    } else {
-        tracing::debug!(request_id = %id, method = %response.request().method(),
-            path = %response.request().path(), status = status.as_u16(), "answered");
-    }
-    let headers = response.headers_mut();
-    headers.insert(REQUEST_ID, header);
-    // Answers carry events, bodies, refusals and settings: no cache keeps them, and no
-    // browser reads one as anything but what it says it is. A route that allows caching (the
-    // dashboard's files) says so itself.
-    if !headers.contains_key(CACHE_CONTROL) {
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    Ok(response)
 }

@@ -224,10 +224,12 @@ impl Receive {
     /// A child span, running until [`Step::end`]; none when this request is not traced.
     pub fn step(&self, name: &'static str) -> Step {
         Step(self.span.as_ref().map(|(inner, cx)| {
-            inner
-                .tracer
-                .span_builder(name)
-                .start_with_context(&inner.tracer, cx)
+            Box::new(
+                inner
+                    .tracer
+                    .span_builder(name)
+                    .start_with_context(&inner.tracer, cx),
+            )
         }))
     }
 
@@ -254,8 +256,9 @@ impl Receive {
     }
 }
 
-/// A running child span (or nothing, untraced).
-pub struct Step(Option<Span>);
+/// A running child span (or nothing, untraced). Boxed: a span is about 400 bytes, which every
+/// delivery's future would otherwise carry across its wait for the commit, traced or not.
+pub struct Step(Option<Box<Span>>);
 
 impl Step {
     pub fn end(self, outcome: &str) {
@@ -280,13 +283,13 @@ pub struct Delivery {
 impl Delivery {
     /// A child span, running until [`Step::end`].
     pub fn step(&self, name: &'static str, kind: SpanKind) -> Step {
-        Step(Some(
+        Step(Some(Box::new(
             self.inner
                 .tracer
                 .span_builder(name)
                 .with_kind(kind)
                 .start_with_context(&self.inner.tracer, &self.cx),
-        ))
+        )))
     }
 
     /// A child span that already happened (`at`: its start and end).

@@ -120,6 +120,34 @@ async fn a_body_sent_a_byte_at_a_time_is_refused_408_and_stores_nothing() {
     assert_eq!(r.body["status"], "queued");
 }
 
+/// A head whose body never comes: nothing wakes the handler after its first poll (no byte
+/// arrives), and the body's timer, armed only once a first read finds the body incomplete,
+/// must still refuse it in time.
+#[tokio::test]
+async fn a_body_that_never_comes_is_refused_408() {
+    let app = limited_app("body_timeout_ms = 500").await;
+    let body = order_body("o-never", "c-1", 1);
+    let mut head = format!(
+        "POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in sign_for(&app.settings, "shop", "no-body", body.as_bytes()) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = TcpStream::connect(addr(&app)).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let answer = read_to_close(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("no answer within 5 s");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""error":"request_timeout""#), "{answer}");
+    assert!(started.elapsed() >= Duration::from_millis(400), "{answer}");
+    assert_eq!(app.get("/events/shop/no-body").await.status, 404);
+}
+
 #[tokio::test]
 async fn past_the_connection_limit_a_provider_waits_for_a_slot_then_gets_in() {
     // Two HTTP workers (the test default) with one connection each.

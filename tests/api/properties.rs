@@ -150,7 +150,7 @@ proptest! {
                 prop_assert_eq!(p.id(), field("id"));
                 prop_assert_eq!(p.event_id(), field("event_id"));
                 let t = field("type").filter(|t| t.parse::<f64>().is_err());
-                prop_assert_eq!(p.event_type(), t);
+                prop_assert_eq!(p.into_event_type(), t);
             }
         }
     }
