@@ -337,11 +337,53 @@ fn a_database_crash_while_a_node_ingests_and_drains_loses_no_acknowledged_delive
         },
     );
     let orders: std::collections::HashSet<usize> = sent.iter().map(|d| d.1 % ORDERS).collect();
-    assert_eq!(
-        count(&mut db, "SELECT count(*) FROM loyalty_credits"),
-        orders.len() as i64,
-        "one credit per order"
-    );
+    let credits = count(&mut db, "SELECT count(*) FROM loyalty_credits");
+    if credits != orders.len() as i64 {
+        // What became of the events of each order without its credit: their states, outcomes
+        // and history, and the dedup rows, so that a failure says where the credit went.
+        let rows = db
+            .query(
+                "SELECT l.event_id, convert_from(b.payload, 'UTF8'), s.sub, s.status, s.outcome, s.attempts,
+                        (SELECT string_agg(a.attempt || ':' || coalesce(a.result, '-') || ':'
+                                           || coalesce(a.error, ''), ' | ' ORDER BY a.attempt)
+                           FROM event_attempts a WHERE a.event_seq = s.seq AND a.sub = s.sub),
+                        (SELECT string_agg(p.consumer || '=' || p.outcome, ',')
+                           FROM processed_events p
+                          WHERE p.source = l.source AND p.event_id = l.event_id)
+                   FROM event_log l JOIN event_state s ON s.seq = l.seq
+                   JOIN event_payloads b ON b.seq = l.seq
+                  WHERE NOT EXISTS (SELECT 1 FROM loyalty_credits c
+                                     WHERE convert_from(b.payload, 'UTF8') LIKE '%\"' || c.order_id || '\"%')
+                  ORDER BY l.seq LIMIT 40",
+                &[],
+            )
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| {
+                        format!(
+                            "{:?}",
+                            (
+                                r.get::<_, String>(0),
+                                r.get::<_, Option<String>>(1),
+                                r.get::<_, i64>(2),
+                                r.get::<_, String>(3),
+                                r.get::<_, Option<String>>(4),
+                                r.get::<_, i32>(5),
+                                r.get::<_, Option<String>>(6),
+                                r.get::<_, Option<String>>(7),
+                            )
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        panic!(
+            "one credit per order: {credits} credits for {} orders; the events of the orders \
+             without one:\n{rows:?}\nnode log:\n{}",
+            orders.len(),
+            node.logs()
+        );
+    }
     assert_eq!(
         count(
             &mut db,
