@@ -57,6 +57,7 @@ mod harness;
 mod https;
 mod ingest;
 mod lag;
+mod layout;
 mod leases;
 mod lifecycle;
 mod listen;
