@@ -42,6 +42,7 @@ mod dashboard_security;
 mod dashboard_subscriptions;
 mod disk_full_load;
 mod downstream;
+mod downstream_breaker;
 mod endpoint;
 mod example_consumers;
 mod faults;

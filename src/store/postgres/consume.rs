@@ -160,6 +160,38 @@ fn claim_due(
     Ok(())
 }
 
+/// The breaker's probe of each of `probing`: one event, and the next probe a lease away. The
+/// row is locked first, so that of several workers one takes the probe; the others, once it
+/// commits, see the next probe moved on and claim nothing of it.
+fn probe(
+    db: &mut Db<'_>,
+    routes: &Routes,
+    probing: &[i64],
+    worker: &str,
+    limit: usize,
+    (lease_ms, now): (i64, i64),
+    due: &mut Vec<Picked>,
+) -> StoreResult<()> {
+    for &sub in probing {
+        if due.len() >= limit {
+            break;
+        }
+        let lock = "SELECT 1 FROM subscriptions WHERE id = $1 AND probe_at <= $2 FOR UPDATE";
+        if db.query(lock, &[&sub, &now])?.is_empty() {
+            continue;
+        }
+        let before = due.len();
+        claim_due(db, routes, &[sub], worker, before + 1, lease_ms, due)?;
+        if due.len() > before {
+            db.execute(
+                "UPDATE subscriptions SET probe_at = $2 WHERE id = $1",
+                &[&sub, &(now + lease_ms)],
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The subscriptions whose new states the in-process workers' fan-out claims at once (an
 /// expression on `u`).
 pub(super) const IN_PROCESS_CLAIMS_NOW: &str =
@@ -178,7 +210,9 @@ pub(super) fn claim(
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
-    let (mut routes, subs): (Arc<Routes>, Vec<i64>) = match whose {
+    // `probing`: the lane's subscriptions whose breaker is open with a probe due (none waits
+    // for its probe in `subs`, and these are not in it).
+    let (mut routes, subs, probing): (Arc<Routes>, Vec<i64>, Vec<i64>) = match whose {
         // The kinds with workers of their own (forwarders, pull clients) are not the lane's.
         // Read with the registry's version, in one statement: the routes used are the ones
         // of the subscriptions listed.
@@ -187,11 +221,16 @@ pub(super) fn claim(
                 "SELECT (SELECT version FROM subscription_registry WHERE id = 0),
                         array(SELECT id FROM subscriptions
                                WHERE claimer = $1 AND NOT paused AND removed_at IS NULL
+                                 AND probe_at IS NULL
+                               ORDER BY id),
+                        array(SELECT id FROM subscriptions
+                               WHERE claimer = $1 AND NOT paused AND removed_at IS NULL
+                                 AND probe_at <= $2
                                ORDER BY id)",
-                &[&lane.claimer().as_str()],
+                &[&lane.claimer().as_str(), &now],
             )?;
             let version: i64 = row.try_get(0)?;
-            (cache.at(db, version)?, row.try_get(1)?)
+            (cache.at(db, version)?, row.try_get(1)?, row.try_get(2)?)
         }
         // A subscription's own claim: the routes of the registry's version its caller read
         // (its gate's statement), or the kept ones.
@@ -200,13 +239,26 @@ pub(super) fn claim(
                 Some(version) => cache.at(db, version)?,
                 None => cache.kept(db)?,
             };
-            (routes, vec![sub])
+            // Its gate was read by its caller (`breaker::claim`).
+            (routes, vec![sub], Vec::new())
         }
     };
     let mut due = Vec::new();
+    probe(
+        db,
+        &routes,
+        &probing,
+        worker,
+        limit,
+        (lease_ms, now),
+        &mut due,
+    )?;
     claim_due(db, &routes, &subs, worker, limit, lease_ms, &mut due)?;
     let room = limit - due.len();
     let mut claims = open(db, due, worker, lease_ms, now)?;
+    for c in &mut claims {
+        c.probe = probing.contains(&c.claim.subscription);
+    }
     let claims_now = match whose {
         // An ordered subscription's rows start pending: claimed below, by key.
         ClaimFor::Lane(Lane::InProcess) => Some(IN_PROCESS_CLAIMS_NOW.to_string()),
@@ -287,6 +339,7 @@ fn claimed(
         received_at: r.try_get(at + 5)?,
         claimed_until,
         traceparent: r.try_get(at + 6)?,
+        probe: false,
     })
 }
 
