@@ -88,6 +88,12 @@ impl Kind {
         matches!(self, Kind::Http | Kind::Nats | Kind::Amqp)
     }
 
+    /// Whether a circuit breaker stops its claims while its target fails: a forwarder's kinds,
+    /// and `downstream` (`handlers::downstream`).
+    pub fn has_breaker(self) -> bool {
+        self.is_call_out() || self == Kind::Downstream
+    }
+
     /// Whether a `transform` may reshape what it delivers: the kinds that deliver the body to
     /// someone else (a forwarder's, and `pull`), not the in-process effects.
     pub fn takes_transform(self) -> bool {
