@@ -207,11 +207,12 @@ impl SubmitRequest {
         let run = {
             let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
             let run = failures.entry(sub).or_default();
-            *run = if answered { 0 } else { *run + 1 };
+            *run = if answered { 0 } else { run.saturating_add(1) };
             *run
         };
         // A downstream subscription's row keeps no settings (its target is the node's
-        // `[downstream]`), so the breaker's fence by settings holds for any.
+        // `[downstream]`), and a row without settings says nothing against any: the fence
+        // by settings of `open_breaker` and `close_breaker` always lets these through.
         let settings = HttpSettings {
             url: String::new(),
             timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),

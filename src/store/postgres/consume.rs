@@ -94,7 +94,7 @@ const WINDOW: usize = 4;
 static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
 /// (seq, sub, attempts, budget used, claim token) of a claimed state row.
-type Picked = (i64, i64, i64, i64, String);
+pub(super) type Picked = (i64, i64, i64, i64, String);
 
 fn picked(r: &postgres::Row) -> StoreResult<Picked> {
     Ok((
@@ -107,7 +107,7 @@ fn picked(r: &postgres::Row) -> StoreResult<Picked> {
 }
 
 /// The due work of `subs`, in turns, up to `limit` claims in all.
-fn claim_due(
+pub(super) fn claim_due(
     db: &mut Db<'_>,
     routes: &Routes,
     subs: &[i64],
@@ -155,38 +155,6 @@ fn claim_due(
                     claims.push(picked(&r)?);
                 }
             }
-        }
-    }
-    Ok(())
-}
-
-/// The breaker's probe of each of `probing`: one event, and the next probe a lease away. The
-/// row is locked first, so that of several workers one takes the probe; the others, once it
-/// commits, see the next probe moved on and claim nothing of it.
-fn probe(
-    db: &mut Db<'_>,
-    routes: &Routes,
-    probing: &[i64],
-    worker: &str,
-    limit: usize,
-    (lease_ms, now): (i64, i64),
-    due: &mut Vec<Picked>,
-) -> StoreResult<()> {
-    for &sub in probing {
-        if due.len() >= limit {
-            break;
-        }
-        let lock = "SELECT 1 FROM subscriptions WHERE id = $1 AND probe_at <= $2 FOR UPDATE";
-        if db.query(lock, &[&sub, &now])?.is_empty() {
-            continue;
-        }
-        let before = due.len();
-        claim_due(db, routes, &[sub], worker, before + 1, lease_ms, due)?;
-        if due.len() > before {
-            db.execute(
-                "UPDATE subscriptions SET probe_at = $2 WHERE id = $1",
-                &[&sub, &(now + lease_ms)],
-            )?;
         }
     }
     Ok(())
@@ -244,7 +212,7 @@ pub(super) fn claim(
         }
     };
     let mut due = Vec::new();
-    probe(
+    super::breaker::probe(
         db,
         &routes,
         &probing,
