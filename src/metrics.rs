@@ -218,7 +218,7 @@ impl Metrics {
         );
         registry.register(
             "webhook_inbox_subscription_probing",
-            "1 while an http subscription's circuit breaker is open (its endpoint failed; one probe per interval)",
+            "1 while a subscription's circuit breaker is open (its endpoint or the downstream failed; one probe per interval)",
             m.subscription_probing.clone(),
         );
         registry.register(
@@ -381,7 +381,7 @@ impl Metrics {
             self.subscription_paused
                 .get_or_create(&name())
                 .set(i64::from(s.paused));
-            if s.is_call_out() {
+            if s.has_breaker() {
                 self.subscription_probing
                     .get_or_create(&name())
                     .set(i64::from(s.probe_at.is_some()));

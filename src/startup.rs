@@ -188,7 +188,7 @@ impl Application {
                 crate::domain::time::rfc3339(started)
             );
         }
-        let mut subscriptions = crate::subscriptions::from_settings(&settings)?;
+        let mut subscriptions = crate::config::subscriptions_of(&settings)?;
         let vault = Arc::new(crate::secrets::Vault::new(
             Arc::clone(&store),
             crate::secrets::Sealer::from_base64(settings.secrets_key.expose())?,
@@ -198,7 +198,7 @@ impl Application {
         vault
             .check_all(crate::domain::time::now_ms())
             .context("the subscriptions' secrets")?;
-        crate::subscriptions::check_tokens(&subscriptions, &settings)?;
+        crate::config::check_tokens(&subscriptions, &settings)?;
         // This node's record first (the names its config holds), then its config applied as
         // the desired state of those: a subscription another live node's config names stays.
         let node = Node {

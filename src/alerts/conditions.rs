@@ -143,7 +143,7 @@ fn observe_condition(
             }
         }
         ConditionKind::BreakerOpen => {
-            for s in live.filter(|s| s.is_call_out() && wanted(&s.name)) {
+            for s in live.filter(|s| s.has_breaker() && wanted(&s.name)) {
                 let figure = match s.probe_at {
                     Some(at) => format!(
                         "circuit breaker open: the endpoint fails; next probe in {} s",

@@ -309,7 +309,7 @@ pub fn warnings(settings: &super::Settings) -> Vec<String> {
         .map(|s| s.name.clone())
         .collect();
     names.extend(
-        crate::subscriptions::implicit(settings)
+        super::implicit_subscriptions(settings)
             .into_iter()
             .map(|s| s.name),
     );

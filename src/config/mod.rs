@@ -9,6 +9,7 @@ mod database;
 mod edge;
 mod embedded;
 mod env;
+mod subscriptions;
 mod telemetry;
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::domain::{ConsumerSettings, MAX_BACKOFF_MS, MIN_TOKEN_LEN};
 pub use alerts::{
     AlertSettings, ChannelKind, ConditionKind, ConditionSettings, default_conditions,
     warnings as alert_warnings,
@@ -26,6 +28,7 @@ pub use embedded::{
     DEMO_SOURCE, add_demo_source, data_dir, ensure_admin_token, new_pull_token, new_secret_bytes,
     new_signing_secret, subscription_secret, subscription_token,
 };
+pub use subscriptions::{check_tokens, implicit_subscriptions, subscriptions_of};
 pub use telemetry::TelemetrySettings;
 
 use crate::domain::{DeliveryMode, RESERVED_SOURCE};
@@ -151,21 +154,6 @@ const MAX_RETENTION_DAYS: u32 = 36_500;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ConsumerSettings {
-    /// Worker tasks claiming events; 0 runs only the HTTP side.
-    pub workers: usize,
-    /// Most events one claim statement takes.
-    pub batch_size: usize,
-    /// How long a claim is exclusive before the sweeper may take it back.
-    pub lease_seconds: u64,
-    /// Claims an event may use before it is `failed`.
-    pub max_attempts: u32,
-    pub backoff_base_ms: u64,
-    pub backoff_max_ms: u64,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
 pub struct DownstreamSettings {
     /// Where submitted requests are POSTed. Empty: submissions fail with a clear reason.
     pub url: String,
@@ -234,19 +222,6 @@ impl Default for Settings {
     }
 }
 
-impl Default for ConsumerSettings {
-    fn default() -> Self {
-        ConsumerSettings {
-            workers: 4,
-            batch_size: 256,
-            lease_seconds: 30,
-            max_attempts: 15,
-            backoff_base_ms: 1000,
-            backoff_max_ms: 3_600_000,
-        }
-    }
-}
-
 impl Default for DownstreamSettings {
     fn default() -> Self {
         DownstreamSettings {
@@ -258,20 +233,8 @@ impl Default for DownstreamSettings {
     }
 }
 
-/// The shortest bearer token accepted (admin, submission and pull tokens alike): a token is
-/// guessed online, and 16 random characters put that out of reach.
-pub(crate) const MIN_TOKEN_LEN: usize = 16;
-
-/// Bounds that keep the arithmetic on these settings far from overflow.
+/// A bound that keeps the arithmetic on these settings far from overflow.
 const MAX_LEASE_SECONDS: u64 = 86_400;
-pub(crate) const MAX_BACKOFF_MS: u64 = 30 * 86_400_000;
-
-impl ConsumerSettings {
-    /// The lease in milliseconds (`lease_seconds` is bounded by validation).
-    pub fn lease_ms(&self) -> i64 {
-        i64::try_from(self.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
-    }
-}
 
 impl Settings {
     /// Parse a TOML document and apply environment overrides (`WEBHOOK_INBOX_*`), then validate.
@@ -498,7 +461,7 @@ impl Settings {
                     .map_err(|m| invalid(key("secrets"), m))?;
             }
         }
-        crate::subscriptions::from_settings(self)?;
+        subscriptions_of(self)?;
         alerts::validate(self)?;
         Ok(())
     }

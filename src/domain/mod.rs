@@ -1,11 +1,13 @@
 //! Validated values, parsed once at the edge. Nothing downstream re-validates them.
 
+mod consumers;
 mod database;
 mod order;
 pub mod payload;
 pub mod replay;
 pub mod time;
 
+pub use consumers::{ConsumerSettings, MAX_BACKOFF_MS};
 pub use database::{Database, redact_credentials};
 pub use order::{OrderCredit, OrderError};
 
@@ -16,6 +18,10 @@ pub const RESERVED_SOURCE: &str = "requests";
 
 /// The event type the implicit `loyalty-credit` subscription takes (SPEC section 13).
 pub const ORDER_COMPLETED: &str = "order.completed";
+
+/// The shortest bearer token accepted (admin, submission and pull tokens alike): a token is
+/// guessed online, and 16 random characters put that out of reach.
+pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The event type of a submitted request (SPEC section 6), the `downstream` kind's.
 pub const REQUEST_SUBMITTED: &str = "request.submitted";

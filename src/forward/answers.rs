@@ -21,7 +21,7 @@ impl Forwarder {
         events: &mut [Claimed],
     ) -> (Vec<Option<Answer>>, (SystemTime, SystemTime)) {
         let started = SystemTime::now();
-        let shaped = crate::transform::shape_all(
+        let shaped = super::shape::shape_all(
             &self.options.transforms,
             self.sub.transform.as_ref(),
             events,
@@ -31,9 +31,9 @@ impl Forwarder {
         let answers = shaped
             .into_iter()
             .map(|shaped| match shaped {
-                crate::transform::Shaped::Deliver => None,
-                crate::transform::Shaped::Filtered => Some(Answer::Filtered),
-                crate::transform::Shaped::Failed(message) => Some(Answer::Unshaped(message)),
+                super::shape::Shaped::Deliver => None,
+                super::shape::Shaped::Filtered => Some(Answer::Filtered),
+                super::shape::Shaped::Failed(message) => Some(Answer::Unshaped(message)),
             })
             .collect();
         (answers, (started, SystemTime::now()))
@@ -48,8 +48,8 @@ impl Forwarder {
                     outcome: Outcome::Delivered,
                 };
             }
-            Some(Answer::Filtered) => return crate::transform::filtered(),
-            Some(Answer::Unshaped(message)) => return crate::transform::failed(message),
+            Some(Answer::Filtered) => return super::shape::filtered(),
+            Some(Answer::Unshaped(message)) => return super::shape::failed(message),
             // The subscription is paused; the event waits for its resume, due at once.
             Some(Answer::Gone) => {
                 return Next::Retry {

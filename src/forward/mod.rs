@@ -22,6 +22,7 @@ mod answers;
 pub mod call;
 mod nats;
 mod run;
+pub mod shape;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
@@ -89,7 +90,7 @@ pub struct Forwarder {
     halting: AtomicUsize,
     /// `webhook_inbox_forwards_total` of this subscription, by result.
     counters: Vec<(&'static str, prometheus_client::metrics::counter::Counter)>,
-    transform_counters: crate::transform::Counters,
+    transform_counters: shape::Counters,
     /// The registry's version its node serves, and how to ask the node to read the registry
     /// now (see [`Forwarder::fenced_by`]).
     applied: Option<(watch::Receiver<i64>, Arc<Notify>)>,
@@ -156,7 +157,7 @@ impl Forwarder {
             .collect();
         Ok(Forwarder {
             counters,
-            transform_counters: crate::transform::Counters::new(&metrics, &sub.name),
+            transform_counters: shape::Counters::new(&metrics, &sub.name),
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             worker: format!("{}-{}", options.name, sub.name),
             store,

@@ -7,8 +7,15 @@
 //! `downstream.mode = "at-least-once"` retries unknown outcomes with backoff too; use it only
 //! for a downstream that deduplicates on the `Idempotency-Key` header, which is the event key.
 //! No transaction is open during the call.
+//!
+//! A circuit breaker per subscription, kept in the store as a forwarder's is: after
+//! [`FAILURES_TO_OPEN`] calls in a row that reached no answer (not sent, or outcome unknown),
+//! its events are not claimed until a probe is due; the probe is one event, whose answer
+//! closes the breaker or opens it again for twice as long (from [`BREAKER_FIRST_MS`] to
+//! [`BREAKER_MAX_MS`]). An answer, even a refusal, says the downstream is there.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -18,6 +25,13 @@ use super::{Handled, Handler};
 use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::store::{Claimed, Outcome, Store};
+use crate::subscriptions::HttpSettings;
+
+/// Calls in a row without an answer that open a subscription's breaker (as a forwarder's).
+pub const FAILURES_TO_OPEN: u32 = 5;
+/// The wait before the first probe; each failed probe doubles it, up to [`BREAKER_MAX_MS`].
+pub const BREAKER_FIRST_MS: i64 = 1_000;
+pub const BREAKER_MAX_MS: i64 = 300_000;
 
 /// What a failed call proves about the downstream's side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +178,8 @@ pub struct SubmitRequest {
     mode: DeliveryMode,
     /// `downstream.timeout_ms`: a call starts only while the lease covers all of it.
     timeout: Duration,
+    /// Calls in a row without an answer on this node, per subscription.
+    failures: Mutex<HashMap<i64, u32>>,
 }
 
 impl SubmitRequest {
@@ -178,6 +194,61 @@ impl SubmitRequest {
             downstream,
             mode,
             timeout,
+            failures: Mutex::default(),
+        }
+    }
+
+    /// What a call's result says of the downstream, for `event`'s subscription's breaker: a
+    /// run of calls without an answer (or a failed probe) opens it, an answer to the probe
+    /// closes it. A write only when the breaker moves; its failure is logged, the event's
+    /// own state is what the caller commits.
+    fn observe(&self, event: &Claimed, answered: bool) {
+        let sub = event.claim.subscription;
+        let run = {
+            let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            let run = failures.entry(sub).or_default();
+            *run = if answered { 0 } else { run.saturating_add(1) };
+            *run
+        };
+        // A downstream subscription's row keeps no settings (its target is the node's
+        // `[downstream]`), and a row without settings says nothing against any: the fence
+        // by settings of `open_breaker` and `close_breaker` always lets these through.
+        let settings = HttpSettings {
+            url: String::new(),
+            timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            concurrency: 1,
+            rate_per_second: 0,
+            ca_file: None,
+            subject: None,
+            stream: None,
+            creds_file: None,
+            exchange: None,
+            routing_key: None,
+        };
+        let written = match (answered, event.probe) {
+            (true, true) => {
+                tracing::info!(
+                    subscription = sub,
+                    "downstream probe answered: breaker closed"
+                );
+                self.store.close_breaker(sub, &settings)
+            }
+            (true, false) => return,
+            (false, after_probe) if after_probe || run.is_multiple_of(FAILURES_TO_OPEN) => {
+                tracing::warn!(
+                    subscription = sub,
+                    "{run} downstream calls in a row without an answer: breaker open, probing \
+                     with one event"
+                );
+                let (first, max) = (BREAKER_FIRST_MS, BREAKER_MAX_MS);
+                let now = now_ms();
+                self.store
+                    .open_breaker(sub, &settings, after_probe, first, max, now)
+            }
+            (false, _) => return,
+        };
+        if let Err(e) = written {
+            tracing::warn!(error = %e, subscription = sub, "cannot record the downstream's state");
         }
     }
 
@@ -236,7 +307,13 @@ impl Handler for SubmitRequest {
             ));
         }
         let key = format!("{}:{}", event.claim.source, event.claim.event_id);
-        match self.downstream.submit(&key, &body) {
+        let result = self.downstream.submit(&key, &body);
+        let answered = match &result {
+            Ok(_) => true,
+            Err(e) => e.kind == CallFailure::Rejected,
+        };
+        self.observe(event, answered);
+        match result {
             Ok(receipt) => {
                 tracing::info!(idempotency_key = %key, %receipt, "downstream accepted");
                 Handled::Complete {

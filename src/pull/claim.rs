@@ -24,7 +24,8 @@ pub async fn claim_once(
     match (&puller.transforms, &puller.sub.transform) {
         (Some(pool), Some(transform)) => {
             let counters = &puller.transform_counters;
-            crate::transform::shape_claims(pool, store, Some(transform), counters, claims).await
+            crate::forward::shape::shape_claims(pool, store, Some(transform), counters, claims)
+                .await
         }
         (None, Some(_)) if !claims.is_empty() => {
             // A puller made without workers (not by `Served`) must not hand out untransformed

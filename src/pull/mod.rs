@@ -58,7 +58,7 @@ pub struct Puller {
     pub session: Option<session::Seen>,
     /// The worker processes its `transform` runs in (none: claims are handed out as stored).
     transforms: Option<Arc<crate::transform::Pool>>,
-    transform_counters: crate::transform::Counters,
+    transform_counters: crate::forward::shape::Counters,
 }
 
 /// The actions of `webhook_inbox_pulls_total`.
@@ -118,7 +118,7 @@ impl Puller {
             .collect();
         Some(Puller {
             transforms: None,
-            transform_counters: crate::transform::Counters::new(metrics, &sub.name),
+            transform_counters: crate::forward::shape::Counters::new(metrics, &sub.name),
             id,
             backoff: Backoff::new(sub.backoff_base_ms, sub.backoff_max_ms),
             sub,

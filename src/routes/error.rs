@@ -160,3 +160,20 @@ impl From<tokio::task::JoinError> for ApiError {
         ApiError::Internal(anyhow::Error::new(e).context("blocking task failed"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A busy store answers 503 with the whole chain of its error, SQLite's own cause included.
+    #[test]
+    fn an_unavailable_store_answers_with_its_cause() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            Some("database is locked".into()),
+        );
+        let api = super::ApiError::from(crate::store::StoreError::from(busy));
+        assert!(
+            matches!(&api, super::ApiError::Unavailable(c) if c.contains("database is locked")),
+            "{api:?}"
+        );
+    }
+}

@@ -17,8 +17,8 @@ pub struct SubscriptionView {
     /// `http`, `nats`, `amqp`, `pull`, `loyalty-credit`, `audit`, `downstream`.
     kind: String,
     route: RouteView,
-    /// `active`, `paused` (claims nothing; its events wait), `probing` (an `http`
-    /// subscription whose endpoint failed: one event per interval until a call succeeds), or
+    /// `active`, `paused` (claims nothing; its events wait), `probing` (a call-out or
+    /// `downstream` subscription whose target failed: one event per interval until it answers), or
     /// `removed` (no longer in the config: its work stopped, its history is kept).
     state: String,
     counts: Counts,

@@ -12,13 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
-/// The mark of a sealed value: `sealed1:` then base64 of the nonce and the ciphertext.
-const SEALED: &str = "sealed1:";
-
-/// Whether a kept value is sealed (it opens only with the key it was sealed with).
-pub fn is_sealed(kept: &str) -> bool {
-    kept.starts_with(SEALED)
-}
+use crate::store::secrets::SEALED;
 
 /// Seals and opens with the nodes' key, if they have one.
 pub struct Sealer {

@@ -113,10 +113,10 @@ pub struct AlertSubject {
 }
 
 impl AlertSubject {
-    /// Whether a forwarder delivers it (a breaker can open).
-    pub fn is_call_out(&self) -> bool {
+    /// Whether a circuit breaker can open (see [`crate::subscriptions::Kind::has_breaker`]).
+    pub fn has_breaker(&self) -> bool {
         crate::subscriptions::Kind::parse(&self.kind)
-            .is_some_and(crate::subscriptions::Kind::is_call_out)
+            .is_some_and(crate::subscriptions::Kind::has_breaker)
     }
 
     /// How long its oldest due event has waited (s; 0 with none).

@@ -102,6 +102,10 @@ pub struct Claimed {
     pub claimed_until: i64,
     /// The trace context stored with the event at ingest (see `NewDelivery::traceparent`).
     pub traceparent: Option<String>,
+    /// The claim is its subscription's circuit-breaker probe (its breaker was open and a probe
+    /// was due): its answer closes the breaker or opens it again for longer. Set by a
+    /// one-at-a-time claim; a forwarder's claim says it by its gate (`Gate::Probe`).
+    pub probe: bool,
 }
 
 /// A claim whose lease has run out, as the sweeper finds it.

@@ -15,6 +15,17 @@
 
 use sha2::{Digest, Sha256};
 
+/// The mark of a value sealed by `crate::secrets::seal`: `sealed1:` then base64 of the nonce
+/// and the ciphertext. Part of the row's format, so that the store tells a sealed value from a
+/// plain one (a copy names the subscriptions whose secrets need the source's key) without
+/// reading the module that seals.
+pub const SEALED: &str = "sealed1:";
+
+/// Whether a kept value is sealed (it opens only with the key it was sealed with).
+pub fn is_sealed(kept: &str) -> bool {
+    kept.starts_with(SEALED)
+}
+
 /// What a secret is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {

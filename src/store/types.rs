@@ -225,10 +225,10 @@ pub struct SubscriptionInfo {
 }
 
 impl SubscriptionInfo {
-    /// Whether a forwarder delivers it (its kind as [`crate::subscriptions::Kind`] says).
-    pub fn is_call_out(&self) -> bool {
+    /// Whether a circuit breaker stops its claims (see [`crate::subscriptions::Kind::has_breaker`]).
+    pub fn has_breaker(&self) -> bool {
         crate::subscriptions::Kind::parse(&self.kind)
-            .is_some_and(crate::subscriptions::Kind::is_call_out)
+            .is_some_and(crate::subscriptions::Kind::has_breaker)
     }
 }
 

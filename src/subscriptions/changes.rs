@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::settings::{SubscriptionSettings, validate};
 use super::{FieldError, HttpTarget, Kind, Subscription};
-use crate::config::ConsumerSettings;
+use crate::domain::ConsumerSettings;
 use crate::domain::DeliveryMode;
 
 /// An `http` subscription's settings as the registry's `settings` column holds them: what

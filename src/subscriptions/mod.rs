@@ -2,7 +2,7 @@
 //! event is handled once per subscription whose route matches it, with its own state.
 //!
 //! The config's `[[subscriptions]]` become [`Subscription`]s here, validated; with none, the
-//! implicit three of earlier versions apply ([`implicit`]). The store keeps them by name (and
+//! implicit three of earlier versions apply ([`implicit_with`]). The store keeps them by name (and
 //! an id it assigns), and fans each event out to the ones that match when it is first claimed.
 
 use serde::{Deserialize, Serialize};
@@ -17,14 +17,10 @@ pub mod template;
 
 pub use changes::{HttpSettings, body_error, kept_secrets, patched};
 pub use nats::check_creds_file;
-pub use settings::{
-    FieldError, OneOrMany, SubscriptionSettings, check_tokens, from_settings, valid_name, validate,
-};
+pub use settings::{FieldError, OneOrMany, SubscriptionSettings, valid_name, validate};
 pub use target::check_ca_file;
 
-use crate::config::{ConsumerSettings, Settings};
-use crate::domain::ORDER_COMPLETED;
-use crate::domain::{DeliveryMode, RESERVED_SOURCE};
+use crate::domain::{ConsumerSettings, DeliveryMode, ORDER_COMPLETED, RESERVED_SOURCE};
 
 /// What a subscription does with its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -90,6 +86,12 @@ impl Kind {
     /// [`HttpTarget`]'s settings.
     pub fn is_call_out(self) -> bool {
         matches!(self, Kind::Http | Kind::Nats | Kind::Amqp)
+    }
+
+    /// Whether a circuit breaker stops its claims while its target fails: a forwarder's kinds,
+    /// and `downstream` (`handlers::downstream`).
+    pub fn has_breaker(self) -> bool {
+        self.is_call_out() || self == Kind::Downstream
     }
 
     /// Whether a `transform` may reshape what it delivers: the kinds that deliver the body to
@@ -331,12 +333,8 @@ impl HttpTarget {
 }
 
 /// The three subscriptions of a config that names none (SPEC section 13), which is also what
-/// every database written before subscriptions existed was handled by.
-pub fn implicit(settings: &Settings) -> Vec<Subscription> {
-    implicit_with(&settings.consumers, settings.downstream.mode)
-}
-
-/// [`implicit`], from the settings it reads.
+/// every database written before subscriptions existed was handled by: `c` gives their rules,
+/// `downstream_mode` the mode of `downstream`.
 pub fn implicit_with(c: &ConsumerSettings, downstream_mode: DeliveryMode) -> Vec<Subscription> {
     let with = |name: &str, kind: Kind, route: Route, mode: DeliveryMode| Subscription {
         name: name.into(),

@@ -5,9 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Kind, Route, Subscription, implicit};
-use crate::config::{ConfigError, ConsumerSettings, MIN_TOKEN_LEN, Settings};
-use crate::domain::{DeliveryMode, RESERVED_SOURCE};
+use super::{Kind, Route, Subscription};
+use crate::domain::{ConsumerSettings, DeliveryMode, MIN_TOKEN_LEN, RESERVED_SOURCE};
 use crate::signature::Secret;
 
 /// One `[[subscriptions]]` table of the config, or the body of `POST /subscriptions`.
@@ -77,13 +76,6 @@ pub(super) fn invalid(field: &str, message: impl Into<String>) -> FieldError {
     }
 }
 
-fn in_config(i: usize, e: FieldError) -> ConfigError {
-    ConfigError::Invalid {
-        key: format!("subscriptions[{i}].{}", e.field),
-        message: e.message,
-    }
-}
-
 /// Whether `name` may name a subscription: `[a-z0-9][a-z0-9-]{0,62}`.
 pub fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -92,56 +84,6 @@ pub fn valid_name(name: &str) -> bool {
         .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && name.len() <= 63
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
-/// Refuse a `pull` subscription's token that is also the admin token, a submission token or
-/// another subscription's: each token opens its own routes and no others. Run once every
-/// token is known (generated ones included).
-pub fn check_tokens(subs: &[Subscription], settings: &Settings) -> Result<(), ConfigError> {
-    let mut seen: Vec<&str> = std::iter::once(&settings.admin_token)
-        .chain(&settings.submission_tokens)
-        .chain(&settings.listen_tokens)
-        .map(Secret::expose)
-        .collect();
-    for sub in subs {
-        if let Some(token) = &sub.token {
-            if seen.contains(&token.expose()) {
-                return Err(ConfigError::Invalid {
-                    key: format!("subscriptions.{}.token", sub.name),
-                    message: "is also the admin token, a submission or listen token or \
-                              another subscription's token: give each its own"
-                        .into(),
-                });
-            }
-            seen.push(token.expose());
-        }
-    }
-    Ok(())
-}
-
-/// The config's subscriptions, validated, or the implicit three when it names none.
-pub fn from_settings(settings: &Settings) -> Result<Vec<Subscription>, ConfigError> {
-    if settings.subscriptions.is_empty() {
-        return Ok(implicit(settings));
-    }
-    let mut seen = std::collections::HashSet::new();
-    settings
-        .subscriptions
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            if valid_name(&s.name) && !seen.insert(s.name.as_str()) {
-                return Err(in_config(
-                    i,
-                    invalid(
-                        "name",
-                        format!("subscription `{}` is defined twice", s.name),
-                    ),
-                ));
-            }
-            validate(s, &settings.consumers, settings.downstream.mode).map_err(|e| in_config(i, e))
-        })
-        .collect()
 }
 
 /// One subscription's fields, checked as SPEC section 13 says, with the node's `[consumers]`
@@ -265,12 +207,12 @@ fn one(
     }
     let backoff_base_ms = s.backoff_base_ms.unwrap_or(consumers.backoff_base_ms);
     let backoff_max_ms = s.backoff_max_ms.unwrap_or(consumers.backoff_max_ms);
-    if backoff_max_ms > crate::config::MAX_BACKOFF_MS {
+    if backoff_max_ms > crate::domain::MAX_BACKOFF_MS {
         return Err(invalid(
             "backoff_max_ms",
             format!(
                 "must be at most {} (30 days)",
-                crate::config::MAX_BACKOFF_MS
+                crate::domain::MAX_BACKOFF_MS
             ),
         ));
     }

@@ -3,7 +3,7 @@
 
 use super::settings::{FieldError, SubscriptionSettings, invalid};
 use super::{HttpTarget, Kind};
-use crate::config::ConsumerSettings;
+use crate::domain::ConsumerSettings;
 use crate::signature::Secret;
 
 /// The bounds of `concurrency` and `timeout_ms` of an `http` subscription.

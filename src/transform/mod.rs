@@ -13,19 +13,20 @@
 //! - `worker`: the worker process's loop and the frames on its pipes.
 //! - `pool`: the node's side: the queue of runs and the threads that take them in batches.
 //! - `batch`: one batch on one worker: the budgets, kill and replace, the re-runs.
-//! - `shape`: what a delivery does with the outcome (forwarders and pull claims).
+//!
+//! What a delivery does with a run's outcome is `forward::shape`'s: this module reads no claim
+//! and no store, so that the subscriptions (which check a program) and the store (which keeps
+//! it) may read it.
 
 mod batch;
 mod pool;
 pub mod program;
-mod shape;
 pub mod worker;
 
 use std::time::Duration;
 
 pub use pool::Pool;
 pub use program::Ran;
-pub use shape::{Counters, Shaped, failed, filtered, shape_all, shape_claims};
 
 /// The longest program accepted: a transform is a few lines; this is a few hundred.
 pub const MAX_PROGRAM_BYTES: usize = 16 * 1024;

@@ -227,7 +227,9 @@ fn sealed_names(table: &Table, rows: &[Row]) -> Vec<String> {
     };
     rows.iter()
         .filter_map(|r| match (&r[name], &r[value]) {
-            (Cell::Text(n), Cell::Text(v)) if crate::secrets::seal::is_sealed(v) => Some(n.clone()),
+            (Cell::Text(n), Cell::Text(v)) if crate::store::secrets::is_sealed(v) => {
+                Some(n.clone())
+            }
             _ => None,
         })
         .collect()

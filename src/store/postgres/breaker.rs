@@ -1,9 +1,10 @@
-//! The claims of one `http` subscription behind its circuit breaker (`crate::forward`; the
-//! breaker opens and closes in `store::sql::breaker`).
+//! The claims behind a circuit breaker: of one `http` subscription (`crate::forward`), and the
+//! probes of the one-at-a-time claim (`handlers::downstream`); the breaker opens and closes in
+//! `store::sql::breaker`.
 
 use super::consume;
 use super::session::Db;
-use super::subscriptions::RouteCache;
+use super::subscriptions::{RouteCache, Routes};
 use crate::store::{ClaimFor, Gate, StoreResult, SubscriptionClaim};
 
 /// The subscription's gate: its row read plainly, or, when a probe looks due, locked, so that
@@ -72,4 +73,37 @@ pub(super) fn claim(
         )?;
     }
     Ok(SubscriptionClaim { claims, gate })
+}
+
+/// The breaker's probe of each of `probing` (a one-at-a-time claim's subscriptions whose probe
+/// is due): one event, and the next probe a lease away. The row is locked first, so that of
+/// several workers one takes the probe; the others, once it commits, see the next probe moved
+/// on and claim nothing of it.
+pub(super) fn probe(
+    db: &mut Db<'_>,
+    routes: &Routes,
+    probing: &[i64],
+    worker: &str,
+    limit: usize,
+    (lease_ms, now): (i64, i64),
+    due: &mut Vec<consume::Picked>,
+) -> StoreResult<()> {
+    for &sub in probing {
+        if due.len() >= limit {
+            break;
+        }
+        let lock = "SELECT 1 FROM subscriptions WHERE id = $1 AND probe_at <= $2 FOR UPDATE";
+        if db.query(lock, &[&sub, &now])?.is_empty() {
+            continue;
+        }
+        let before = due.len();
+        consume::claim_due(db, routes, &[sub], worker, before + 1, lease_ms, due)?;
+        if due.len() > before {
+            db.execute(
+                "UPDATE subscriptions SET probe_at = $2 WHERE id = $1",
+                &[&sub, &(now + lease_ms)],
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -94,7 +94,7 @@ const WINDOW: usize = 4;
 static ROTATION: AtomicUsize = AtomicUsize::new(0);
 
 /// (seq, sub, attempts, budget used, claim token) of a claimed state row.
-type Picked = (i64, i64, i64, i64, String);
+pub(super) type Picked = (i64, i64, i64, i64, String);
 
 fn picked(r: &postgres::Row) -> StoreResult<Picked> {
     Ok((
@@ -107,7 +107,7 @@ fn picked(r: &postgres::Row) -> StoreResult<Picked> {
 }
 
 /// The due work of `subs`, in turns, up to `limit` claims in all.
-fn claim_due(
+pub(super) fn claim_due(
     db: &mut Db<'_>,
     routes: &Routes,
     subs: &[i64],
@@ -178,7 +178,9 @@ pub(super) fn claim(
     lease_ms: i64,
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
-    let (mut routes, subs): (Arc<Routes>, Vec<i64>) = match whose {
+    // `probing`: the lane's subscriptions whose breaker is open with a probe due (none waits
+    // for its probe in `subs`, and these are not in it).
+    let (mut routes, subs, probing): (Arc<Routes>, Vec<i64>, Vec<i64>) = match whose {
         // The kinds with workers of their own (forwarders, pull clients) are not the lane's.
         // Read with the registry's version, in one statement: the routes used are the ones
         // of the subscriptions listed.
@@ -187,11 +189,16 @@ pub(super) fn claim(
                 "SELECT (SELECT version FROM subscription_registry WHERE id = 0),
                         array(SELECT id FROM subscriptions
                                WHERE claimer = $1 AND NOT paused AND removed_at IS NULL
+                                 AND probe_at IS NULL
+                               ORDER BY id),
+                        array(SELECT id FROM subscriptions
+                               WHERE claimer = $1 AND NOT paused AND removed_at IS NULL
+                                 AND probe_at <= $2
                                ORDER BY id)",
-                &[&lane.claimer().as_str()],
+                &[&lane.claimer().as_str(), &now],
             )?;
             let version: i64 = row.try_get(0)?;
-            (cache.at(db, version)?, row.try_get(1)?)
+            (cache.at(db, version)?, row.try_get(1)?, row.try_get(2)?)
         }
         // A subscription's own claim: the routes of the registry's version its caller read
         // (its gate's statement), or the kept ones.
@@ -200,13 +207,26 @@ pub(super) fn claim(
                 Some(version) => cache.at(db, version)?,
                 None => cache.kept(db)?,
             };
-            (routes, vec![sub])
+            // Its gate was read by its caller (`breaker::claim`).
+            (routes, vec![sub], Vec::new())
         }
     };
     let mut due = Vec::new();
+    super::breaker::probe(
+        db,
+        &routes,
+        &probing,
+        worker,
+        limit,
+        (lease_ms, now),
+        &mut due,
+    )?;
     claim_due(db, &routes, &subs, worker, limit, lease_ms, &mut due)?;
     let room = limit - due.len();
     let mut claims = open(db, due, worker, lease_ms, now)?;
+    for c in &mut claims {
+        c.probe = probing.contains(&c.claim.subscription);
+    }
     let claims_now = match whose {
         // An ordered subscription's rows start pending: claimed below, by key.
         ClaimFor::Lane(Lane::InProcess) => Some(IN_PROCESS_CLAIMS_NOW.to_string()),
@@ -287,6 +307,7 @@ fn claimed(
         received_at: r.try_get(at + 5)?,
         claimed_until,
         traceparent: r.try_get(at + 6)?,
+        probe: false,
     })
 }
 

@@ -70,6 +70,7 @@ pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
         budget_used: r.get(2)?,
         claimed_until: r.get::<_, Option<i64>>(4)?.unwrap_or_default(),
         traceparent: None,
+        probe: false,
     })
 }
 
@@ -110,16 +111,22 @@ pub(super) fn claim_for(
     now: i64,
 ) -> StoreResult<Vec<Claimed>> {
     let claimed_until = now + lease_ms;
-    let subs: Vec<i64> = match whose {
+    // With each, whether its breaker is open with a probe due (none waits for its probe here).
+    let subs: Vec<(i64, bool)> = match whose {
         // The kinds with workers of their own (forwarders, pull clients) are not the lane's.
         ClaimFor::Lane(lane) => tx
             .prepare_cached(
-                "SELECT id FROM subscriptions
-                  WHERE claimer = ?1 AND paused = 0 AND removed_at IS NULL ORDER BY id",
+                "SELECT id, probe_at IS NOT NULL FROM subscriptions
+                  WHERE claimer = ?1 AND paused = 0 AND removed_at IS NULL
+                    AND (probe_at IS NULL OR probe_at <= ?2)
+                  ORDER BY id",
             )?
-            .query_map([lane.claimer().as_str()], |r| r.get(0))?
+            .query_map(params![lane.claimer().as_str(), now], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
             .collect::<Result<_, _>>()?,
-        ClaimFor::Subscription(sub) => vec![sub],
+        // Its gate was read by its caller (`breaker::claim`).
+        ClaimFor::Subscription(sub) => vec![(sub, false)],
     };
     let mut claims = Vec::new();
     let turn = ROTATION.fetch_add(1, Ordering::Relaxed);
@@ -128,17 +135,25 @@ pub(super) fn claim_for(
         if room == 0 {
             break;
         }
-        let sub = subs[(turn + i) % subs.len()];
+        let (sub, probe) = subs[(turn + i) % subs.len()];
+        let before = claims.len();
         claim_due(
             tx,
             routes,
             sub,
-            room,
+            if probe { 1 } else { room },
             worker,
             claimed_until,
             now,
             &mut claims,
         )?;
+        // The probe: one event, and the next probe a lease away (this transaction holds the
+        // write lock, so no other worker saw this one due).
+        if probe && claims.len() > before {
+            claims[before].probe = true;
+            tx.prepare_cached("UPDATE subscriptions SET probe_at = ?2 WHERE id = ?1")?
+                .execute(params![sub, claimed_until])?;
+        }
     }
     let room = limit - claims.len();
     let claims_now = match whose {
@@ -159,9 +174,9 @@ pub(super) fn claim_for(
             fan_room,
         )?);
         // An ordered subscription's new rows start pending: claimed here, by key.
-        for &sub in &subs {
+        for &(sub, probe) in &subs {
             let room = limit.saturating_sub(claims.len());
-            if room > 0 && ordered_sub(&routes.live, sub).is_some() {
+            if room > 0 && !probe && ordered_sub(&routes.live, sub).is_some() {
                 claim_due(
                     tx,
                     routes,

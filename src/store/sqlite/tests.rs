@@ -212,7 +212,8 @@ fn ingest_syncs_in_its_commit_alone_and_shares_the_flush_beside_consumers() {
 }
 
 /// A busy database is unavailable (503, not acknowledged), and the error keeps SQLite's own
-/// as its source: the log line of the 503 shows the whole chain, not a flattened copy.
+/// as its source: the log line of the 503 shows the whole chain, not a flattened copy (the
+/// answer's side: `routes::error`'s test).
 #[test]
 fn an_unavailable_store_keeps_its_cause() {
     let dir = tempfile::tempdir().unwrap();
@@ -234,10 +235,5 @@ fn an_unavailable_store_keeps_its_cause() {
     assert!(
         chain.starts_with("database busy: database is locked"),
         "{chain}"
-    );
-    let api = crate::routes::ApiError::from(err);
-    assert!(
-        matches!(&api, crate::routes::ApiError::Unavailable(c) if c.contains("database is locked")),
-        "{api:?}"
     );
 }

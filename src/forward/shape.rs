@@ -1,14 +1,15 @@
 //! What a delivery does with a transform's outcome: the one step every delivering kind shares
-//! (the forwarder's `http` and `nats`, and any kind it serves; a pull claim), so that a new kind
-//! gets it by being one of them.
+//! (the forwarder's `http`, `nats` and `amqp`, and any kind it serves; a pull claim), so that a
+//! new kind gets it by being one of them. The pull routes read it from here: `transform` below
+//! runs programs and knows no claim.
 
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 
-use super::{Pool, Ran, Transform};
 use crate::domain::time::now_ms;
 use crate::store::{AttemptResult, Claimed, Finish, Next, Outcome, Store, StoreResult};
+use crate::transform::{Pool, Ran, Transform};
 
 /// What becomes of a claimed event once its subscription's transform ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
