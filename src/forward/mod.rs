@@ -19,6 +19,7 @@
 mod ahead;
 mod amqp;
 mod answers;
+mod client;
 pub mod call;
 mod nats;
 mod run;
@@ -61,7 +62,7 @@ pub struct ForwardOptions {
 
 /// How a forwarder delivers an event.
 enum Via {
-    Http(call::Endpoint),
+    Http(client::Endpoint),
     Nats(Box<nats::Publisher>),
     Amqp(Box<amqp::Publisher>),
 }
@@ -148,7 +149,7 @@ impl Forwarder {
             crate::subscriptions::Kind::Amqp => {
                 Via::Amqp(Box::new(amqp::Publisher::new(target.clone())))
             }
-            _ => Via::Http(call::Endpoint::new(&target)?),
+            _ => Via::Http(client::Endpoint::new(&target)?),
         };
         let counters = RESULTS
             .iter()
