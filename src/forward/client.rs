@@ -422,3 +422,21 @@ fn chain(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As reqwest sent them: percent-decoded, a missing password empty, nothing without a user.
+    #[test]
+    fn the_urls_credentials_become_basic_auth() {
+        let url = |s: &str| reqwest::Url::parse(s).unwrap();
+        let value = basic_auth(&url("https://user:hunter%402@example.com/in")).unwrap();
+        // base64("user:hunter@2")
+        assert_eq!(value, "Basic dXNlcjpodW50ZXJAMg==");
+        assert!(value.is_sensitive());
+        let token = basic_auth(&url("http://token@example.com/")).unwrap();
+        assert_eq!(token, "Basic dG9rZW46");
+        assert_eq!(basic_auth(&url("http://example.com/in")), None);
+    }
+}
