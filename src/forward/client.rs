@@ -171,7 +171,8 @@ impl Direct {
             loop {
                 let (mut sender, kept) = match self.take() {
                     Some(sender) => (sender, true),
-                    None => (self.connect().await.map_err(Failure::Connect)?, false),
+                    // Boxed: a TLS handshake's future is large, and rare.
+                    None => (Box::pin(self.connect()).await.map_err(Failure::Connect)?, false),
                 };
                 if kept && sender.ready().await.is_err() {
                     continue;

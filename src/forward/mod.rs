@@ -297,15 +297,13 @@ impl Forwarder {
                 let given = (&*event, traceparent.as_deref());
                 call::forward(endpoint, &secrets, given, body, now).await
             }
+            // Boxed: the brokers' clients' futures are kilobytes, and every call's task would
+            // be as large as the largest (and copied as often as it moves).
             Via::Nats(publisher) => {
-                publisher
-                    .publish((event, traceparent.as_deref()), body)
-                    .await
+                Box::pin(publisher.publish((event, traceparent.as_deref()), body)).await
             }
             Via::Amqp(publisher) => {
-                publisher
-                    .publish((event, traceparent.as_deref()), body)
-                    .await
+                Box::pin(publisher.publish((event, traceparent.as_deref()), body)).await
             }
         };
         self.metrics
