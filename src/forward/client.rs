@@ -116,7 +116,10 @@ impl Direct {
             .host_str()
             .ok_or_else(|| anyhow::anyhow!("the subscription's url has no host"))?;
         // An IPv6 address is written in brackets in a URL and a `Host`, bare for a socket.
-        let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let bare = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
         let port = url
             .port_or_known_default()
             .ok_or_else(|| anyhow::anyhow!("the subscription's url has no port"))?;
@@ -172,7 +175,10 @@ impl Direct {
                 let (mut sender, kept) = match self.take() {
                     Some(sender) => (sender, true),
                     // Boxed: a TLS handshake's future is large, and rare.
-                    None => (Box::pin(self.connect()).await.map_err(Failure::Connect)?, false),
+                    None => (
+                        Box::pin(self.connect()).await.map_err(Failure::Connect)?,
+                        false,
+                    ),
                 };
                 if kept && sender.ready().await.is_err() {
                     continue;
@@ -392,7 +398,10 @@ async fn proxied_reply(
     let status = response.status();
     let mut reply = Reply {
         status: status.as_u16(),
-        retry_after: response.headers().get(reqwest::header::RETRY_AFTER).cloned(),
+        retry_after: response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .cloned(),
         text: String::new(),
     };
     if status.is_success() || status.as_u16() == 410 {

@@ -19,8 +19,8 @@
 mod ahead;
 mod amqp;
 mod answers;
-mod client;
 pub mod call;
+mod client;
 mod nats;
 mod run;
 

@@ -94,10 +94,15 @@ fn calls_go_through_the_proxy_the_environment_names() {
     let server = ServerProcess::start_with_env(dir.path(), &config, port, "node.log", &env);
     let client = reqwest::blocking::Client::new();
     let body = order_body("o-1", "c", 1);
-    assert_eq!(send_signed(&client, &server.base, &settings, "k-1", &body), 200);
-    server.wait_for(Duration::from_secs(30), "the call through the proxy", || {
-        !proxy.calls().is_empty()
-    });
+    assert_eq!(
+        send_signed(&client, &server.base, &settings, "k-1", &body),
+        200
+    );
+    server.wait_for(
+        Duration::from_secs(30),
+        "the call through the proxy",
+        || !proxy.calls().is_empty(),
+    );
     let call = &proxy.calls()[0];
     assert_eq!(call.target, "http://upstream.invalid/in?x=1");
     assert_eq!(call.header("host"), Some("upstream.invalid"));
