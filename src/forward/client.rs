@@ -28,7 +28,7 @@ use crate::subscriptions::HttpTarget;
 /// How much of an answer's body is read: enough for the history's 200 characters in any
 /// encoding. The rest is never read: an endpoint's endless or multi-megabyte error page costs
 /// neither memory nor the call's remaining time (its connection is closed instead).
-const ANSWER_READ_BYTES: usize = 4 * 1024;
+pub(super) const ANSWER_READ_BYTES: usize = 4 * 1024;
 
 /// An idle connection unused this long is closed (reqwest's default).
 const IDLE_FOR: Duration = Duration::from_secs(90);
@@ -91,7 +91,7 @@ impl Endpoint {
             .intercept(&uri)
             .is_some();
         let via = if proxied {
-            Via::Proxied(reqwest_client(target)?, url)
+            Via::Proxied(super::proxied::client(target)?, url)
         } else {
             Via::Direct(Box::new(Direct::new(target, &url)?))
         };
@@ -104,7 +104,7 @@ impl Endpoint {
             Via::Direct(direct) => direct.post(headers, body, self.timeout).await,
             Via::Proxied(client, url) => {
                 let sent = client.post(url.clone()).headers(headers).body(body).send();
-                proxied_reply(sent.await, self.timeout).await
+                super::proxied::reply(sent.await, self.timeout).await
             }
         }
     }
@@ -356,73 +356,8 @@ fn basic_auth(url: &reqwest::Url) -> Option<HeaderValue> {
     Some(value)
 }
 
-/// The proxied client: its timeout, its CA, no redirects, the system's roots, and up to
-/// `concurrency` connections kept alive.
-fn reqwest_client(target: &HttpTarget) -> anyhow::Result<reqwest::Client> {
-    let timeout = Duration::from_millis(target.timeout_ms);
-    let mut builder = reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(target.concurrency)
-        .tls_built_in_webpki_certs(false)
-        .tls_built_in_native_certs(true);
-    if let Some(file) = &target.ca_file {
-        let pem = std::fs::read(file).with_context(|| format!("reading ca_file {file}"))?;
-        for cert in reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("ca_file {file} is not PEM"))?
-        {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    builder.build().context("building the HTTP client")
-}
-
-async fn proxied_reply(
-    sent: reqwest::Result<reqwest::Response>,
-    timeout: Duration,
-) -> Result<Reply, Failure> {
-    let mut response = match sent {
-        Ok(r) => r,
-        Err(e) => {
-            let e = e.without_url();
-            return Err(if e.is_connect() {
-                Failure::Connect(chain(&e))
-            } else if e.is_timeout() {
-                Failure::Timeout(timeout.as_millis())
-            } else {
-                Failure::AfterSent(chain(&e))
-            });
-        }
-    };
-    let status = response.status();
-    let mut reply = Reply {
-        status: status.as_u16(),
-        retry_after: response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .cloned(),
-        text: String::new(),
-    };
-    if status.is_success() || status.as_u16() == 410 {
-        return Ok(reply);
-    }
-    let mut kept = Vec::new();
-    while kept.len() < ANSWER_READ_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = ANSWER_READ_BYTES - kept.len();
-                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    reply.text = String::from_utf8_lossy(&kept).chars().take(200).collect();
-    Ok(reply)
-}
-
 /// An error and its causes, one line.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -22,6 +22,7 @@ mod answers;
 pub mod call;
 mod client;
 mod nats;
+mod proxied;
 mod run;
 
 use std::sync::Arc;
