@@ -1,14 +1,13 @@
 //! One call of an `http` subscription: the signed POST and what its answer means.
 
-use std::time::Duration;
-
 use sha2::{Digest, Sha256};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use super::client::{Endpoint, Failure};
+
 use crate::signature::{Scheme, Secret};
 use crate::store::Claimed;
-use crate::subscriptions::HttpTarget;
 
 /// What a call's answer (or its absence) means.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,45 +75,6 @@ const EVENT_TYPE: HeaderName = HeaderName::from_static("webhook-inbox-event-type
 const ATTEMPT: HeaderName = HeaderName::from_static("webhook-inbox-attempt");
 const TRACEPARENT: HeaderName = HeaderName::from_static(crate::telemetry::traces::TRACEPARENT);
 
-/// Where an `http` subscription's calls go: its client, and its URL parsed once (a call used
-/// to parse it again, one of the costs of a forwarded event in docs/performance.md).
-pub struct Endpoint {
-    client: reqwest::Client,
-    url: reqwest::Url,
-    timeout_ms: u64,
-}
-
-impl Endpoint {
-    /// The endpoint of `target`: a client with its timeout, its CA, no redirects, the system's
-    /// roots, and up to `concurrency` connections kept alive (one per call in flight). Errors
-    /// never name the URL, which may hold credentials.
-    pub fn new(target: &HttpTarget) -> anyhow::Result<Endpoint> {
-        use anyhow::Context;
-        let url = reqwest::Url::parse(&target.url)
-            .map_err(|e| anyhow::anyhow!("the subscription's url does not parse: {e}"))?;
-        let mut builder = reqwest::Client::builder()
-            .timeout(Duration::from_millis(target.timeout_ms))
-            .connect_timeout(Duration::from_millis(target.timeout_ms))
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(target.concurrency)
-            .tls_built_in_webpki_certs(false)
-            .tls_built_in_native_certs(true);
-        if let Some(file) = &target.ca_file {
-            let pem = std::fs::read(file).with_context(|| format!("reading ca_file {file}"))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("ca_file {file} is not PEM"))?
-            {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        Ok(Endpoint {
-            client: builder.build().context("building the HTTP client")?,
-            url,
-            timeout_ms: target.timeout_ms,
-        })
-    }
-}
-
 /// A call not made (nothing to sign with): a failed attempt, retried.
 pub fn not_sent(error: String) -> Answer {
     failed(error, false, None, "not_sent")
@@ -169,61 +129,34 @@ pub async fn forward(
     {
         headers.insert(TRACEPARENT, value);
     }
-    let request = endpoint
-        .client
-        .post(endpoint.url.clone())
-        .headers(headers)
-        .body(body);
-    let response = match request.send().await {
-        Ok(r) => r,
-        Err(e) => return transport(e, endpoint.timeout_ms),
+    let reply = match endpoint.post(headers, body.into()).await {
+        Ok(reply) => reply,
+        Err(failure) => return unanswered(failure),
     };
-    let status = response.status();
-    if status.is_success() {
-        return Answer::Delivered(status.as_u16());
+    match reply.status {
+        200..=299 => return Answer::Delivered(reply.status),
+        410 => return Answer::Gone,
+        _ => {}
     }
-    if status.as_u16() == 410 {
-        return Answer::Gone;
-    }
-    let retry_after_ms = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
+    let retry_after_ms = reply
+        .retry_after
+        .as_ref()
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry_after_ms(v, now_ms));
-    let text = start_of(response).await;
-    let (unknown, result) = match status.as_u16() {
+    let (unknown, result) = match reply.status {
         // Refused (408 and 429 say not processed): safe to send again in either mode.
         400..=499 => (false, "4xx"),
         300..=399 => (false, "3xx"),
         _ => (true, "5xx"),
     };
+    let status = reqwest::StatusCode::from_u16(reply.status)
+        .map_or_else(|_| reply.status.to_string(), |s| s.to_string());
     failed(
-        format!("the endpoint answered {status}: {}", text.trim()),
+        format!("the endpoint answered {status}: {}", reply.text.trim()),
         unknown,
         retry_after_ms,
         result,
     )
-}
-
-/// How much of a failed answer's body is read: enough for the history's 200 characters in
-/// any encoding. The rest is never read: an endpoint's endless or multi-megabyte error page
-/// costs neither memory nor the call's remaining time.
-const ANSWER_READ_BYTES: usize = 4 * 1024;
-
-/// The first characters of a failed answer's body, for the history. Dropping the response
-/// with its body unread closes the connection instead of draining it.
-async fn start_of(mut response: reqwest::Response) -> String {
-    let mut kept = Vec::new();
-    while kept.len() < ANSWER_READ_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = ANSWER_READ_BYTES - kept.len();
-                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    String::from_utf8_lossy(&kept).chars().take(200).collect()
 }
 
 fn failed(
@@ -240,40 +173,28 @@ fn failed(
     }
 }
 
-/// What a transport error proves: a failed connect sent nothing; anything later may have.
-fn transport(e: reqwest::Error, timeout_ms: u64) -> Answer {
-    let e = e.without_url();
-    let chain = {
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
-        text
-    };
-    if e.is_connect() {
-        failed(
+/// What a call without an answer proves: a failed connect sent nothing; anything later may
+/// have.
+fn unanswered(failure: Failure) -> Answer {
+    match failure {
+        Failure::Connect(chain) => failed(
             format!("could not connect to the endpoint (nothing was sent): {chain}"),
             false,
             None,
             "connection",
-        )
-    } else if e.is_timeout() {
-        failed(
+        ),
+        Failure::Timeout(timeout_ms) => failed(
             format!("no answer from the endpoint within {timeout_ms} ms (it may have acted)"),
             true,
             None,
             "timeout",
-        )
-    } else {
-        failed(
+        ),
+        Failure::AfterSent(chain) => failed(
             format!("the call failed after the request may have been sent: {chain}"),
             true,
             None,
             "connection",
-        )
+        ),
     }
 }
 

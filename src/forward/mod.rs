@@ -20,7 +20,9 @@ mod ahead;
 mod amqp;
 mod answers;
 pub mod call;
+mod client;
 mod nats;
+mod proxied;
 mod run;
 pub mod shape;
 
@@ -62,7 +64,7 @@ pub struct ForwardOptions {
 
 /// How a forwarder delivers an event.
 enum Via {
-    Http(call::Endpoint),
+    Http(client::Endpoint),
     Nats(Box<nats::Publisher>),
     Amqp(Box<amqp::Publisher>),
 }
@@ -149,7 +151,7 @@ impl Forwarder {
             crate::subscriptions::Kind::Amqp => {
                 Via::Amqp(Box::new(amqp::Publisher::new(target.clone())))
             }
-            _ => Via::Http(call::Endpoint::new(&target)?),
+            _ => Via::Http(client::Endpoint::new(&target)?),
         };
         let counters = RESULTS
             .iter()
@@ -297,15 +299,13 @@ impl Forwarder {
                 let given = (&*event, traceparent.as_deref());
                 call::forward(endpoint, &secrets, given, body, now).await
             }
+            // Boxed: the brokers' clients' futures are kilobytes, and every call's task would
+            // be as large as the largest (and copied as often as it moves).
             Via::Nats(publisher) => {
-                publisher
-                    .publish((event, traceparent.as_deref()), body)
-                    .await
+                Box::pin(publisher.publish((event, traceparent.as_deref()), body)).await
             }
             Via::Amqp(publisher) => {
-                publisher
-                    .publish((event, traceparent.as_deref()), body)
-                    .await
+                Box::pin(publisher.publish((event, traceparent.as_deref()), body)).await
             }
         };
         self.metrics

@@ -35,6 +35,9 @@ pub const MAX_HOLD: Duration = Duration::from_secs(60);
 /// One request as the receiver read it.
 #[derive(Debug, Clone)]
 pub struct Call {
+    /// The request line's target: a path, or a whole URL when the caller took this receiver
+    /// for a proxy.
+    pub target: String,
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -160,6 +163,7 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
+        let target = line.split(' ').nth(1).unwrap_or_default().to_string();
         loop {
             line.clear();
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -197,6 +201,7 @@ fn serve(stream: TcpStream, seen: &Seen, delay: Duration, status: u16) {
         let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\n{{}}");
         let written = writer.write_all(answer.as_bytes());
         seen.calls.lock().unwrap().push(Call {
+            target,
             headers,
             body,
             read_at,
