@@ -23,7 +23,6 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(1);
 
 /// The worker's loop. Returns when stdin closes (the node let it go or is gone).
 pub fn serve() -> io::Result<()> {
-    limit_memory();
     let parent = std::os::unix::process::parent_id();
     // On a thread with the stack the node's check compiled with: a program it accepted
     // compiles here too.
@@ -50,6 +49,9 @@ pub fn serve() -> io::Result<()> {
 const ORPHAN_CHECK: Duration = Duration::from_millis(200);
 
 fn answer_requests() -> io::Result<()> {
+    // Once this thread's stack is mapped: the allocator may have reserved its arena (mimalloc
+    // reserves 1 GiB of address space at once), and the stack is not a program's to use.
+    limit_memory();
     // As large as the pipe: a batch is read in one or two reads, and answered in one write.
     let mut input = BufReader::with_capacity(PIPE_BYTES, io::stdin().lock());
     let mut output = BufWriter::with_capacity(PIPE_BYTES, io::stdout().lock());
