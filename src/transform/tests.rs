@@ -96,8 +96,7 @@ fn outputs_are_written_as_jaqs_display_writes_them() {
         ),
         (
             ".",
-            "[0, -1, 9223372036854775807, 123456789012345678901234567890, 1.5, 12.50, -0.0]"
-                .into(),
+            "[0, -1, 9223372036854775807, 123456789012345678901234567890, 1.5, 12.50, -0.0]".into(),
         ),
         (
             ".",
@@ -110,7 +109,11 @@ fn outputs_are_written_as_jaqs_display_writes_them() {
         ("{b: (.a + 0.25), c: -.a}", r#"{"a": 0.5}"#.into()),
     ] {
         let display = displayed(code, &body);
-        assert_eq!(ran(code, &body), Ran::One(display.into_bytes()), "{code} on {body}");
+        assert_eq!(
+            ran(code, &body),
+            Ran::One(display.into_bytes()),
+            "{code} on {body}"
+        );
     }
 }
 
