@@ -68,3 +68,61 @@ fn the_deepest_program_within_the_limit_is_checked_without_overflowing() {
     let nested = format!("{}.{}", "[".repeat(5000), "]".repeat(5000));
     assert!(Transform::parse(&nested).is_ok());
 }
+
+/// The first output of `code` on `body` as jaq's `Display` prints it (the slow way, which the
+/// jq corpus test goes by).
+fn displayed(code: &str, body: &str) -> String {
+    let compiled = compile(code).unwrap();
+    let input = jaq_json::read::parse_single(body.as_bytes()).unwrap();
+    let lut = jaq_core::Ctx::<jaq_core::data::JustLut<jaq_json::Val>>::new(
+        &compiled.lut,
+        jaq_core::Vars::new([]),
+    );
+    let mut outputs = compiled.id.run((lut, input)).map(jaq_core::unwrap_valr);
+    outputs.next().unwrap().unwrap().to_string()
+}
+
+/// The output is written by hand where it is plainly JSON: the same bytes as `Display`, escapes
+/// and numbers included.
+#[test]
+fn outputs_are_written_as_jaqs_display_writes_them() {
+    let controls: String = (0u8..0x20).chain([0x7f]).map(char::from).collect();
+    let escaped = serde_json::to_string(&format!("{controls}\"\\ é 😀 \u{2028}")).unwrap();
+    for (code, body) in [
+        (".", escaped.clone()),
+        (
+            ".",
+            format!(r#"{{"k\"\\": [{escaped}, 1], "": {{}}, "e": []}}"#),
+        ),
+        (
+            ".",
+            "[0, -1, 9223372036854775807, 123456789012345678901234567890, 1.5, 12.50, -0.0]".into(),
+        ),
+        (
+            ".",
+            r#"[1e300, 2E-7, 1.0e2, true, false, null, {"a": {"b": [[], [{}]]}}]"#.into(),
+        ),
+        (
+            r#"[.a * 1.5, 1 / 3, .a / 0.1, 1e300 * 10, "\(.)", (.s | ascii_downcase)]"#,
+            format!(r#"{{"a": 7, "s": {escaped}}}"#),
+        ),
+        ("{b: (.a + 0.25), c: -.a}", r#"{"a": 0.5}"#.into()),
+    ] {
+        let display = displayed(code, &body);
+        assert_eq!(
+            ran(code, &body),
+            Ran::One(display.into_bytes()),
+            "{code} on {body}"
+        );
+    }
+}
+
+/// However deep, as `Display` writes it.
+#[test]
+fn deep_outputs_are_written_whole() {
+    let deep = "reduce range(1000) as $x (1; [.])";
+    assert_eq!(
+        run(&compile(deep).unwrap(), b"null", 4096),
+        Ran::One(displayed(deep, "null").into_bytes())
+    );
+}

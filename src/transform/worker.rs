@@ -23,7 +23,6 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(1);
 
 /// The worker's loop. Returns when stdin closes (the node let it go or is gone).
 pub fn serve() -> io::Result<()> {
-    limit_memory();
     let parent = std::os::unix::process::parent_id();
     // On a thread with the stack the node's check compiled with: a program it accepted
     // compiles here too.
@@ -50,35 +49,43 @@ pub fn serve() -> io::Result<()> {
 const ORPHAN_CHECK: Duration = Duration::from_millis(200);
 
 fn answer_requests() -> io::Result<()> {
-    let mut input = BufReader::new(io::stdin().lock());
-    let mut output = BufWriter::new(io::stdout().lock());
-    let mut cache: HashMap<String, Result<Compiled, String>> = HashMap::new();
+    // Once this thread's stack is mapped: the allocator may have reserved its arena (mimalloc
+    // reserves 1 GiB of address space at once), and the stack is not a program's to use.
+    limit_memory();
+    // As large as the pipe: a batch is read in one or two reads, and answered in one write.
+    let mut input = BufReader::with_capacity(PIPE_BYTES, io::stdin().lock());
+    let mut output = BufWriter::with_capacity(PIPE_BYTES, io::stdout().lock());
+    let mut cache: HashMap<Vec<u8>, Result<Compiled, String>> = HashMap::new();
+    let (mut program, mut body) = (Vec::new(), Vec::new());
     let mut flushed = Instant::now();
     loop {
         if input.buffer().is_empty() || flushed.elapsed() >= FLUSH_EVERY {
             output.flush()?;
             flushed = Instant::now();
         }
-        let program = match read_chunk(&mut input) {
-            Ok(p) => p,
+        match read_chunk(&mut input, &mut program) {
+            Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
-        };
-        let body = read_chunk(&mut input)?;
-        let program = String::from_utf8_lossy(&program).into_owned();
-        if cache.len() >= CACHED_PROGRAMS && !cache.contains_key(&program) {
-            cache.clear();
         }
-        let compiled = cache
-            .entry(program)
-            .or_insert_with_key(|code| program::compile(code));
-        let ran = match compiled {
+        read_chunk(&mut input, &mut body)?;
+        if !cache.contains_key(&program) {
+            if cache.len() >= CACHED_PROGRAMS {
+                cache.clear();
+            }
+            let compiled = program::compile(&String::from_utf8_lossy(&program));
+            cache.insert(program.clone(), compiled);
+        }
+        let ran = match &cache[&program] {
             Ok(filter) => program::run(filter, &body, OUTPUT_BUDGET),
             Err(e) => Ran::Failed(format!("the program does not compile: {e}")),
         };
         write_answer(&mut output, &ran)?;
     }
 }
+
+/// A pipe's capacity on Linux.
+const PIPE_BYTES: usize = 64 * 1024;
 
 #[cfg(target_os = "linux")]
 fn limit_memory() {
@@ -95,12 +102,13 @@ fn limit_memory() {
 #[cfg(not(target_os = "linux"))]
 fn limit_memory() {}
 
-fn read_chunk(r: &mut impl Read) -> io::Result<Vec<u8>> {
+/// The next chunk, into `chunk` (reused from run to run).
+fn read_chunk(r: &mut impl Read, chunk: &mut Vec<u8>) -> io::Result<()> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
-    let mut chunk = vec![0u8; u32::from_le_bytes(len) as usize];
-    r.read_exact(&mut chunk)?;
-    Ok(chunk)
+    chunk.clear();
+    chunk.resize(u32::from_le_bytes(len) as usize, 0);
+    r.read_exact(chunk)
 }
 
 fn len32(bytes: &[u8]) -> io::Result<[u8; 4]> {
