@@ -13,6 +13,19 @@ pub use order::{OrderCredit, OrderError};
 
 use serde::Deserialize;
 
+/// An error and its causes, one line (`error: cause: cause`): for a call's failure in an
+/// event's `last_error` and the logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// The source name the submission API uses for its own events (SPEC section 6).
 pub const RESERVED_SOURCE: &str = "requests";
 

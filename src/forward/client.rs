@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 
+use crate::domain::error_chain;
 use crate::subscriptions::HttpTarget;
 
 /// How much of an answer's body is read: enough for the history's 200 characters in any
@@ -191,7 +192,7 @@ impl Direct {
                             sent = false;
                             request = unsent;
                         }
-                        _ => return Err(Failure::AfterSent(chain(&e.into_error()))),
+                        _ => return Err(Failure::AfterSent(error_chain(&e.into_error()))),
                     },
                 }
             }
@@ -283,7 +284,7 @@ impl Direct {
                 let tls = connector
                     .connect(name.clone(), tcp)
                     .await
-                    .map_err(|e| chain(&e))?;
+                    .map_err(|e| error_chain(&e))?;
                 handshake(tls).await
             }
         }
@@ -296,7 +297,7 @@ where
 {
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
-        .map_err(|e| chain(&e))?;
+        .map_err(|e| error_chain(&e))?;
     // Ends when the connection closes or its last `SendRequest` is dropped.
     tokio::spawn(connection);
     Ok(sender)
@@ -354,18 +355,6 @@ fn basic_auth(url: &reqwest::Url) -> Option<HeaderValue> {
     let mut value = HeaderValue::from_str(&format!("Basic {encoded}")).ok()?;
     value.set_sensitive(true);
     Some(value)
-}
-
-/// An error and its causes, one line.
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::client::{ANSWER_READ_BYTES, Failure, Reply, chain};
+use super::client::{ANSWER_READ_BYTES, Failure, Reply};
+use crate::domain::error_chain;
 use crate::subscriptions::HttpTarget;
 
 /// The proxied client: its timeout, its CA, no redirects, the system's roots, and up to
@@ -40,11 +41,11 @@ pub(super) async fn reply(
         Err(e) => {
             let e = e.without_url();
             return Err(if e.is_connect() {
-                Failure::Connect(chain(&e))
+                Failure::Connect(error_chain(&e))
             } else if e.is_timeout() {
                 Failure::Timeout(timeout.as_millis())
             } else {
-                Failure::AfterSent(chain(&e))
+                Failure::AfterSent(error_chain(&e))
             });
         }
     };

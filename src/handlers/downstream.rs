@@ -22,8 +22,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{Handled, Handler};
-use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
+use crate::domain::{DeliveryMode, error_chain};
 use crate::store::{Claimed, Outcome, Store};
 use crate::subscriptions::HttpSettings;
 
@@ -108,20 +108,8 @@ impl HttpDownstream {
         } else {
             "the downstream call failed after the request may have been sent".to_string()
         };
-        DownstreamError::new(kind, format!("{what}: {}", chain(&e.without_url())))
+        DownstreamError::new(kind, format!("{what}: {}", error_chain(&e.without_url())))
     }
-}
-
-/// An error and its causes, one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 impl DownstreamSystem for HttpDownstream {
@@ -139,7 +127,12 @@ impl DownstreamSystem for HttpDownstream {
                     .timeout(self.timeout)
                     .redirect(reqwest::redirect::Policy::none())
                     .build()
-                    .map_err(|e| format!("building the HTTP client: {}", chain(&e.without_url())))
+                    .map_err(|e| {
+                        format!(
+                            "building the HTTP client: {}",
+                            error_chain(&e.without_url())
+                        )
+                    })
             })
             .as_ref()
             .map_err(|e| DownstreamError::new(CallFailure::NotSent, e.clone()))?;
