@@ -88,15 +88,7 @@ async fn a_head_sent_a_byte_at_a_time_or_never_is_cut_off_by_the_header_timeout(
 async fn a_body_sent_a_byte_at_a_time_is_refused_408_and_stores_nothing() {
     let app = limited_app("body_timeout_ms = 500").await;
     let body = order_body("o-slow", "c-1", 1);
-    let mut head = format!(
-        "POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in sign_for(&app.settings, "shop", "slow-body", body.as_bytes()) {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
+    let head = signed_head(&app, "slow-body", &body);
     let mut stream = TcpStream::connect(addr(&app)).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
     let started = Instant::now();
@@ -127,15 +119,7 @@ async fn a_body_sent_a_byte_at_a_time_is_refused_408_and_stores_nothing() {
 async fn a_body_that_never_comes_is_refused_408() {
     let app = limited_app("body_timeout_ms = 500").await;
     let body = order_body("o-never", "c-1", 1);
-    let mut head = format!(
-        "POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in sign_for(&app.settings, "shop", "no-body", body.as_bytes()) {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
+    let head = signed_head(&app, "no-body", &body);
     let mut stream = TcpStream::connect(addr(&app)).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
     let started = Instant::now();
@@ -199,4 +183,18 @@ fn bad_limits_are_refused_at_start_naming_the_key() {
             .to_string();
         assert!(error.contains(key), "{limits}: {error}");
     }
+}
+
+/// A signed delivery's request head (its body sent apart, or never).
+fn signed_head(app: &TestApp, id: &str, body: &str) -> String {
+    let mut head = format!(
+        "POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in sign_for(&app.settings, "shop", id, body.as_bytes()) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
 }
