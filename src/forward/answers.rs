@@ -140,10 +140,10 @@ impl Forwarder {
             );
             match write {
                 Write::Pause => store.pause_gone(me.sub_id, &me.settings).map(|_| ()),
-                Write::Close => store.close_breaker(me.sub_id, &me.settings),
+                Write::Close => store.close_breaker(me.sub_id, Some(&me.settings)),
                 Write::Open { after_probe } => {
                     let (first, now) = (base.max(1), now_ms());
-                    store.open_breaker(me.sub_id, &me.settings, after_probe, first, max, now)
+                    store.open_breaker(me.sub_id, Some(&me.settings), after_probe, first, max, now)
                 }
             }
         })

@@ -25,7 +25,6 @@ use super::{Handled, Handler};
 use crate::domain::time::now_ms;
 use crate::domain::{DeliveryMode, error_chain};
 use crate::store::{Claimed, Outcome, Store};
-use crate::subscriptions::HttpSettings;
 
 /// Calls in a row without an answer that open a subscription's breaker (as a forwarder's).
 pub const FAILURES_TO_OPEN: u32 = 5;
@@ -204,27 +203,14 @@ impl SubmitRequest {
             *run
         };
         // A downstream subscription's row keeps no settings (its target is the node's
-        // `[downstream]`), and a row without settings says nothing against any: the fence
-        // by settings of `open_breaker` and `close_breaker` always lets these through.
-        let settings = HttpSettings {
-            url: String::new(),
-            timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
-            concurrency: 1,
-            rate_per_second: 0,
-            ca_file: None,
-            subject: None,
-            stream: None,
-            creds_file: None,
-            exchange: None,
-            routing_key: None,
-        };
+        // `[downstream]`): nothing to fence its breaker's moves by.
         let written = match (answered, event.probe) {
             (true, true) => {
                 tracing::info!(
                     subscription = sub,
                     "downstream probe answered: breaker closed"
                 );
-                self.store.close_breaker(sub, &settings)
+                self.store.close_breaker(sub, None)
             }
             (true, false) => return,
             (false, after_probe) if after_probe || run.is_multiple_of(FAILURES_TO_OPEN) => {
@@ -236,7 +222,7 @@ impl SubmitRequest {
                 let (first, max) = (BREAKER_FIRST_MS, BREAKER_MAX_MS);
                 let now = now_ms();
                 self.store
-                    .open_breaker(sub, &settings, after_probe, first, max, now)
+                    .open_breaker(sub, None, after_probe, first, max, now)
             }
             (false, _) => return,
         };

@@ -204,10 +204,12 @@ pub trait Store: Send + Sync + 'static {
     /// (`after_probe`), twice the last wait later, at most `max_ms`. Only while the
     /// subscription still delivers by `settings` (the failing forwarder's): the failures of a
     /// target a change replaced say nothing of the new one, whose breaker the change closed.
+    /// `None` for a subscription whose target is not in its row (the node's `[downstream]`):
+    /// no fence.
     fn open_breaker(
         &self,
         sub: i64,
-        settings: &HttpSettings,
+        settings: Option<&HttpSettings>,
         after_probe: bool,
         first_ms: i64,
         max_ms: i64,
@@ -215,7 +217,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<()>;
     /// A call went through: claims flow again (only while the subscription still delivers by
     /// `settings`, as for [`Store::open_breaker`]).
-    fn close_breaker(&self, sub: i64, settings: &HttpSettings) -> StoreResult<()>;
+    fn close_breaker(&self, sub: i64, settings: Option<&HttpSettings>) -> StoreResult<()>;
     /// Move the lease of each claim still held to `lease_ms` from now, and say until when
     /// (unix ms); `None` for a claim no longer held (finished, swept, or its lease ran out),
     /// fenced as a worker's own transitions are. For `pull` clients that need longer.

@@ -40,16 +40,16 @@ fn the_replaced_targets_answers_leave_the_breaker_alone(kind: crate::stores::Sto
             .gate
     };
     h.store
-        .open_breaker(billing, &old, false, 60_000, 60_000, now + 1)
+        .open_breaker(billing, Some(&old), false, 60_000, 60_000, now + 1)
         .unwrap();
     assert_eq!(gate(now + 2), Gate::Open, "opened by the replaced target");
     h.store
-        .open_breaker(billing, &new, false, 60_000, 60_000, now + 3)
+        .open_breaker(billing, Some(&new), false, 60_000, 60_000, now + 3)
         .unwrap();
     assert_eq!(gate(now + 4), Gate::WaitUntil(now + 60_003));
-    h.store.close_breaker(billing, &old).unwrap();
+    h.store.close_breaker(billing, Some(&old)).unwrap();
     assert_eq!(gate(now + 5), Gate::WaitUntil(now + 60_003), "closed by it");
-    h.store.close_breaker(billing, &new).unwrap();
+    h.store.close_breaker(billing, Some(&new)).unwrap();
     assert_eq!(gate(now + 6), Gate::Open);
 }
 
@@ -94,7 +94,7 @@ fn a_probe_given_back_untried_is_due_again_at_once(kind: crate::stores::StoreKin
     let settings = HttpSettings::of(subs[1].http.as_ref().unwrap());
     let now = now_ms();
     h.store
-        .open_breaker(billing, &settings, false, 200, 1_000, now)
+        .open_breaker(billing, Some(&settings), false, 200, 1_000, now)
         .unwrap();
     let claim = |at| {
         h.store
@@ -115,7 +115,7 @@ fn a_probe_given_back_untried_is_due_again_at_once(kind: crate::stores::StoreKin
         again.claims[0].claim.attempt, given.attempt,
         "no attempt counted"
     );
-    h.store.close_breaker(billing, &settings).unwrap();
+    h.store.close_breaker(billing, Some(&settings)).unwrap();
     assert!(
         h.store
             .give_back_probe(&again.claims[0].claim, now + 400)

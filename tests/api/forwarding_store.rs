@@ -306,7 +306,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
     let settings = &HttpSettings::of(subs[1].http.as_ref().unwrap());
     let now = now_ms();
     h.store
-        .open_breaker(billing, settings, false, 200, 1_000, now)
+        .open_breaker(billing, Some(settings), false, 200, 1_000, now)
         .unwrap();
     // Open: nothing is claimed before the probe is due.
     let got = h
@@ -317,7 +317,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
     assert!(got.claims.is_empty());
     // A run of failures seen by another node leaves an open breaker as it is.
     h.store
-        .open_breaker(billing, settings, false, 200, 1_000, now + 50)
+        .open_breaker(billing, Some(settings), false, 200, 1_000, now + 50)
         .unwrap();
     let at = now + 200;
     let threads = 6;
@@ -343,7 +343,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
     }
     // The probe failed: the next wait is twice the first.
     h.store
-        .open_breaker(billing, settings, true, 200, 1_000, at + 10)
+        .open_breaker(billing, Some(settings), true, 200, 1_000, at + 10)
         .unwrap();
     let got = h
         .store
@@ -351,7 +351,7 @@ fn an_open_breakers_probe_goes_to_one_claimer(kind: crate::stores::StoreKind) {
         .unwrap();
     assert_eq!(got.gate, Gate::WaitUntil(at + 10 + 400));
     // It succeeded: claims flow again, up to the limit.
-    h.store.close_breaker(billing, settings).unwrap();
+    h.store.close_breaker(billing, Some(settings)).unwrap();
     let got = h
         .store
         .claim_subscription("f", billing, 8, 30_000, at + 20)
@@ -380,7 +380,7 @@ fn a_change_of_where_it_delivers_closes_the_breaker(kind: crate::stores::StoreKi
     let settings = HttpSettings::of(subs[1].http.as_ref().unwrap());
     let now = now_ms();
     h.store
-        .open_breaker(billing, &settings, false, 60_000, 60_000, now)
+        .open_breaker(billing, Some(&settings), false, 60_000, 60_000, now)
         .unwrap();
     let gate = |at| {
         h.store

@@ -240,7 +240,7 @@ macro_rules! ops_methods {
         fn open_breaker(
             &self,
             sub: i64,
-            settings: &$crate::subscriptions::HttpSettings,
+            settings: Option<&$crate::subscriptions::HttpSettings>,
             after_probe: bool,
             first_ms: i64,
             max_ms: i64,
@@ -248,7 +248,7 @@ macro_rules! ops_methods {
         ) -> $crate::store::StoreResult<()> {
             use $crate::store::sql::breaker;
             self.writing(|c| {
-                if breaker::delivers_by(c, sub, settings)? {
+                if settings.map_or(Ok(true), |s| breaker::delivers_by(c, sub, s))? {
                     breaker::open(c, sub, after_probe, first_ms, max_ms, now)?;
                 }
                 Ok(())
@@ -266,11 +266,11 @@ macro_rules! ops_methods {
         fn close_breaker(
             &self,
             sub: i64,
-            settings: &$crate::subscriptions::HttpSettings,
+            settings: Option<&$crate::subscriptions::HttpSettings>,
         ) -> $crate::store::StoreResult<()> {
             use $crate::store::sql::breaker;
             self.writing(|c| {
-                if breaker::delivers_by(c, sub, settings)? {
+                if settings.map_or(Ok(true), |s| breaker::delivers_by(c, sub, s))? {
                     breaker::close(c, sub)?;
                 }
                 Ok(())
