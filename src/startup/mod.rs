@@ -1,5 +1,13 @@
 //! Wiring: store, ingest writer, consumers and the HTTP server, and their orderly shutdown.
 
+mod database;
+mod tasks;
+
+pub use database::{DATABASE_WAIT, open_store};
+use database::{open_and_hold, refuse_unwritable};
+pub use tasks::shutdown_signal;
+use tasks::{Node, heartbeat, reload_on_hangup};
+
 use std::future::Future;
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -20,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::rejections::{self, Rejections};
 use crate::retention;
 use crate::routes::{self, AppState};
-use crate::store::{self, Hold, Holder, Store, StoreError};
+use crate::store::{Hold, Store};
 use crate::tls::Certificates;
 
 /// How long shutdown waits for the last spans to reach the collector.
@@ -79,78 +87,6 @@ pub fn worker_name() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "host".into());
     format!("{host}-{}", std::process::id())
-}
-
-/// Open the store the settings name and bring its schema up to date.
-pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
-    let database = settings.database()?;
-    if let Database::Sqlite(path) = &database {
-        refuse_unwritable(path)?;
-    }
-    let store = store::open(&database)?;
-    store.migrate().context("applying migrations")?;
-    Ok(store)
-}
-
-/// How long `serve` waits for a PostgreSQL server that is not up yet at start (a host's
-/// services starting together), trying every [`DATABASE_RETRY`]. Once started, a node rides
-/// out an outage by itself (503 meanwhile); at start, past this, it exits.
-pub const DATABASE_WAIT: Duration = Duration::from_secs(60);
-const DATABASE_RETRY: Duration = Duration::from_secs(2);
-
-/// Open the store and take the node's hold on it. A PostgreSQL server that is unreachable
-/// (the store says `Unavailable`) is waited for, up to [`DATABASE_WAIT`], with a log line per
-/// try; any other error (a wrong password, a bad URL) ends the start at once.
-fn open_and_hold(database: &Database) -> anyhow::Result<(Arc<dyn Store>, Option<Hold>)> {
-    let started = std::time::Instant::now();
-    let mut tries = 0u32;
-    loop {
-        tries += 1;
-        let attempt = store::open(database).and_then(|store| {
-            let held = store.hold(Holder::Node)?;
-            Ok((store, held))
-        });
-        let error = match attempt {
-            Ok(opened) => return Ok(opened),
-            Err(e) => e,
-        };
-        let unreachable = matches!(database, Database::Postgres(_))
-            && error
-                .chain()
-                .any(|c| matches!(c.downcast_ref(), Some(StoreError::Unavailable(_))));
-        if !unreachable || started.elapsed() + DATABASE_RETRY > DATABASE_WAIT {
-            return Err(error.context(format!(
-                "opening the database {} (tried {tries} time(s) over {} s)",
-                database.display(),
-                started.elapsed().as_secs()
-            )));
-        }
-        tracing::warn!(
-            database = %database.display(),
-            attempt = tries,
-            error = %format!("{error:#}"),
-            "waiting for the database: not reachable yet, trying again in {} s (at most {} s)",
-            DATABASE_RETRY.as_secs(),
-            DATABASE_WAIT.as_secs()
-        );
-        std::thread::sleep(DATABASE_RETRY);
-    }
-}
-
-/// A database this process cannot write would otherwise start, say it is ready, answer 503 to
-/// every delivery and 500 elsewhere, and have its consumers fail eight times a second: refuse
-/// to start instead, saying what to fix.
-fn refuse_unwritable(path: &std::path::Path) -> anyhow::Result<()> {
-    match std::fs::OpenOptions::new().write(true).open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => anyhow::bail!(
-            "the database file {} is not writable by this process ({e}): give the user that \
-             runs webhook-inbox write access to it and to its directory, or mount its \
-             filesystem read-write",
-            path.display()
-        ),
-    }
 }
 
 impl Application {
@@ -466,96 +402,5 @@ impl Application {
         served.context("HTTP server")?;
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-/// A serving node as the registry knows it (see `store::registry`).
-#[derive(Debug, Clone)]
-struct Node {
-    name: String,
-    /// The subscriptions its config names.
-    subscriptions: Vec<String>,
-    /// A `listen` session not seen for this long is removed (`session_idle_seconds`).
-    session_idle_ms: i64,
-}
-
-/// Say every `registry::HEARTBEAT` that this node is alive, until stopped. A missed beat (the
-/// store unavailable) is logged; the node's config then stops holding its subscriptions only
-/// once the record is `registry::NODE_TTL_MS` old.
-async fn heartbeat(
-    store: Arc<dyn Store>,
-    node: Node,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(crate::store::registry::HEARTBEAT) => {}
-            _ = stopped.changed() => return,
-        }
-        let (store, node) = (Arc::clone(&store), node.clone());
-        let beat = tokio::task::spawn_blocking(move || {
-            let now = crate::domain::time::now_ms();
-            store.node_seen(&node.name, &node.subscriptions, now)?;
-            store.prune_subscriptions(now, now.saturating_sub(node.session_idle_ms))
-        })
-        .await;
-        match beat {
-            Ok(Ok(0)) => {}
-            Ok(Ok(removed)) => tracing::info!(
-                removed,
-                "subscriptions no live node's config names any more, or idle sessions: removed"
-            ),
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot record this node's heartbeat"),
-            Err(e) => tracing::warn!(error = %e, "the heartbeat task failed"),
-        }
-    }
-}
-
-/// Read the certificate files again at each SIGHUP (a renewed certificate), for as long as the
-/// server runs. Connections already open are not touched.
-async fn reload_on_hangup(certificates: Arc<Certificates>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot watch SIGHUP: the certificate will not reload");
-                return;
-            }
-        };
-        while hangups.recv().await.is_some() {
-            match certificates.reload() {
-                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
-                Err(e) => tracing::error!(
-                    error = format!("{e:#}"),
-                    "SIGHUP: the TLS certificate did not reload; the one in use stays"
-                ),
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = certificates;
-}
-
-/// SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => tracing::info!("SIGINT received"),
-        _ = term => tracing::info!("SIGTERM received"),
     }
 }
