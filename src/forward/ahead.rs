@@ -254,3 +254,117 @@ impl Forwarder {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll, Waker};
+    use std::time::SystemTime;
+
+    use super::{Ahead, Shaping};
+    use crate::store::{ClaimRef, Claimed, Gate};
+    use crate::transform::Ran;
+
+    fn claimed(id: &str) -> Claimed {
+        Claimed {
+            claim: ClaimRef {
+                source: "shop".into(),
+                event_id: id.into(),
+                seq: 1,
+                subscription: 1,
+                claim_token: format!("t-{id}"),
+                attempt: 1,
+            },
+            event_type: "order.completed".into(),
+            payload: b"{}".to_vec(),
+            content_type: None,
+            received_at: 0,
+            budget_used: 1,
+            claimed_until: i64::MAX,
+            traceparent: None,
+            probe: false,
+        }
+    }
+
+    /// A batch whose runs never end (`ran`: `None`) or are done with `ran`.
+    fn shaping(ids: &[&str], probe: bool, ran: Option<Vec<Ran>>) -> Shaping {
+        let at = SystemTime::now();
+        Shaping {
+            events: ids.iter().map(|id| claimed(id)).collect(),
+            probe,
+            claimed_at: (at, at),
+            started: at,
+            ran: match ran {
+                Some(ran) => Box::pin(std::future::ready(ran)),
+                None => Box::pin(std::future::pending()),
+            },
+        }
+    }
+
+    fn ids(untried: Vec<super::Untried>) -> Vec<String> {
+        let mut ids: Vec<String> = untried.into_iter().map(|(c, _)| c.event_id).collect();
+        ids.sort();
+        ids
+    }
+
+    /// A batch being shaped is held as the queue is: counted in its room, and given back
+    /// untried by whatever gives the queue back (an open breaker keeps a probe's batch).
+    #[test]
+    fn a_batch_being_shaped_goes_back_with_the_queue() {
+        let mut ahead = Ahead::new(64);
+        ahead.shaping.push(shaping(&["a", "b"], false, None));
+        ahead.shaping.push(shaping(&["p"], true, None));
+        assert_eq!(ahead.len(), 3);
+        assert!(!ahead.ready() && ahead.shaping());
+        assert!(ahead.closed_by(Gate::Open).is_empty());
+        assert_eq!(ids(ahead.closed_by(Gate::WaitUntil(0))), ["a", "b"]);
+        assert_eq!(ahead.len(), 1, "the probe's batch stays");
+        assert_eq!(ids(ahead.closed_by(Gate::Shut)), ["p"]);
+        assert_eq!(ahead.len(), 0);
+
+        ahead.shaping.push(shaping(&["c"], false, None));
+        ahead.shaping.push(shaping(&["d", "e"], false, None));
+        assert_eq!(ids(ahead.untried()), ["c", "d", "e"]);
+        assert!(!ahead.shaping());
+    }
+
+    /// A batch whose runs are done is queued with each run's outcome: one output to deliver
+    /// (the payload replaced), none `filtered`, an error failed with its message.
+    #[test]
+    fn a_shaped_batch_is_queued_with_each_outcome() {
+        let metrics = crate::metrics::Metrics::new();
+        let counters = crate::forward::shape::Counters::new(&metrics, "billing");
+        let mut ahead = Ahead::new(64);
+        ahead.shaping.push(shaping(&["x"], false, None));
+        let ran = vec![
+            Ran::One(b"{\"v\":1}".to_vec()),
+            Ran::Nothing,
+            Ran::Failed("no".into()),
+        ];
+        ahead
+            .shaping
+            .push(shaping(&["a", "b", "c"], false, Some(ran)));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(ahead.poll_shaped(&mut cx, &counters), Poll::Ready(()));
+        assert_eq!(ahead.poll_shaped(&mut cx, &counters), Poll::Pending);
+        assert_eq!(ahead.len(), 4, "the batch still in the pool is held");
+        let queued: Vec<_> = std::iter::from_fn(|| ahead.pop()).collect();
+        let got: Vec<_> = queued
+            .iter()
+            .map(|q| (q.event.claim.event_id.as_str(), q.unshaped.clone()))
+            .collect();
+        use super::Answer;
+        assert_eq!(
+            got,
+            [
+                ("a", None),
+                ("b", Some(Answer::Filtered)),
+                ("c", Some(Answer::Unshaped("no".into())))
+            ]
+        );
+        assert_eq!(queued[0].event.payload, b"{\"v\":1}");
+        assert_eq!(
+            queued[0].event.content_type.as_deref(),
+            Some("application/json")
+        );
+    }
+}
