@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
 
 use super::{FAILURES_TO_OPEN, Forwarder};
 use crate::domain::DeliveryMode;
@@ -13,32 +12,6 @@ use crate::store::{AttemptResult, Claimed, Finish, Finished, Next, Outcome};
 use super::call::Answer;
 
 impl Forwarder {
-    /// Run the subscription's transform on the claimed events, as one batch (every kind this
-    /// forwarder serves delivers what it made): per event, `Some` answer when nothing is to be
-    /// delivered, and when the runs started and ended.
-    pub(super) async fn shape_all(
-        &self,
-        events: &mut [Claimed],
-    ) -> (Vec<Option<Answer>>, (SystemTime, SystemTime)) {
-        let started = SystemTime::now();
-        let shaped = super::shape::shape_all(
-            &self.options.transforms,
-            self.sub.transform.as_ref(),
-            events,
-            &self.transform_counters,
-        )
-        .await;
-        let answers = shaped
-            .into_iter()
-            .map(|shaped| match shaped {
-                super::shape::Shaped::Deliver => None,
-                super::shape::Shaped::Filtered => Some(Answer::Filtered),
-                super::shape::Shaped::Failed(message) => Some(Answer::Unshaped(message)),
-            })
-            .collect();
-        (answers, (started, SystemTime::now()))
-    }
-
     /// The event's next state.
     pub(super) fn next(&self, event: &Claimed, answer: &Option<Answer>, now: i64) -> Next {
         let (error, unknown, retry_after_ms) = match answer {

@@ -10,8 +10,9 @@
 //! Why rounds: one write at a time, and the answers that arrive while it runs wait for the
 //! next one, so the size of a commit follows the load by itself (one answer when idle, dozens
 //! when busy) and a busy forwarder claims once for many calls in the same transaction as it
-//! commits. The claims run up to a batch ahead of the calls (`super::ahead`), so that a round's
-//! write is not what a freed place waits for.
+//! commits. The claims run up to a batch ahead of the calls (`super::ahead`), and are shaped
+//! ahead of them, so that neither a round's write nor a transform's runs are what a freed
+//! place waits for.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,7 +22,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::ahead::{Ahead, Queued};
+use super::ahead::Ahead;
 use super::{Done, Forwarder, MAX_FINISH_BATCH};
 
 /// Writes running at once: a claim may start while the write before it waits for the disk.
@@ -95,7 +96,7 @@ impl Forwarder {
             let halting = self.halting.load(Ordering::SeqCst) > 0;
             if halting || halted || stopping {
                 self.give_back(ahead.untried()).await;
-            } else if !ahead.is_empty() && in_flight < concurrency {
+            } else if ahead.ready() && in_flight < concurrency {
                 // A change through this node was answered: no queued call goes out with the
                 // settings it replaced.
                 if self.stale()
@@ -153,6 +154,7 @@ impl Forwarder {
                     })
                 });
             } else if writes.is_empty() && stopping && in_flight == 0 && returned.is_empty() {
+                // Nothing is held ahead: it went back at the top of the loop.
                 break;
             }
             let round = tokio::select! {
@@ -173,6 +175,8 @@ impl Forwarder {
                     continue;
                 }
                 Some(round) = writes.join_next(), if !writes.is_empty() => round,
+                () = std::future::poll_fn(|cx| ahead.poll_shaped(cx, &self.transform_counters)),
+                    if ahead.shaping() => continue,
                 _ = stopped.changed(), if !stopping => {
                     stopping = true;
                     continue;
@@ -240,19 +244,9 @@ impl Forwarder {
                 woken_by_events = errors == 0 && gate == Gate::Open;
                 continue;
             }
-            // Shaped first, all at once (one batch for the transform's workers), so that each
-            // call's lease check covers the call that follows.
-            let mut claims = claims;
-            let (unshaped, shaped_at) = self.shape_all(&mut claims).await;
-            for (event, unshaped) in claims.into_iter().zip(unshaped) {
-                ahead.push(Queued {
-                    event,
-                    unshaped,
-                    probe,
-                    claimed_at: round.at,
-                    shaped_at,
-                });
-            }
+            // Shaped as one batch of the transform's workers, while the loop goes on: each
+            // call's lease check (at its start) covers the call that follows.
+            self.shape_ahead(&mut ahead, claims, probe, round.at);
         }
     }
 

@@ -80,8 +80,14 @@ pub async fn shape_all(
         return vec![Shaped::Deliver; events.len()];
     };
     let ran = pool
-        .run_all(transform, events.iter().map(|e| &e.payload[..]))
+        .submit(transform, events.iter().map(|e| &e.payload[..]))
         .await;
+    apply(events, ran, counters)
+}
+
+/// What the runs of a batch (`ran`, in the order of `events`) make of each event; the payload
+/// of each to deliver is now its output, JSON.
+pub fn apply(events: &mut [Claimed], ran: Vec<Ran>, counters: &Counters) -> Vec<Shaped> {
     events
         .iter_mut()
         .zip(ran)

@@ -78,14 +78,24 @@ impl Pool {
     }
 
     /// Run `transform` on each of `bodies`, each within its budget; the outcomes in order.
-    /// They wait in the queue together, so that they go to the workers in as few batches as
-    /// can be. The future waits on channels only: the runs are on the pool's threads, which
-    /// finish them (each within its budget) even when the caller went away.
     pub async fn run_all<'a>(
         &self,
         transform: &Transform,
         bodies: impl IntoIterator<Item = &'a [u8]>,
     ) -> Vec<Ran> {
+        self.submit(transform, bodies).await
+    }
+
+    /// Queue a run of `transform` on each of `bodies` now, and give back what waits for their
+    /// outcomes, in order. They wait in the queue together, so that they go to the workers in
+    /// as few batches as can be. The future borrows nothing and waits on channels only (a
+    /// forwarder holds it while it goes on with its calls): the runs are on the pool's
+    /// threads, which finish them (each within its budget) even when the future is dropped.
+    pub fn submit<'a>(
+        &self,
+        transform: &Transform,
+        bodies: impl IntoIterator<Item = &'a [u8]>,
+    ) -> impl Future<Output = Vec<Ran>> + Send + 'static {
         let mut pending = Vec::new();
         let mut runs = Vec::new();
         for body in bodies {
@@ -101,16 +111,18 @@ impl Pool {
             }
         }
         self.enqueue(runs);
-        let mut ran = Vec::with_capacity(pending.len());
-        for p in pending {
-            ran.push(match p {
-                Ok(now) => now,
-                Err(answered) => answered
-                    .await
-                    .unwrap_or_else(|_| Ran::Failed("the transform workers are shut down".into())),
-            });
+        async move {
+            let mut ran = Vec::with_capacity(pending.len());
+            for p in pending {
+                ran.push(match p {
+                    Ok(now) => now,
+                    Err(answered) => answered.await.unwrap_or_else(|_| {
+                        Ran::Failed("the transform workers are shut down".into())
+                    }),
+                });
+            }
+            ran
         }
-        ran
     }
 
     fn enqueue(&self, runs: Vec<Run>) {

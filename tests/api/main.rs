@@ -117,4 +117,5 @@ mod subscriptions;
 mod traces;
 mod transform_jq;
 mod transforms;
+mod transforms_ahead;
 mod transforms_pull;
