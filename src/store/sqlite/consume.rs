@@ -50,7 +50,7 @@ RETURNING {CLAIMED}"
 
 /// What the claims return, in the order [`claimed`] reads it.
 pub(super) const CLAIMED: &str =
-    "seq, attempts, attempts - budget_floor, claim_token, claimed_until, sub";
+    "seq, attempts, attempts - budget_floor, claim_token, claimed_until, sub, rowid";
 
 pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
     Ok(Claimed {
@@ -62,6 +62,7 @@ pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
             subscription: r.get(5)?,
             attempt: r.get(1)?,
             claim_token: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+            row: Some(r.get(6)?),
         },
         event_type: String::new(),
         payload: Vec::new(),
@@ -274,6 +275,18 @@ macro_rules! fence {
                 AND claimed_until > ?3"
         )
     };
+    // The same fence at the row the claim found (?7, its rowid): one seek of the table, where
+    // `(seq, sub)` seeks the key's index and then the table. `NOT INDEXED` keeps the planner
+    // on the rowid.
+    ($set:literal, live_at_row) => {
+        concat!(
+            "UPDATE event_state NOT INDEXED SET ",
+            $set,
+            ", claim_token = NULL, claimed_until = NULL, claimed_by = NULL
+              WHERE rowid = ?7 AND seq = ?1 AND sub = ?6 AND claim_token = ?2
+                AND status = 'claimed' AND claimed_until > ?3"
+        )
+    };
     ($set:literal, expired) => {
         concat!(
             "UPDATE event_state SET ",
@@ -288,6 +301,14 @@ pub(super) const COMPLETE: &str = fence!(
     "status = 'completed', completed_at = ?3, outcome = ?4, last_error = NULL, \
      next_attempt_at = NULL",
     live
+);
+/// [`COMPLETE`] at the claim's row: the hot path, every finished event runs it (measured:
+/// 17,400 instructions an event by the key against 13,300 before subscriptions, whose key was
+/// the rowid).
+pub(super) const COMPLETE_AT_ROW: &str = fence!(
+    "status = 'completed', completed_at = ?3, outcome = ?4, last_error = NULL, \
+     next_attempt_at = NULL",
+    live_at_row
 );
 pub(super) const RETRY: &str = fence!(
     "status = 'pending', next_attempt_at = ?4, last_error = ?5",
@@ -329,6 +350,35 @@ pub(super) fn fenced(
         a,
         b,
         &claim.subscription,
+    ];
+    for (i, value) in values.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, value)?;
+    }
+    Ok(stmt.raw_execute()? == 1)
+}
+
+/// [`fenced`] by `at_row` (a `live_at_row` fence) where the claim knows its row, else by
+/// `by_key`: the same transition and fence.
+pub(super) fn fenced_at_row(
+    prepared: &mut Prepared<'_>,
+    (at_row, by_key): (&'static str, &'static str),
+    claim: &ClaimRef,
+    now: i64,
+    a: &dyn ToSql,
+    b: &dyn ToSql,
+) -> StoreResult<bool> {
+    let Some(row) = claim.row else {
+        return fenced(prepared, by_key, claim, now, a, b);
+    };
+    let stmt = prepared.get(at_row)?;
+    let values: [&dyn ToSql; 7] = [
+        &claim.seq,
+        &claim.claim_token,
+        &now,
+        a,
+        b,
+        &claim.subscription,
+        &row,
     ];
     for (i, value) in values.iter().enumerate() {
         stmt.raw_bind_parameter(i + 1, value)?;

@@ -56,7 +56,11 @@ pub fn fan_out_sql(live: &[Live], claims_now: &str) -> Option<String> {
     ];
     let mut arms = Vec::new();
     let mut groups: Vec<(String, String, Vec<&Live>)> = Vec::new();
-    for s in live {
+    // A subscription of submitted requests alone (the `downstream` kind's route) takes no
+    // event of lane 0: a webhook's source is never `requests` (the config refuses the name).
+    // Its arms would each read every event of the range to keep none (about 2,000
+    // instructions an event).
+    for s in live.iter().filter(|s| !requests_only(&s.route)) {
         let key = s.ordered.as_ref().map_or_else(
             || "NULL".to_string(),
             |o| super::subscriptions::key_sql(&o.path),
@@ -123,6 +127,14 @@ RETURNING {CLAIMED}, status",
     ))
 }
 
+/// Whether a route takes the submission API's events alone.
+fn requests_only(route: &crate::subscriptions::Route) -> bool {
+    route
+        .sources
+        .as_ref()
+        .is_some_and(|list| list.iter().all(|s| s == crate::domain::RESERVED_SOURCE))
+}
+
 /// The state rows of one submitted request (lane 1), stored with it: pending, due now, for
 /// each live subscription whose route matches (the `downstream` ones).
 pub(super) fn fan_out_one_sql(routes: &str) -> String {
@@ -165,7 +177,7 @@ pub(super) fn fan_out(
         let mut rows = fan.query(params![worker, claimed_until, cursor, last, nonce])?;
         let mut taken: HashMap<i64, u64> = HashMap::new();
         while let Some(row) = rows.next()? {
-            if row.get::<_, String>(6)? == "claimed" {
+            if row.get::<_, String>(7)? == "claimed" {
                 claims.push(claimed(row)?);
             }
             *taken.entry(row.get(5)?).or_default() += 1;
