@@ -164,16 +164,13 @@ pub(super) fn claim_for(
             "(u.id = {sub} AND u.paused = 0 AND u.ordered_by IS NULL)"
         )),
     };
+    // The fan-out's claims are in `claims[fanned]`, their history rows written by `fan_out`.
+    let mut fanned = claims.len()..claims.len();
     if let Some(claims_now) = claims_now.filter(|_| room > 0) {
         let fan_room = crate::store::routes::fan_out_room(&routes.live, whose, room);
-        claims.extend(fan_out(
-            tx,
-            routes,
-            &claims_now,
-            worker,
-            claimed_until,
-            fan_room,
-        )?);
+        let lease = (worker, claimed_until, now);
+        claims.extend(fan_out(tx, routes, &claims_now, lease, fan_room)?);
+        fanned.end = claims.len();
         // An ordered subscription's new rows start pending: claimed here, by key.
         for &(sub, probe) in &subs {
             let room = limit.saturating_sub(claims.len());
@@ -196,7 +193,8 @@ pub(super) fn claim_for(
         "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    for c in &claims {
+    let others = claims[..fanned.start].iter().chain(&claims[fanned.end..]);
+    for c in others {
         history.execute(params![
             c.claim.seq,
             c.claim.subscription,
