@@ -58,8 +58,8 @@ pub fn fan_out_sql(live: &[Live], claims_now: &str) -> Option<String> {
     let mut groups: Vec<(String, String, Vec<&Live>)> = Vec::new();
     // A subscription of submitted requests alone (the `downstream` kind's route) takes no
     // event of lane 0: a webhook's source is never `requests` (the config refuses the name).
-    // Its arms would each read every event of the range to keep none (about 2,000
-    // instructions an event).
+    // Its arms would each read every event of the range to keep none (the fan-out's read of
+    // the default config: 1,021 → 736 ns an event without them).
     for s in live.iter().filter(|s| !requests_only(&s.route)) {
         let key = s.ordered.as_ref().map_or_else(
             || "NULL".to_string(),
