@@ -205,6 +205,7 @@ impl Puller {
                 subscription: self.id,
                 claim_token: claim_token.to_string(),
                 attempt,
+                row: None,
             },
             budget_used,
         })

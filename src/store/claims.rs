@@ -86,6 +86,11 @@ pub struct ClaimRef {
     pub subscription: i64,
     pub claim_token: String,
     pub attempt: i64,
+    /// Where the store's claim found the state row, when the store has a locator cheaper than
+    /// `(seq, subscription)`: SQLite's rowid, which its finish seeks instead of the key's index
+    /// (the fence still checks `seq`, subscription and token, so a stale one only misses).
+    /// `None` for PostgreSQL, a pull client's ack and a sweep.
+    pub row: Option<i64>,
 }
 
 /// An event handed to a worker by [`Store::claim`](super::Store::claim).

@@ -299,6 +299,7 @@ fn claimed(
             subscription: sub,
             attempt,
             claim_token,
+            row: None,
         },
         event_type: r.try_get(at + 2)?,
         budget_used,
@@ -371,6 +372,7 @@ fn bodiless(
         subscription: 0,
         claim_token,
         attempt,
+        row: None,
     };
     let sql = fenced_sql(
         "status = 'failed', last_error = $7, abandoned = false, next_attempt_at = NULL",

@@ -123,6 +123,7 @@ pub(super) fn sweep(db: &mut Db<'_>, now: i64, decide: DecideExpiry<'_>) -> Stor
                 claim_token: r.try_get(4)?,
                 attempt: r.try_get(5)?,
                 subscription: r.try_get(7)?,
+                row: None,
             },
             event_type: r.try_get(3)?,
             budget_used: r.try_get(6)?,

@@ -50,7 +50,7 @@ RETURNING {CLAIMED}"
 
 /// What the claims return, in the order [`claimed`] reads it.
 pub(super) const CLAIMED: &str =
-    "seq, attempts, attempts - budget_floor, claim_token, claimed_until, sub";
+    "seq, attempts, attempts - budget_floor, claim_token, claimed_until, sub, rowid";
 
 pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
     Ok(Claimed {
@@ -62,6 +62,7 @@ pub(super) fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
             subscription: r.get(5)?,
             attempt: r.get(1)?,
             claim_token: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+            row: Some(r.get(6)?),
         },
         event_type: String::new(),
         payload: Vec::new(),
@@ -163,16 +164,13 @@ pub(super) fn claim_for(
             "(u.id = {sub} AND u.paused = 0 AND u.ordered_by IS NULL)"
         )),
     };
+    // The fan-out's claims are in `claims[fanned]`, their history rows written by `fan_out`.
+    let mut fanned = claims.len()..claims.len();
     if let Some(claims_now) = claims_now.filter(|_| room > 0) {
         let fan_room = crate::store::routes::fan_out_room(&routes.live, whose, room);
-        claims.extend(fan_out(
-            tx,
-            routes,
-            &claims_now,
-            worker,
-            claimed_until,
-            fan_room,
-        )?);
+        let lease = (worker, claimed_until, now);
+        claims.extend(fan_out(tx, routes, &claims_now, lease, fan_room)?);
+        fanned.end = claims.len();
         // An ordered subscription's new rows start pending: claimed here, by key.
         for &(sub, probe) in &subs {
             let room = limit.saturating_sub(claims.len());
@@ -195,7 +193,8 @@ pub(super) fn claim_for(
         "INSERT INTO event_attempts (event_seq, sub, attempt, worker, started_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    for c in &claims {
+    let others = claims[..fanned.start].iter().chain(&claims[fanned.end..]);
+    for c in others {
         history.execute(params![
             c.claim.seq,
             c.claim.subscription,
@@ -274,6 +273,18 @@ macro_rules! fence {
                 AND claimed_until > ?3"
         )
     };
+    // The same fence at the row the claim found (?7, its rowid): one seek of the table, where
+    // `(seq, sub)` seeks the key's index and then the table. `NOT INDEXED` keeps the planner
+    // on the rowid.
+    ($set:literal, live_at_row) => {
+        concat!(
+            "UPDATE event_state NOT INDEXED SET ",
+            $set,
+            ", claim_token = NULL, claimed_until = NULL, claimed_by = NULL
+              WHERE rowid = ?7 AND seq = ?1 AND sub = ?6 AND claim_token = ?2
+                AND status = 'claimed' AND claimed_until > ?3"
+        )
+    };
     ($set:literal, expired) => {
         concat!(
             "UPDATE event_state SET ",
@@ -288,6 +299,14 @@ pub(super) const COMPLETE: &str = fence!(
     "status = 'completed', completed_at = ?3, outcome = ?4, last_error = NULL, \
      next_attempt_at = NULL",
     live
+);
+/// [`COMPLETE`] at the claim's row: the hot path, every finished event runs it (measured:
+/// 17,300 instructions an event by the key, 15,800 at the row; 13,300 before subscriptions,
+/// whose key was the rowid).
+pub(super) const COMPLETE_AT_ROW: &str = fence!(
+    "status = 'completed', completed_at = ?3, outcome = ?4, last_error = NULL, \
+     next_attempt_at = NULL",
+    live_at_row
 );
 pub(super) const RETRY: &str = fence!(
     "status = 'pending', next_attempt_at = ?4, last_error = ?5",
@@ -329,6 +348,35 @@ pub(super) fn fenced(
         a,
         b,
         &claim.subscription,
+    ];
+    for (i, value) in values.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, value)?;
+    }
+    Ok(stmt.raw_execute()? == 1)
+}
+
+/// [`fenced`] by `at_row` (a `live_at_row` fence) where the claim knows its row, else by
+/// `by_key`: the same transition and fence.
+pub(super) fn fenced_at_row(
+    prepared: &mut Prepared<'_>,
+    (at_row, by_key): (&'static str, &'static str),
+    claim: &ClaimRef,
+    now: i64,
+    a: &dyn ToSql,
+    b: &dyn ToSql,
+) -> StoreResult<bool> {
+    let Some(row) = claim.row else {
+        return fenced(prepared, by_key, claim, now, a, b);
+    };
+    let stmt = prepared.get(at_row)?;
+    let values: [&dyn ToSql; 7] = [
+        &claim.seq,
+        &claim.claim_token,
+        &now,
+        a,
+        b,
+        &claim.subscription,
+        &row,
     ];
     for (i, value) in values.iter().enumerate() {
         stmt.raw_bind_parameter(i + 1, value)?;

@@ -5,7 +5,9 @@
 use rusqlite::types::Null;
 use rusqlite::{ErrorCode, Transaction, params};
 
-use super::consume::{COMPLETE, FAIL, Prepared, RETRY, close_attempt, fenced};
+use super::consume::{
+    COMPLETE, COMPLETE_AT_ROW, FAIL, Prepared, RETRY, close_attempt, fenced, fenced_at_row,
+};
 use crate::store::rules::{self, Credit, FinishStatements};
 use crate::store::{AttemptResult, ClaimRef, Finish, Finished, Outcome, StoreError, StoreResult};
 
@@ -21,7 +23,10 @@ impl FinishStatements for Statements<'_> {
         let p = &mut self.prepared;
         items
             .iter()
-            .map(|(claim, outcome)| fenced(p, COMPLETE, claim, now, &outcome.as_str(), &Null))
+            .map(|(claim, outcome)| {
+                let fences = (COMPLETE_AT_ROW, COMPLETE);
+                fenced_at_row(p, fences, claim, now, &outcome.as_str(), &Null)
+            })
             .collect()
     }
 

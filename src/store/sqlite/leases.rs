@@ -99,6 +99,7 @@ pub(super) fn sweep(
                     subscription: r.get(7)?,
                     claim_token: r.get(3)?,
                     attempt: r.get(4)?,
+                    row: None,
                 },
                 event_type: r.get(2)?,
                 budget_used: r.get(5)?,
