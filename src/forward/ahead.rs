@@ -273,6 +273,7 @@ mod tests {
                 subscription: 1,
                 claim_token: format!("t-{id}"),
                 attempt: 1,
+                row: None,
             },
             event_type: "order.completed".into(),
             payload: b"{}".to_vec(),
