@@ -8,8 +8,14 @@
 //! lease) is a second copy in the queue, which the consumer drops by that id
 //! (examples/amqp_consumer.py).
 //!
-//! The publishes of the forwarder's calls in flight share one connection and one channel, and
-//! their confirms come back as they arrive: a claim's events are not confirmed one at a time.
+//! The publishes of the forwarder's calls in flight share one connection, each on a confirm
+//! channel of its own, taken from the subscription's idle ones (so at most `concurrency` are
+//! open). One publish in flight per channel is what makes a `basic.return` that publish's:
+//! lapin hands a return to whichever confirm of the channel it resolves next, and RabbitMQ acks
+//! an unroutable publish together with the routable ones confirmed before it (`multiple`),
+//! which lapin resolves in no set order; on one shared channel an unroutable event could be
+//! completed (tests/api/amqp_channels.rs). It costs the broker more CPU a message than one
+//! channel (docs/performance.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,24 +35,22 @@ use crate::subscriptions::{HttpTarget, amqp::MAX_SHORT_STRING, template};
 const PERSISTENT: u8 = 2;
 
 /// The broker of one subscription: connected on the first publish and again whenever the
-/// connection or its channel was closed (a broker restarted, a publish to an exchange that is
-/// not there, which closes the channel).
+/// connection was closed (a broker restarted). A channel is dropped, and so closed, after any
+/// publish on it that did not end with its confirm (a publish to an exchange that is not there
+/// closes it on the broker's side; a timed-out one may still be confirmed later).
 pub struct Publisher {
     target: HttpTarget,
-    link: Mutex<Option<Link>>,
-}
-
-struct Link {
-    /// Kept for as long as its channel is used: dropping it closes the connection.
-    connection: Arc<Connection>,
-    channel: Channel,
+    connection: Mutex<Option<Arc<Connection>>>,
+    /// Confirm channels with no publish in flight.
+    idle: std::sync::Mutex<Vec<Channel>>,
 }
 
 impl Publisher {
     pub fn new(target: HttpTarget) -> Publisher {
         Publisher {
             target,
-            link: Mutex::new(None),
+            connection: Mutex::new(None),
+            idle: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -77,7 +81,12 @@ impl Publisher {
         let left = self.timeout().saturating_sub(started.elapsed());
         let sent = self.send(&channel, event, traceparent, body);
         match tokio::time::timeout(left, sent).await {
-            Ok(answer) => answer,
+            Ok((answer, confirmed)) => {
+                if confirmed && channel.status().connected() {
+                    self.idle().push(channel);
+                }
+                answer
+            }
             Err(_) => {
                 let error = format!(
                     "no confirm from the broker within {} ms (it may have taken the message)",
@@ -88,33 +97,36 @@ impl Publisher {
         }
     }
 
-    /// The channel to publish on: the open one, a new one on the open connection, or a new
-    /// connection's. Errors never name the URL.
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Channel>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle open channel, or a new one on the open connection or a new connection's.
+    /// Errors never name the URL.
     async fn channel(&self) -> Result<Channel, String> {
-        let mut link = self.link.lock().await;
-        if let Some(open) = link.as_mut() {
-            if open.channel.status().connected() {
-                return Ok(open.channel.clone());
-            }
-            if open.connection.status().connected()
-                && let Ok(channel) = confirm_channel(&open.connection).await
-            {
-                open.channel = channel.clone();
+        loop {
+            let Some(channel) = self.idle().pop() else {
+                break;
+            };
+            if channel.status().connected() {
                 return Ok(channel);
             }
         }
-        *link = None;
-        let connection = self
+        let unopened =
+            |e| format!("could not open a channel in confirm mode (nothing was sent): {e}");
+        let mut connection = self.connection.lock().await;
+        if let Some(open) = connection.as_ref()
+            && open.status().connected()
+        {
+            return confirm_channel(open).await.map_err(unopened);
+        }
+        *connection = None;
+        let open = self
             .connect()
             .await
             .map_err(|e| format!("could not connect to the broker (nothing was sent): {e}"))?;
-        let channel = confirm_channel(&connection).await.map_err(|e| {
-            format!("could not open a channel in confirm mode (nothing was sent): {e}")
-        })?;
-        *link = Some(Link {
-            connection: Arc::new(connection),
-            channel: channel.clone(),
-        });
+        let channel = confirm_channel(&open).await.map_err(unopened)?;
+        *connection = Some(Arc::new(open));
         Ok(channel)
     }
 
@@ -143,13 +155,15 @@ impl Publisher {
         .await
     }
 
+    /// The answer, and whether the channel is left with no publish in flight (its confirm
+    /// came, or nothing was sent), so that another publish may use it.
     async fn send(
         &self,
         channel: &Channel,
         event: &Claimed,
         traceparent: Option<&str>,
         body: Vec<u8>,
-    ) -> Answer {
+    ) -> (Answer, bool) {
         let claim = &event.claim;
         let exchange = self.target.exchange.as_deref().unwrap_or_default();
         let key = template::fill(
@@ -160,7 +174,7 @@ impl Publisher {
         let at = format!("exchange `{exchange}` with routing key `{key}`");
         if key.len() > MAX_SHORT_STRING {
             let error = format!("the routing key is over {MAX_SHORT_STRING} bytes: {at}");
-            return failed(error, false, "not_sent");
+            return (failed(error, false, "not_sent"), true);
         }
         let mut headers = FieldTable::default();
         let mut header = |name: &str, value: &str| {
@@ -205,10 +219,10 @@ impl Publisher {
                     ErrorKind::InvalidChannelState(..) | ErrorKind::InvalidConnectionState(_)
                 );
                 let error = format!("could not publish to {at}: {e}");
-                return failed(error, !unsent, "connection");
+                return (failed(error, !unsent, "connection"), false);
             }
         };
-        match confirm.await {
+        let answer = match confirm.await {
             Ok(Confirmation::Ack(None)) => Answer::Delivered(200),
             Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
                 let error = format!(
@@ -224,11 +238,10 @@ impl Publisher {
                 true,
                 "refused",
             ),
-            Ok(Confirmation::NotRequested) => failed(
-                format!("the channel is not in confirm mode (publish to {at})"),
-                true,
-                "connection",
-            ),
+            Ok(Confirmation::NotRequested) => {
+                let error = format!("the channel is not in confirm mode (publish to {at})");
+                return (failed(error, true, "connection"), false);
+            }
             Err(e) => {
                 // The broker closes the channel of a publish to an exchange that is not there:
                 // nothing was routed. Any other loss may have come after it took the message.
@@ -238,13 +251,15 @@ impl Publisher {
                         if *p.kind() == AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
                 );
                 let error = format!("no confirm for the publish to {at}: {e}");
-                if missing {
+                let answer = if missing {
                     failed(error, false, "refused")
                 } else {
                     failed(error, true, "connection")
-                }
+                };
+                return (answer, false);
             }
-        }
+        };
+        (answer, true)
     }
 }
 
