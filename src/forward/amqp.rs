@@ -8,14 +8,9 @@
 //! lease) is a second copy in the queue, which the consumer drops by that id
 //! (examples/amqp_consumer.py).
 //!
-//! The publishes of the forwarder's calls in flight share one connection, each on a confirm
-//! channel of its own, taken from the subscription's idle ones (so at most `concurrency` are
-//! open). One publish in flight per channel is what makes a `basic.return` that publish's:
-//! lapin hands a return to whichever confirm of the channel it resolves next, and RabbitMQ acks
-//! an unroutable publish together with the routable ones confirmed before it (`multiple`),
-//! which lapin resolves in no set order; on one shared channel an unroutable event could be
-//! completed (tests/api/amqp_channels.rs). It costs the broker more CPU a message than one
-//! channel (docs/performance.md).
+//! The publishes of the forwarder's calls in flight share one connection and go out in small
+//! groups, each group on a confirm channel of its own (lane.rs: why a publish waits for its
+//! group's confirms before it knows it was not returned).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,20 +22,25 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ErrorKind};
 use tokio::sync::Mutex;
 
+mod lane;
+
 use super::call::{Answer, webhook_id};
 use crate::store::Claimed;
 use crate::subscriptions::{HttpTarget, amqp::MAX_SHORT_STRING, template};
+use lane::{Lane, Place, Settled};
 
 /// Persistent: the broker writes it to disk before it confirms it to a durable queue.
 const PERSISTENT: u8 = 2;
 
 /// The broker of one subscription: connected on the first publish and again whenever the
-/// connection was closed (a broker restarted). A channel is dropped, and so closed, after any
-/// publish on it that did not end with its confirm (a publish to an exchange that is not there
-/// closes it on the broker's side; a timed-out one may still be confirmed later).
+/// connection was closed (a broker restarted). A channel is dropped, and so closed, after a
+/// group in which a publish got no confirm (a publish to an exchange that is not there closes
+/// it on the broker's side; a timed-out one may still be confirmed later).
 pub struct Publisher {
     target: HttpTarget,
     connection: Mutex<Option<Arc<Connection>>>,
+    /// The group new publishes join while it is open.
+    open: Mutex<Option<Arc<Lane>>>,
     /// Confirm channels with no publish in flight.
     idle: std::sync::Mutex<Vec<Channel>>,
 }
@@ -50,6 +50,7 @@ impl Publisher {
         Publisher {
             target,
             connection: Mutex::new(None),
+            open: Mutex::new(None),
             idle: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -59,16 +60,16 @@ impl Publisher {
     }
 
     /// Publish `body` (taken from the claim) with the event's properties and headers and its
-    /// W3C `traceparent` when it has one, and wait for the confirm, all within the
-    /// subscription's timeout. A connect that fails or times out sent nothing.
+    /// W3C `traceparent` when it has one, and wait for the confirms of its group, all within
+    /// the subscription's timeout. A connect that fails or times out sent nothing.
     pub async fn publish(
         &self,
         (event, traceparent): (&Claimed, Option<&str>),
         body: Vec<u8>,
     ) -> Answer {
         let started = tokio::time::Instant::now();
-        let channel = match tokio::time::timeout(self.timeout(), self.channel()).await {
-            Ok(Ok(channel)) => channel,
+        let place = match tokio::time::timeout(self.timeout(), self.place()).await {
+            Ok(Ok(place)) => place,
             Ok(Err(error)) => return failed(error, false, "connection"),
             Err(_) => {
                 let error = format!(
@@ -79,14 +80,8 @@ impl Publisher {
             }
         };
         let left = self.timeout().saturating_sub(started.elapsed());
-        let sent = self.send(&channel, event, traceparent, body);
-        match tokio::time::timeout(left, sent).await {
-            Ok((answer, confirmed)) => {
-                if confirmed && channel.status().connected() {
-                    self.idle().push(channel);
-                }
-                answer
-            }
+        match tokio::time::timeout(left, self.send(place, event, traceparent, body)).await {
+            Ok(answer) => answer,
             Err(_) => {
                 let error = format!(
                     "no confirm from the broker within {} ms (it may have taken the message)",
@@ -95,6 +90,17 @@ impl Publisher {
                 failed(error, true, "timeout")
             }
         }
+    }
+
+    /// A place in the open group, or the first in a new group on an idle or new channel.
+    async fn place(&self) -> Result<Place, String> {
+        let mut open = self.open.lock().await;
+        if let Some(place) = open.as_ref().and_then(Lane::join) {
+            return Ok(place);
+        }
+        let place = Lane::first(self.channel().await?);
+        *open = Some(place.lane.clone());
+        Ok(place)
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Channel>> {
@@ -155,16 +161,15 @@ impl Publisher {
         .await
     }
 
-    /// The answer, and whether the channel is left with no publish in flight (its confirm
-    /// came, or nothing was sent), so that another publish may use it.
     async fn send(
         &self,
-        channel: &Channel,
+        mut place: Place,
         event: &Claimed,
         traceparent: Option<&str>,
         body: Vec<u8>,
-    ) -> (Answer, bool) {
+    ) -> Answer {
         let claim = &event.claim;
+        let message_id = webhook_id(&claim.source, &claim.event_id);
         let exchange = self.target.exchange.as_deref().unwrap_or_default();
         let key = template::fill(
             self.target.routing_key.as_deref().unwrap_or_default(),
@@ -174,7 +179,10 @@ impl Publisher {
         let at = format!("exchange `{exchange}` with routing key `{key}`");
         if key.len() > MAX_SHORT_STRING {
             let error = format!("the routing key is over {MAX_SHORT_STRING} bytes: {at}");
-            return (failed(error, false, "not_sent"), true);
+            if let Some(channel) = place.leave(true, None) {
+                self.idle().push(channel);
+            }
+            return failed(error, false, "not_sent");
         }
         let mut headers = FieldTable::default();
         let mut header = |name: &str, value: &str| {
@@ -192,7 +200,7 @@ impl Publisher {
             .as_deref()
             .unwrap_or("application/octet-stream");
         let properties = BasicProperties::default()
-            .with_message_id(webhook_id(&claim.source, &claim.event_id).into())
+            .with_message_id(message_id.as_str().into())
             .with_delivery_mode(PERSISTENT)
             .with_content_type(content_type.into())
             .with_headers(headers);
@@ -200,7 +208,9 @@ impl Publisher {
             mandatory: true,
             ..BasicPublishOptions::default()
         };
-        let confirm = match channel
+        let confirm = match place
+            .lane
+            .channel
             .basic_publish(
                 exchange.into(),
                 key.as_str().into(),
@@ -219,29 +229,15 @@ impl Publisher {
                     ErrorKind::InvalidChannelState(..) | ErrorKind::InvalidConnectionState(_)
                 );
                 let error = format!("could not publish to {at}: {e}");
-                return (failed(error, !unsent, "connection"), false);
+                return failed(error, !unsent, "connection");
             }
         };
-        let answer = match confirm.await {
-            Ok(Confirmation::Ack(None)) => Answer::Delivered(200),
-            Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
-                let error = format!(
-                    "the broker returned the message: no queue is bound to {at} ({} {})",
-                    returned.reply_code, returned.reply_text
-                );
-                failed(error, false, "refused")
-            }
-            // A message routed to several queues is nacked when one of them refuses it while
-            // the others hold it: it may have been delivered.
-            Ok(Confirmation::Nack(None)) => failed(
-                format!("the broker nacked the publish to {at}"),
-                true,
-                "refused",
-            ),
+        let confirmation = match confirm.await {
             Ok(Confirmation::NotRequested) => {
                 let error = format!("the channel is not in confirm mode (publish to {at})");
-                return (failed(error, true, "connection"), false);
+                return failed(error, true, "connection");
             }
+            Ok(confirmation) => confirmation,
             Err(e) => {
                 // The broker closes the channel of a publish to an exchange that is not there:
                 // nothing was routed. Any other loss may have come after it took the message.
@@ -251,15 +247,46 @@ impl Publisher {
                         if *p.kind() == AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
                 );
                 let error = format!("no confirm for the publish to {at}: {e}");
-                let answer = if missing {
+                return if missing {
                     failed(error, false, "refused")
                 } else {
                     failed(error, true, "connection")
                 };
-                return (answer, false);
             }
         };
-        (answer, true)
+        let (acked, carried) = match &confirmation {
+            Confirmation::Ack(carried) => (true, carried.as_ref()),
+            Confirmation::Nack(carried) => (false, carried.as_ref()),
+            Confirmation::NotRequested => (false, None),
+        };
+        if let Some(channel) = place.leave(true, carried) {
+            self.idle().push(channel);
+        }
+        match (place.settled(&message_id).await, acked) {
+            (Settled::Returned(code, text), _) => failed(
+                format!(
+                    "the broker returned the message: no queue is bound to {at} ({code} {text})"
+                ),
+                false,
+                "refused",
+            ),
+            (Settled::Clear, true) => Answer::Delivered(200),
+            // A message routed to several queues is nacked when one of them refuses it while
+            // the others hold it: it may have been delivered.
+            (Settled::Clear, false) => failed(
+                format!("the broker nacked the publish to {at}"),
+                true,
+                "refused",
+            ),
+            (Settled::Unknown, _) => failed(
+                format!(
+                    "confirmed, but a publish beside it on its channel got no confirm and may \
+                     have taken its return (publish to {at})"
+                ),
+                true,
+                "connection",
+            ),
+        }
     }
 }
 
