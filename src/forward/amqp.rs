@@ -8,8 +8,9 @@
 //! lease) is a second copy in the queue, which the consumer drops by that id
 //! (examples/amqp_consumer.py).
 //!
-//! The publishes of the forwarder's calls in flight share one connection and one channel, and
-//! their confirms come back as they arrive: a claim's events are not confirmed one at a time.
+//! The publishes of the forwarder's calls in flight share one connection and go out in small
+//! groups, each group on a confirm channel of its own (lane.rs: why a publish waits for its
+//! group's confirms before it knows it was not returned).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,32 +22,36 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ErrorKind};
 use tokio::sync::Mutex;
 
+mod lane;
+
 use super::call::{Answer, webhook_id};
 use crate::store::Claimed;
 use crate::subscriptions::{HttpTarget, amqp::MAX_SHORT_STRING, template};
+use lane::{Lane, Place, Settled};
 
 /// Persistent: the broker writes it to disk before it confirms it to a durable queue.
 const PERSISTENT: u8 = 2;
 
 /// The broker of one subscription: connected on the first publish and again whenever the
-/// connection or its channel was closed (a broker restarted, a publish to an exchange that is
-/// not there, which closes the channel).
+/// connection was closed (a broker restarted). A channel is dropped, and so closed, after a
+/// group in which a publish got no confirm (a publish to an exchange that is not there closes
+/// it on the broker's side; a timed-out one may still be confirmed later).
 pub struct Publisher {
     target: HttpTarget,
-    link: Mutex<Option<Link>>,
-}
-
-struct Link {
-    /// Kept for as long as its channel is used: dropping it closes the connection.
-    connection: Arc<Connection>,
-    channel: Channel,
+    connection: Mutex<Option<Arc<Connection>>>,
+    /// The group new publishes join while it is open.
+    open: Mutex<Option<Arc<Lane>>>,
+    /// Confirm channels with no publish in flight.
+    idle: std::sync::Mutex<Vec<Channel>>,
 }
 
 impl Publisher {
     pub fn new(target: HttpTarget) -> Publisher {
         Publisher {
             target,
-            link: Mutex::new(None),
+            connection: Mutex::new(None),
+            open: Mutex::new(None),
+            idle: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -55,16 +60,16 @@ impl Publisher {
     }
 
     /// Publish `body` (taken from the claim) with the event's properties and headers and its
-    /// W3C `traceparent` when it has one, and wait for the confirm, all within the
-    /// subscription's timeout. A connect that fails or times out sent nothing.
+    /// W3C `traceparent` when it has one, and wait for the confirms of its group, all within
+    /// the subscription's timeout. A connect that fails or times out sent nothing.
     pub async fn publish(
         &self,
         (event, traceparent): (&Claimed, Option<&str>),
         body: Vec<u8>,
     ) -> Answer {
         let started = tokio::time::Instant::now();
-        let channel = match tokio::time::timeout(self.timeout(), self.channel()).await {
-            Ok(Ok(channel)) => channel,
+        let place = match tokio::time::timeout(self.timeout(), self.place()).await {
+            Ok(Ok(place)) => place,
             Ok(Err(error)) => return failed(error, false, "connection"),
             Err(_) => {
                 let error = format!(
@@ -75,8 +80,7 @@ impl Publisher {
             }
         };
         let left = self.timeout().saturating_sub(started.elapsed());
-        let sent = self.send(&channel, event, traceparent, body);
-        match tokio::time::timeout(left, sent).await {
+        match tokio::time::timeout(left, self.send(place, event, traceparent, body)).await {
             Ok(answer) => answer,
             Err(_) => {
                 let error = format!(
@@ -88,33 +92,47 @@ impl Publisher {
         }
     }
 
-    /// The channel to publish on: the open one, a new one on the open connection, or a new
-    /// connection's. Errors never name the URL.
+    /// A place in the open group, or the first in a new group on an idle or new channel.
+    async fn place(&self) -> Result<Place, String> {
+        let mut open = self.open.lock().await;
+        if let Some(place) = open.as_ref().and_then(Lane::join) {
+            return Ok(place);
+        }
+        let place = Lane::first(self.channel().await?);
+        *open = Some(place.lane.clone());
+        Ok(place)
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Channel>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle open channel, or a new one on the open connection or a new connection's.
+    /// Errors never name the URL.
     async fn channel(&self) -> Result<Channel, String> {
-        let mut link = self.link.lock().await;
-        if let Some(open) = link.as_mut() {
-            if open.channel.status().connected() {
-                return Ok(open.channel.clone());
-            }
-            if open.connection.status().connected()
-                && let Ok(channel) = confirm_channel(&open.connection).await
-            {
-                open.channel = channel.clone();
+        loop {
+            let Some(channel) = self.idle().pop() else {
+                break;
+            };
+            if channel.status().connected() {
                 return Ok(channel);
             }
         }
-        *link = None;
-        let connection = self
+        let unopened =
+            |e| format!("could not open a channel in confirm mode (nothing was sent): {e}");
+        let mut connection = self.connection.lock().await;
+        if let Some(open) = connection.as_ref()
+            && open.status().connected()
+        {
+            return confirm_channel(open).await.map_err(unopened);
+        }
+        *connection = None;
+        let open = self
             .connect()
             .await
             .map_err(|e| format!("could not connect to the broker (nothing was sent): {e}"))?;
-        let channel = confirm_channel(&connection).await.map_err(|e| {
-            format!("could not open a channel in confirm mode (nothing was sent): {e}")
-        })?;
-        *link = Some(Link {
-            connection: Arc::new(connection),
-            channel: channel.clone(),
-        });
+        let channel = confirm_channel(&open).await.map_err(unopened)?;
+        *connection = Some(Arc::new(open));
         Ok(channel)
     }
 
@@ -145,12 +163,13 @@ impl Publisher {
 
     async fn send(
         &self,
-        channel: &Channel,
+        mut place: Place,
         event: &Claimed,
         traceparent: Option<&str>,
         body: Vec<u8>,
     ) -> Answer {
         let claim = &event.claim;
+        let message_id = webhook_id(&claim.source, &claim.event_id);
         let exchange = self.target.exchange.as_deref().unwrap_or_default();
         let key = template::fill(
             self.target.routing_key.as_deref().unwrap_or_default(),
@@ -160,6 +179,9 @@ impl Publisher {
         let at = format!("exchange `{exchange}` with routing key `{key}`");
         if key.len() > MAX_SHORT_STRING {
             let error = format!("the routing key is over {MAX_SHORT_STRING} bytes: {at}");
+            if let Some(channel) = place.leave(true, None) {
+                self.idle().push(channel);
+            }
             return failed(error, false, "not_sent");
         }
         let mut headers = FieldTable::default();
@@ -178,7 +200,7 @@ impl Publisher {
             .as_deref()
             .unwrap_or("application/octet-stream");
         let properties = BasicProperties::default()
-            .with_message_id(webhook_id(&claim.source, &claim.event_id).into())
+            .with_message_id(message_id.as_str().into())
             .with_delivery_mode(PERSISTENT)
             .with_content_type(content_type.into())
             .with_headers(headers);
@@ -186,7 +208,9 @@ impl Publisher {
             mandatory: true,
             ..BasicPublishOptions::default()
         };
-        let confirm = match channel
+        let confirm = match place
+            .lane
+            .channel
             .basic_publish(
                 exchange.into(),
                 key.as_str().into(),
@@ -208,27 +232,12 @@ impl Publisher {
                 return failed(error, !unsent, "connection");
             }
         };
-        match confirm.await {
-            Ok(Confirmation::Ack(None)) => Answer::Delivered(200),
-            Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
-                let error = format!(
-                    "the broker returned the message: no queue is bound to {at} ({} {})",
-                    returned.reply_code, returned.reply_text
-                );
-                failed(error, false, "refused")
+        let confirmation = match confirm.await {
+            Ok(Confirmation::NotRequested) => {
+                let error = format!("the channel is not in confirm mode (publish to {at})");
+                return failed(error, true, "connection");
             }
-            // A message routed to several queues is nacked when one of them refuses it while
-            // the others hold it: it may have been delivered.
-            Ok(Confirmation::Nack(None)) => failed(
-                format!("the broker nacked the publish to {at}"),
-                true,
-                "refused",
-            ),
-            Ok(Confirmation::NotRequested) => failed(
-                format!("the channel is not in confirm mode (publish to {at})"),
-                true,
-                "connection",
-            ),
+            Ok(confirmation) => confirmation,
             Err(e) => {
                 // The broker closes the channel of a publish to an exchange that is not there:
                 // nothing was routed. Any other loss may have come after it took the message.
@@ -238,12 +247,45 @@ impl Publisher {
                         if *p.kind() == AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)
                 );
                 let error = format!("no confirm for the publish to {at}: {e}");
-                if missing {
+                return if missing {
                     failed(error, false, "refused")
                 } else {
                     failed(error, true, "connection")
-                }
+                };
             }
+        };
+        let (acked, carried) = match &confirmation {
+            Confirmation::Ack(carried) => (true, carried.as_ref()),
+            Confirmation::Nack(carried) => (false, carried.as_ref()),
+            Confirmation::NotRequested => (false, None),
+        };
+        if let Some(channel) = place.leave(true, carried) {
+            self.idle().push(channel);
+        }
+        match (place.settled(&message_id).await, acked) {
+            (Settled::Returned(code, text), _) => failed(
+                format!(
+                    "the broker returned the message: no queue is bound to {at} ({code} {text})"
+                ),
+                false,
+                "refused",
+            ),
+            (Settled::Clear, true) => Answer::Delivered(200),
+            // A message routed to several queues is nacked when one of them refuses it while
+            // the others hold it: it may have been delivered.
+            (Settled::Clear, false) => failed(
+                format!("the broker nacked the publish to {at}"),
+                true,
+                "refused",
+            ),
+            (Settled::Unknown, _) => failed(
+                format!(
+                    "confirmed, but a publish beside it on its channel got no confirm and may \
+                     have taken its return (publish to {at})"
+                ),
+                true,
+                "connection",
+            ),
         }
     }
 }

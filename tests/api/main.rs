@@ -9,6 +9,7 @@ mod alerts_plans;
 mod alerts_secrets;
 mod alerts_store;
 mod amqp;
+mod amqp_channels;
 mod amqp_consumer;
 mod amqp_process;
 mod amqp_settings;
