@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use tokio::sync::oneshot;
 
-use super::worker::{FLUSH_EVERY, parse_answer};
+use super::worker::{FLUSH_EVERY, READY, parse_answer};
 use super::{Ran, TIME_BUDGET, WALL_LIMIT};
 
 /// A run waiting for its answer: its request's frame, and where the answer goes.
@@ -62,7 +62,7 @@ impl Process {
             let _ = child.wait();
             return Err(io::Error::other("no pipes to the worker"));
         };
-        let process = Process {
+        let mut process = Process {
             child,
             to,
             from,
@@ -70,9 +70,46 @@ impl Process {
         };
         let flags = rustix::fs::fcntl_getfl(&process.to)?;
         rustix::fs::fcntl_setfl(&process.to, flags | rustix::fs::OFlags::NONBLOCK)?;
+        process.ready()?;
         Ok(process)
     }
+
+    /// Wait (at most [`START_LIMIT`]) for the worker's [`READY`]: loading the binary on a busy
+    /// machine can take longer than a run's whole budget, which must count a program's time
+    /// only. A worker that does not get there is dropped (killed).
+    fn ready(&mut self) -> io::Result<()> {
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::other(format!(
+                    "it was not ready within {} s",
+                    START_LIMIT.as_secs()
+                )));
+            }
+            let wait = Timespec::try_from(left).unwrap_or_default();
+            let mut fds = [PollFd::new(&self.from, PollFlags::IN)];
+            match poll(&mut fds, Some(&wait)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if fds[0].revents().is_empty() {
+                continue;
+            }
+            let mut byte = [0u8; 1];
+            return match self.from.read(&mut byte) {
+                Ok(1) if byte[0] == READY => Ok(()),
+                Ok(0) => Err(io::Error::other("it ended as it started")),
+                Ok(_) => Err(io::Error::other("it said something else than ready")),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+        }
+    }
 }
+
+/// How long a new worker may take to be ready (its binary loaded, its memory limit set).
+const START_LIMIT: Duration = Duration::from_secs(10);
 
 const ENDED: &str = "the program's worker process ended: it recursed too deep or went over its \
                      memory limit";

@@ -357,3 +357,42 @@ async fn a_looping_program_in_a_batch_fails_alone_and_the_others_are_delivered()
     );
     app.stop().await;
 }
+
+/// A worker that takes longer to start than a run's whole budget (a busy machine loading the
+/// binary): its first run is not charged for it, and is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_slow_to_start_does_not_fail_its_first_run() {
+    let (billing, archive) = (
+        Receiver::start(Duration::ZERO, 200),
+        Receiver::start(Duration::ZERO, 200),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow-worker");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nsleep {}\nexec '{}' \"$@\"\n",
+            webhook_inbox::transform::WALL_LIMIT.as_secs_f64() * 1.5,
+            env!("CARGO_BIN_EXE_webhook-inbox")
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&slow).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&slow, permissions).unwrap();
+    let options = BuildOptions {
+        transform_worker: Some(slow),
+        ..options()
+    };
+    let app = spawn_app_with(config(&billing.url, &archive.url, "{id}"), options).await;
+    assert_eq!(
+        app.deliver("shop", "first", r#"{"id":"first"}"#)
+            .await
+            .status,
+        200
+    );
+    let state = until_state(&app, "first", "billing", "completed").await;
+    assert_eq!(state["attempts"], 1, "{state}");
+    let [call] = calls_for(&billing, "first").try_into().unwrap();
+    assert_eq!(body_of(&call), json!({"id": "first"}));
+}
