@@ -1,5 +1,5 @@
-//! The consumer side: claim and the fenced transitions (finishing a batch is in `finish`;
-//! release, extend and sweep in `leases`).
+//! The consumer side: claims (the fenced transitions are in `fence`, finishing a batch in
+//! `finish`; release, extend and sweep in `leases`).
 //!
 //! A claim is one statement: `FOR UPDATE SKIP LOCKED` picks due pending rows that no other
 //! transaction holds (another node's claim skips them instead of waiting or taking them too),
@@ -11,13 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::NOW_MS;
+use super::fence::{Fence, fenced, fenced_sql};
 use super::session::Db;
 use super::subscriptions::{RouteCache, Routes};
 use crate::store::routes::{Ordered, ordered as ordered_sub};
-use crate::store::{
-    AttemptResult, ClaimFor, ClaimRef, Claimed, Lane, LoyaltyAccount, LoyaltyCredit, Page,
-    StoreResult,
-};
+use crate::store::{AttemptResult, ClaimFor, ClaimRef, Claimed, Lane, StoreResult};
 
 /// Commit the in-process lane's claims (and the batch finished with them) without waiting for
 /// the WAL's flush. The fan-out's lock is held to the claim's commit, so every other claim
@@ -388,105 +386,4 @@ fn bodiless(
         &[&WHY],
     )?;
     Ok(())
-}
-
-/// How a fenced transition finds its row: the worker's own transitions hold only while its
-/// lease runs (the database's clock); the sweeper's, whose lease has run out, by the token
-/// alone.
-#[derive(Clone, Copy)]
-pub(super) enum Fence {
-    Live,
-    Expired,
-}
-
-/// A fenced transition and the close of its attempt, in one statement: `UPDATE event_state
-/// SET <set>` while `claim` still holds the event, clearing the claim; then the attempt's
-/// result, only if the fence held. Parameters: $1 seq, $2 claim token, $3 attempt, $4 now, $5
-/// result, $6 error, then the set's own from $7. Returns whether the fence held. The token
-/// says the row is claimed (see `finish::live_fence`: no `status` in the condition, so that the
-/// plan cannot take `events_leases` for the way to the row).
-pub(super) fn fenced_sql(set: &str, fence: Fence) -> String {
-    let lease = match fence {
-        Fence::Live => format!("AND claimed_until > {NOW_MS}"),
-        Fence::Expired => String::new(),
-    };
-    format!(
-        "WITH moved AS (
-            UPDATE event_state SET {set}, claim_token = NULL, claimed_until = NULL,
-                   claimed_by = NULL
-             WHERE seq = $1 AND claim_token = $2 {lease}
-            RETURNING seq, sub
-         ), closed AS (
-            UPDATE event_attempts a SET finished_at = $4, result = $5, error = $6
-              FROM moved WHERE a.event_seq = moved.seq AND a.sub = moved.sub AND a.attempt = $3
-         )
-         SELECT count(*) FROM moved"
-    )
-}
-
-/// Run a statement of [`fenced_sql`]; `set` holds the values from $7 on.
-pub(super) fn fenced(
-    db: &mut Db<'_>,
-    sql: &str,
-    claim: &ClaimRef,
-    now: i64,
-    result: Option<AttemptResult>,
-    error: Option<&str>,
-    set: &[&(dyn postgres::types::ToSql + Sync)],
-) -> StoreResult<bool> {
-    let result = result.map(AttemptResult::as_str);
-    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
-        &claim.seq,
-        &claim.claim_token,
-        &claim.attempt,
-        &now,
-        &result,
-        &error,
-    ];
-    params.extend_from_slice(set);
-    let moved: i64 = db.query_one(sql, &params)?.try_get(0)?;
-    Ok(moved == 1)
-}
-
-/// The balance and one page of credits, newest first by the `seq` of the event that earned
-/// each credit: the order and cursor of `GET /events`.
-pub(super) fn loyalty(
-    db: &mut Db<'_>,
-    customer_id: &str,
-    page: Page,
-) -> StoreResult<LoyaltyAccount> {
-    let balance: i64 = match db.query_opt(
-        "SELECT balance FROM loyalty_balances WHERE customer_id = $1",
-        &[&customer_id],
-    )? {
-        Some(row) => row.try_get(0)?,
-        None => 0,
-    };
-    let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
-    let rows = db.query(
-        "SELECT c.order_id, c.points, c.source, c.event_id, c.credited_at, e.seq
-           FROM loyalty_credits c
-           JOIN event_log e ON e.source = c.source AND e.event_id = c.event_id
-          WHERE c.customer_id = $1 AND ($2::bigint IS NULL OR e.seq < $2)
-          ORDER BY e.seq DESC LIMIT $3",
-        &[&customer_id, &page.before_seq, &limit],
-    )?;
-    let credits = rows
-        .iter()
-        .map(|r| {
-            Ok(LoyaltyCredit {
-                order_id: r.try_get(0)?,
-                points: r.try_get(1)?,
-                source: r.try_get(2)?,
-                event_id: r.try_get(3)?,
-                credited_at: r.try_get(4)?,
-                seq: r.try_get(5)?,
-            })
-        })
-        .collect::<StoreResult<Vec<_>>>()?;
-    Ok(LoyaltyAccount {
-        customer_id: customer_id.to_string(),
-        balance,
-        credits,
-    })
 }

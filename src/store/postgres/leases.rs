@@ -1,7 +1,7 @@
 //! Leases on PostgreSQL: claims given back at shutdown or by a client, leases extended by a
 //! `pull` client, and expired leases swept, each transition fenced by the claim token.
 
-use super::consume::{Fence, fenced, fenced_sql};
+use super::fence::{Fence, fenced, fenced_sql};
 use super::session::Db;
 use super::{NOW_MS, QUEUED_CHANNEL};
 use crate::store::{AttemptResult, ClaimRef, DecideExpiry, ExpiredClaim, Expiry, StoreResult};

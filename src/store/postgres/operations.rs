@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::session::Db;
 use super::{
-    PostgresStore, breaker, consume, copy, finish, hold, ingest, leases, listen, migrations,
-    off_async, purge, subscriptions,
+    PostgresStore, breaker, consume, copy, finish, hold, ingest, leases, listen, loyalty,
+    migrations, off_async, purge, subscriptions,
 };
 use crate::store::copy::{Row, Table};
 use crate::store::{
@@ -271,7 +271,7 @@ impl Store for PostgresStore {
     }
 
     fn loyalty(&self, customer_id: &str, page: Page) -> StoreResult<LoyaltyAccount> {
-        self.tx(|db| consume::loyalty(db, customer_id, page))
+        self.tx(|db| loyalty::account(db, customer_id, page))
     }
 
     fn purge_batch(
