@@ -340,6 +340,18 @@ pub(super) fn fenced(
     a: &dyn ToSql,
     b: &dyn ToSql,
 ) -> StoreResult<bool> {
+    fenced_with(prepared, sql, claim, now, [a, b], None)
+}
+
+/// A fence's statement with its values: `row` for a `live_at_row` fence's ?7.
+fn fenced_with(
+    prepared: &mut Prepared<'_>,
+    sql: &'static str,
+    claim: &ClaimRef,
+    now: i64,
+    [a, b]: [&dyn ToSql; 2],
+    row: Option<i64>,
+) -> StoreResult<bool> {
     let stmt = prepared.get(sql)?;
     let values: [&dyn ToSql; 6] = [
         &claim.seq,
@@ -351,6 +363,9 @@ pub(super) fn fenced(
     ];
     for (i, value) in values.iter().enumerate() {
         stmt.raw_bind_parameter(i + 1, value)?;
+    }
+    if let Some(row) = row {
+        stmt.raw_bind_parameter(values.len() + 1, row)?;
     }
     Ok(stmt.raw_execute()? == 1)
 }
@@ -365,23 +380,10 @@ pub(super) fn fenced_at_row(
     a: &dyn ToSql,
     b: &dyn ToSql,
 ) -> StoreResult<bool> {
-    let Some(row) = claim.row else {
-        return fenced(prepared, by_key, claim, now, a, b);
-    };
-    let stmt = prepared.get(at_row)?;
-    let values: [&dyn ToSql; 7] = [
-        &claim.seq,
-        &claim.claim_token,
-        &now,
-        a,
-        b,
-        &claim.subscription,
-        &row,
-    ];
-    for (i, value) in values.iter().enumerate() {
-        stmt.raw_bind_parameter(i + 1, value)?;
+    match claim.row {
+        Some(row) => fenced_with(prepared, at_row, claim, now, [a, b], Some(row)),
+        None => fenced_with(prepared, by_key, claim, now, [a, b], None),
     }
-    Ok(stmt.raw_execute()? == 1)
 }
 
 pub(super) fn close_attempt(
