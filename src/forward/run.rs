@@ -27,6 +27,7 @@ use super::{Done, Forwarder, MAX_FINISH_BATCH};
 
 /// Writes running at once: a claim may start while the write before it waits for the disk.
 const MAX_WRITES: usize = 2;
+use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::store::{Finish, Finished, Gate, StoreError, StoreResult, SubscriptionClaim};
 
@@ -74,7 +75,14 @@ impl Forwarder {
         let concurrency = self.target.concurrency;
         let (done, mut answers) = mpsc::unbounded_channel::<Done>();
         let mut pace = Pace::new(self.target.rate_per_second);
-        let mut ahead = Ahead::new(pace.batch(concurrency));
+        // At most once, an expired lease is abandoned as "may have acted": a claim held ahead
+        // of its call when the node dies would be abandoned without ever being sent. So such a
+        // subscription claims only for places free now, and each claim's calls start at once.
+        let room = match self.sub.mode {
+            DeliveryMode::AtMostOnce => 0,
+            DeliveryMode::AtLeastOnce => pace.batch(concurrency),
+        };
+        let mut ahead = Ahead::new(room);
         let mut applied = self.applied.clone();
         // Answers back from their calls, not committed yet.
         let mut returned: Vec<Done> = Vec::new();

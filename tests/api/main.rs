@@ -50,6 +50,7 @@ mod faults;
 mod filters;
 mod filters_store;
 mod forwarding;
+mod forwarding_abandon;
 mod forwarding_crash;
 mod forwarding_nodes;
 mod forwarding_rounds;
