@@ -10,6 +10,8 @@
 //! the check at validation ([`Transform::parse`]: parse and compile, no run) is in-process.
 //!
 //! - `program`: compile and run one program (the worker's code; the compile check).
+//! - `template`: a program that only builds JSON out of the body's fields, run without jaq's
+//!   interpreter (the same bytes, or jaq runs it).
 //! - `worker`: the worker process's loop and the frames on its pipes.
 //! - `pool`: the node's side: the queue of runs and the threads that take them in batches.
 //! - `batch`: one batch on one worker: the budgets, kill and replace, the re-runs.
@@ -21,6 +23,7 @@
 mod batch;
 mod pool;
 pub mod program;
+mod template;
 pub mod worker;
 
 use std::time::Duration;

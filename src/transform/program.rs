@@ -5,6 +5,8 @@ use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::{Num, Val};
 
+use super::template::Template;
+
 /// What one run of a program made of one body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ran {
@@ -18,8 +20,36 @@ pub enum Ran {
 }
 
 type Data = data::JustLut<Val>;
-/// A compiled program.
-pub type Compiled = jaq_core::compile::Filter<jaq_core::Native<Data>>;
+type Filter = jaq_core::compile::Filter<jaq_core::Native<Data>>;
+
+/// A compiled program, and its template where it only builds JSON out of the body's fields.
+pub struct Compiled {
+    filter: Filter,
+    template: Option<Template>,
+}
+
+#[cfg(test)]
+impl Compiled {
+    /// The program as jaq runs it, its template left out.
+    pub fn jaq_only(self) -> Compiled {
+        Compiled {
+            template: None,
+            ..self
+        }
+    }
+
+    pub fn has_template(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// The first output on `body` as jaq's `Display` prints it.
+    pub fn displayed(&self, body: &[u8]) -> String {
+        let input = jaq_json::read::parse_single(body).unwrap();
+        let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
+        let mut outputs = self.filter.id.run((ctx, input)).map(jaq_core::unwrap_valr);
+        outputs.next().unwrap().unwrap().to_string()
+    }
+}
 
 /// Compile `code`, or say what is wrong and where (`line:column`, from 1).
 pub fn compile(code: &str) -> Result<Compiled, String> {
@@ -34,7 +64,7 @@ pub fn compile(code: &str) -> Result<Compiled, String> {
     let modules = Loader::new(defs)
         .load(&arena, program)
         .map_err(|errors| load_errors(code, errors))?;
-    Compiler::default()
+    let filter = Compiler::default()
         .with_funs(funs)
         .compile(modules)
         .map_err(|errors| {
@@ -47,7 +77,11 @@ pub fn compile(code: &str) -> Result<Compiled, String> {
                 .next()
                 .unwrap_or_else(|| ("does not compile".into(), code));
             format!("{what} at {}", position(code, at))
-        })
+        })?;
+    Ok(Compiled {
+        filter,
+        template: Template::of(code),
+    })
 }
 
 fn load_errors(code: &str, errors: jaq_core::load::Errors<&str, ()>) -> String {
@@ -107,8 +141,18 @@ pub fn run(program: &Compiled, body: &[u8], max_output: usize) -> Ran {
             ));
         }
     };
-    let ctx = Ctx::<Data>::new(&program.lut, Vars::new([]));
-    let mut outputs = program.id.run((ctx, input)).map(jaq_core::unwrap_valr);
+    if let Some(template) = &program.template {
+        let mut text = Vec::with_capacity(256);
+        if template.write(&input, &mut text) {
+            return within(text, max_output);
+        }
+    }
+    let ctx = Ctx::<Data>::new(&program.filter.lut, Vars::new([]));
+    let mut outputs = program
+        .filter
+        .id
+        .run((ctx, input))
+        .map(jaq_core::unwrap_valr);
     let first = match outputs.next() {
         None => return Ran::Nothing,
         Some(Err(e)) => return Ran::Failed(format!("the program failed: {e}")),
@@ -132,16 +176,24 @@ pub fn run(program: &Compiled, body: &[u8], max_output: usize) -> Ran {
     if !plain {
         text = first.to_string().into_bytes();
     }
+    // jaq prints what JSON cannot hold (NaN, infinities, byte strings) in forms of its own.
+    if !plain
+        && text.len() <= max_output
+        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&text)
+    {
+        return Ran::Failed(format!(
+            "the output is not JSON ({e}): NaN, an infinity or bytes"
+        ));
+    }
+    within(text, max_output)
+}
+
+/// `text` delivered, if it is within the output budget.
+fn within(text: Vec<u8>, max_output: usize) -> Ran {
     if text.len() > max_output {
         return Ran::Failed(format!(
             "the output is {} bytes, over the budget of {max_output}",
             text.len()
-        ));
-    }
-    // jaq prints what JSON cannot hold (NaN, infinities, byte strings) in forms of its own.
-    if !plain && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&text) {
-        return Ran::Failed(format!(
-            "the output is not JSON ({e}): NaN, an infinity or bytes"
         ));
     }
     Ran::One(text)
@@ -152,7 +204,7 @@ pub fn run(program: &Compiled, body: &[u8], max_output: usize) -> Ran {
 /// keys that are not strings, invalid UTF-8, which it replaces), which go the slow way:
 /// `Display`, then a parse. `Display` goes through the formatter for every piece, which cost
 /// a tenth of a run.
-fn write_plain(out: &mut Vec<u8>, v: &Val) -> bool {
+pub(super) fn write_plain(out: &mut Vec<u8>, v: &Val) -> bool {
     use std::io::Write;
     match v {
         Val::Null => out.extend_from_slice(b"null"),
@@ -202,7 +254,7 @@ fn write_plain(out: &mut Vec<u8>, v: &Val) -> bool {
 
 /// A string as jaq's `Display` escapes it (`\b`, `\f`, `\t`, `\n`, `\r`, `\"`, `\\`, other
 /// controls and DEL as `\u00xx`); `false` when it is not UTF-8.
-fn write_str(out: &mut Vec<u8>, s: &[u8]) -> bool {
+pub(super) fn write_str(out: &mut Vec<u8>, s: &[u8]) -> bool {
     if std::str::from_utf8(s).is_err() {
         return false;
     }

@@ -72,14 +72,7 @@ fn the_deepest_program_within_the_limit_is_checked_without_overflowing() {
 /// The first output of `code` on `body` as jaq's `Display` prints it (the slow way, which the
 /// jq corpus test goes by).
 fn displayed(code: &str, body: &str) -> String {
-    let compiled = compile(code).unwrap();
-    let input = jaq_json::read::parse_single(body.as_bytes()).unwrap();
-    let lut = jaq_core::Ctx::<jaq_core::data::JustLut<jaq_json::Val>>::new(
-        &compiled.lut,
-        jaq_core::Vars::new([]),
-    );
-    let mut outputs = compiled.id.run((lut, input)).map(jaq_core::unwrap_valr);
-    outputs.next().unwrap().unwrap().to_string()
+    compile(code).unwrap().displayed(body.as_bytes())
 }
 
 /// The output is written by hand where it is plainly JSON: the same bytes as `Display`, escapes
@@ -125,4 +118,86 @@ fn deep_outputs_are_written_whole() {
         run(&compile(deep).unwrap(), b"null", 4096),
         Ran::One(displayed(deep, "null").into_bytes())
     );
+}
+
+/// A program that only builds JSON out of the body's fields runs without jaq's interpreter
+/// (`template`): the outcome is jaq's, byte for byte, on every body, including those where the
+/// template gives up and jaq runs it (a field of a string, an interpolated number).
+#[test]
+fn templates_give_what_jaq_gives() {
+    let programs = [
+        r#"{order: .data.order_id, customer: .data.customer_id, points: .data.points, type, label: "order \(.data.order_id)"}"#,
+        ".",
+        ".data",
+        ".data.points",
+        r#"."a b".c"#,
+        r#".["data"]["order_id"]"#,
+        r#"{"k\"ey": .a, "é\u00e9\n": {n: {m: .a.b}}, "": []}"#,
+        r#"[.a, .data.order_id, "x", {}, [], "\(.a)-\(.data.customer_id)\t\u263A"]"#,
+        r#""just text""#,
+        r#""\(.)""#,
+        "{a}",
+        "{}",
+        "[]",
+    ];
+    let bodies = [
+        r#"{"type": "order.completed", "data": {"order_id": "ord-1", "customer_id": "c\"1", "points": 12.50}}"#,
+        r#"{"type": null, "data": {"order_id": 7, "points": 123456789012345678901234567890}}"#,
+        r#"{"data": "a string", "a": "x"}"#,
+        r#"{"data": [1, 2], "a": {"b": 1e300}}"#,
+        r#"{"data": null, "a": "\u0000\u001f\u007f é 😀"}"#,
+        r#"{"a": 1, "a": "second", "a b": {"c": [true, false, null]}}"#,
+        r#"{"data": {"order_id": "\ud800"}}"#,
+        "null",
+        "[]",
+        "3",
+        r#""text""#,
+    ];
+    for code in programs {
+        let fast = compile(code).unwrap();
+        assert!(fast.has_template(), "{code} is a template");
+        let slow = compile(code).unwrap().jaq_only();
+        for body in bodies {
+            assert_eq!(
+                run(&fast, body.as_bytes(), 1024),
+                run(&slow, body.as_bytes(), 1024),
+                "{code} on {body}"
+            );
+        }
+    }
+    let template = compile(programs[0]).unwrap();
+    assert_eq!(
+        run(&template, bodies[0].as_bytes(), 60),
+        run(
+            &compile(programs[0]).unwrap().jaq_only(),
+            bodies[0].as_bytes(),
+            60
+        )
+    );
+    assert!(
+        matches!(run(&template, bodies[0].as_bytes(), 60), Ran::Failed(m) if m.contains("over the budget of 60"))
+    );
+}
+
+/// What could give no output, several, or other than the field as written, is jaq's to run.
+#[test]
+fn programs_that_do_more_than_pick_fields_are_not_templates() {
+    for code in [
+        ".a?",
+        ".[0]",
+        ".[]",
+        "{a: 1}",
+        "{(.k): .v}",
+        "{a: .x, a: .y}",
+        ". as $x | {$x}",
+        "{a: (.x, .y)}",
+        r#"@base64 "\(.a)""#,
+        r#""\(.a + 1)""#,
+        "def f: .; {a: f}",
+        ".a | .b",
+        "null",
+        "[.a, .b?]",
+    ] {
+        assert!(!compile(code).unwrap().has_template(), "{code}");
+    }
 }

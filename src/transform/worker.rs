@@ -61,11 +61,14 @@ fn answer_requests() -> io::Result<()> {
     output.flush()?;
     let mut cache: HashMap<Vec<u8>, Result<Compiled, String>> = HashMap::new();
     let (mut program, mut body) = (Vec::new(), Vec::new());
-    let mut flushed = Instant::now();
+    // When the oldest answer not sent yet was made: the clock of `FLUSH_EVERY`. Not the last
+    // flush's: after a wait for the next batch, that was long ago, and the batch's first
+    // answer went alone, a second write and a second wake-up of the node per batch.
+    let mut unsent: Option<Instant> = None;
     loop {
-        if input.buffer().is_empty() || flushed.elapsed() >= FLUSH_EVERY {
+        if input.buffer().is_empty() || unsent.is_some_and(|t| t.elapsed() >= FLUSH_EVERY) {
             output.flush()?;
-            flushed = Instant::now();
+            unsent = None;
         }
         match read_chunk(&mut input, &mut program) {
             Ok(()) => {}
@@ -85,6 +88,7 @@ fn answer_requests() -> io::Result<()> {
             Err(e) => Ran::Failed(format!("the program does not compile: {e}")),
         };
         write_answer(&mut output, &ran)?;
+        unsent.get_or_insert_with(Instant::now);
     }
 }
 

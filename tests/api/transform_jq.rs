@@ -30,6 +30,14 @@ const CORPUS: &[(&str, &str)] = &[
         ORDER,
     ),
     (".data.missing", ORDER),
+    // Templates (fields only, run without jaq's interpreter): nesting, arrays, interpolation.
+    (
+        "{\"the id\": .id, c: {n: .data.customer.name, tags: .data.customer.tags}, x: .no.such}",
+        ORDER,
+    ),
+    ("[.id, .data.customer.id, [], {}, .data.currency]", ORDER),
+    ("\"\\(.id) for \\(.data.customer.name)\\t✓\"", ORDER),
+    ("{s, emoji, label: \"\\(.s)/\\(.empty)\"}", TEXT),
     (".data.missing.deeper", ORDER),
     (".data.discount // 0", ORDER),
     (".data.currency // \"usd\"", ORDER),
