@@ -57,10 +57,7 @@ impl Store for SqliteStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        self.write(|tx| {
-            let routes = self.routes_in(tx)?;
-            ingest::insert_all(tx, batch, &routes)
-        })
+        self.write(|tx| ingest::insert_all(tx, batch, || self.routes_in(tx)))
     }
 
     fn event_counts(&self) -> StoreResult<StatusCounts> {
@@ -258,10 +255,9 @@ impl Store for SqliteStore {
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
         self.write(|tx| {
             let tx: &rusqlite::Transaction<'_> = tx;
-            let routes = self.routes_in(tx)?;
             sql::requests::submit(&mut Sqlite(tx), id, now, |_, delivery| {
                 let batch = std::slice::from_ref(delivery);
-                Ok(ingest::insert_all(tx, batch, &routes)?.remove(0))
+                Ok(ingest::insert_all(tx, batch, || self.routes_in(tx))?.remove(0))
             })
         })
     }
