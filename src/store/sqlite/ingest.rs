@@ -6,7 +6,7 @@
 //! else: an event of lane 0 is fanned out to its subscriptions by the consumers' claim after
 //! their cursor. Only a submitted request (lane 1) gets its state rows here.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use rusqlite::{Transaction, params};
 
@@ -20,13 +20,10 @@ use crate::store::{EventOrigin, InsertOutcome, NewDelivery, StoreResult};
 /// one per delivery: each execution of an `INSERT` opens a cursor on the table and on its
 /// index, and that, with the statement's own setup, cost more than the row itself (measured:
 /// about 9,000 of the 20,000 instructions per row).
-///
-/// `routes` is called only for a submitted request (the only delivery fanned out here), so a
-/// batch of webhooks reads nothing but what its inserts touch.
 pub(super) fn insert_all(
     tx: &Transaction<'_>,
     batch: &[NewDelivery],
-    routes: impl Fn() -> StoreResult<Arc<Routes>>,
+    routes: &Routes,
 ) -> StoreResult<Vec<InsertOutcome>> {
     // SQLite numbers each inserted row `max(seq) + 1` (writes are serialised: BEGIN
     // IMMEDIATE), so `seq` follows commit order and has no gaps: a duplicate takes no number.
@@ -90,7 +87,7 @@ pub(super) fn insert_all(
             Some(seq) => {
                 if d.origin == EventOrigin::Submission {
                     // Claimed through the index of due work, not the log's cursor.
-                    tx.prepare_cached(&super::fan_out::fan_out_one_sql(&routes()?.by_id))?
+                    tx.prepare_cached(&super::fan_out::fan_out_one_sql(&routes.by_id))?
                         .execute(params![seq])?;
                 }
                 InsertOutcome::Queued

@@ -57,7 +57,13 @@ impl Store for SqliteStore {
     }
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
-        self.write(|tx| ingest::insert_all(tx, batch, || self.routes_in(tx)))
+        self.write(|tx| {
+            // Read every batch, though only a submitted request is fanned out here: it keeps
+            // the node's view of the registry current (`registry_version_seen`), by which the
+            // live secrets (`secrets::live`) see a rotation before their read expires.
+            let routes = self.routes_in(tx)?;
+            ingest::insert_all(tx, batch, &routes)
+        })
     }
 
     fn event_counts(&self) -> StoreResult<StatusCounts> {
@@ -255,9 +261,10 @@ impl Store for SqliteStore {
     fn submit_request(&self, id: &str, now: i64) -> StoreResult<SubmitOutcome> {
         self.write(|tx| {
             let tx: &rusqlite::Transaction<'_> = tx;
+            let routes = self.routes_in(tx)?;
             sql::requests::submit(&mut Sqlite(tx), id, now, |_, delivery| {
                 let batch = std::slice::from_ref(delivery);
-                Ok(ingest::insert_all(tx, batch, || self.routes_in(tx))?.remove(0))
+                Ok(ingest::insert_all(tx, batch, &routes)?.remove(0))
             })
         })
     }
