@@ -27,10 +27,8 @@ pub(super) fn insert_all(
 ) -> StoreResult<Vec<InsertOutcome>> {
     // SQLite numbers each inserted row `max(seq) + 1` (writes are serialised: BEGIN
     // IMMEDIATE), so `seq` follows commit order and has no gaps: a duplicate takes no number.
-    let mut last: i64 = tx
-        .prepare_cached("SELECT ifnull(max(seq), 0) FROM event_log")?
-        .query_row([], |r| r.get(0))?;
-    // The seq of each delivery that made a new event.
+    // So the rows one statement inserted are the seqs that end at its `last_insert_rowid()`:
+    // no `max(seq)` is read per batch. The seq of each delivery that made a new event:
     let mut seqs: Vec<Option<i64>> = vec![None; batch.len()];
     for (start, len) in chunks(batch.len()) {
         let mut insert = tx.prepare_cached(&EVENT_INSERTS[len.trailing_zeros() as usize])?;
@@ -48,12 +46,16 @@ pub(super) fn insert_all(
             insert.raw_bind_parameter(p + 9, &d.traceparent)?;
         }
         let changed = insert.raw_execute()?;
+        if changed == 0 {
+            continue;
+        }
+        let last = tx.last_insert_rowid() - changed as i64;
         let numbered = &mut seqs[start..start + len];
         if changed == len {
             for (i, seq) in numbered.iter_mut().enumerate() {
                 *seq = Some(last + 1 + i as i64);
             }
-        } else if changed > 0 {
+        } else {
             // Some were already stored (or repeat an earlier delivery of this chunk): the new
             // rows, in the order they were inserted, are the chunk's new deliveries in order.
             let mut rows = tx.prepare_cached(
@@ -78,16 +80,7 @@ pub(super) fn insert_all(
                 }
             }
         }
-        last += changed as i64;
     }
-    let mut redelivered = tx.prepare_cached(
-        "UPDATE event_log
-            SET deliveries = deliveries + 1,
-                last_delivered_at = ?3,
-                payload_mismatches = payload_mismatches + (payload_sha256 IS NOT ?4)
-          WHERE source = ?1 AND event_id = ?2
-      RETURNING payload_sha256 IS ?4",
-    )?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for (d, seq) in batch.iter().zip(&seqs) {
         let outcome = match seq {
@@ -102,7 +95,7 @@ pub(super) fn insert_all(
             None => {
                 // After every insert of the batch: a repeat of an earlier delivery of this
                 // batch finds the row that one made, as it would in a later batch.
-                let same: bool = redelivered.query_row(
+                let same: bool = tx.prepare_cached(REDELIVERED)?.query_row(
                     params![d.source, d.event_id, d.received_at, &d.sha256[..]],
                     |r| r.get(0),
                 )?;
@@ -117,6 +110,14 @@ pub(super) fn insert_all(
     }
     Ok(outcomes)
 }
+
+/// A delivery of a stored event: counted on it, and compared by its body's digest.
+const REDELIVERED: &str = "UPDATE event_log
+    SET deliveries = deliveries + 1,
+        last_delivered_at = ?3,
+        payload_mismatches = payload_mismatches + (payload_sha256 IS NOT ?4)
+  WHERE source = ?1 AND event_id = ?2
+RETURNING payload_sha256 IS ?4";
 
 /// Rows per statement: powers of two up to this, so that a batch of any size takes at most a
 /// few statements and the statement cache holds one of each size.

@@ -58,6 +58,9 @@ impl Store for SqliteStore {
 
     fn insert_deliveries(&self, batch: &[NewDelivery]) -> StoreResult<Vec<InsertOutcome>> {
         self.write(|tx| {
+            // Read every batch, though only a submitted request is fanned out here: it keeps
+            // the node's view of the registry current (`registry_version_seen`), by which the
+            // live secrets (`secrets::live`) see a rotation before their read expires.
             let routes = self.routes_in(tx)?;
             ingest::insert_all(tx, batch, &routes)
         })
