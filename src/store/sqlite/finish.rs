@@ -11,6 +11,8 @@ use super::consume::{
 use crate::store::rules::{self, Credit, FinishStatements};
 use crate::store::{AttemptResult, ClaimRef, Finish, Finished, Outcome, StoreError, StoreResult};
 
+use super::finish_batched as batched;
+
 /// The batch's transaction, its cached statements and the time every write records.
 struct Statements<'c> {
     prepared: Prepared<'c>,
@@ -21,13 +23,17 @@ impl FinishStatements for Statements<'_> {
     fn complete(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<Vec<bool>> {
         let now = self.now;
         let p = &mut self.prepared;
-        items
-            .iter()
-            .map(|(claim, outcome)| {
+        let mut held = vec![false; items.len()];
+        for group in batched::by_claim(items) {
+            if let [i] = group[..] {
+                let (claim, outcome) = items[i];
                 let fences = (COMPLETE_AT_ROW, COMPLETE);
-                fenced_at_row(p, fences, claim, now, &outcome.as_str(), &Null)
-            })
-            .collect()
+                held[i] = fenced_at_row(p, fences, claim, now, &outcome.as_str(), &Null)?;
+            } else {
+                batched::complete(p, items, &group, now, &mut held)?;
+            }
+        }
+        Ok(held)
     }
 
     fn retry_at(&mut self, items: &[(&ClaimRef, i64, &str)]) -> StoreResult<Vec<bool>> {
@@ -62,8 +68,13 @@ impl FinishStatements for Statements<'_> {
         &mut self,
         items: &[(&ClaimRef, AttemptResult, Option<&str>)],
     ) -> StoreResult<()> {
-        for (claim, result, error) in items {
-            close_attempt(&mut self.prepared, claim, *result, *error, self.now)?;
+        for group in batched::by_attempt(items) {
+            if let [i] = group[..] {
+                let (claim, result, error) = items[i];
+                close_attempt(&mut self.prepared, claim, result, error, self.now)?;
+            } else {
+                batched::close_attempts(&mut self.prepared, items, &group, self.now)?;
+            }
         }
         Ok(())
     }
