@@ -85,23 +85,29 @@ impl FinishStatements for Statements<'_> {
         outcome: Outcome,
     ) -> StoreResult<Vec<bool>> {
         let now = self.now;
-        let statement = self.prepared.get(
-            "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-        )?;
-        items
-            .iter()
-            .map(|(consumer, claim)| {
-                let inserted = statement.execute(params![
+        let mut inserted = vec![false; items.len()];
+        for group in batched::by_consumer(items) {
+            if let [i] = group[..] {
+                let (consumer, claim) = items[i];
+                let statement = self.prepared.get(
+                    "INSERT INTO processed_events (consumer, source, event_id, outcome,
+                                                   processed_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                )?;
+                let written = statement.execute(params![
                     consumer,
                     claim.source,
                     claim.event_id,
                     outcome.as_str(),
                     now
                 ])?;
-                Ok(inserted == 1)
-            })
-            .collect()
+                inserted[i] = written == 1;
+            } else {
+                let p = &mut self.prepared;
+                batched::mark_processed(p, items, &group, (outcome, now), &mut inserted)?;
+            }
+        }
+        Ok(inserted)
     }
 
     fn processed_outcome(&mut self, consumer: &str, claim: &ClaimRef) -> StoreResult<String> {

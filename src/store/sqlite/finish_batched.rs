@@ -7,7 +7,7 @@
 //! attempt (docs/performance.md, "The drain's writer"). Here the batch's rows are bound as one
 //! array (`rarray`), and the statement steps from row to row.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use rusqlite::params;
@@ -136,6 +136,71 @@ pub(super) fn close_attempts(
         first.subscription,
         first.attempt
     ])?;
+    Ok(())
+}
+
+/// Each event's dedup row for consumer ?1 of source ?2, events ?3 (ids), with outcome ?4 at
+/// ?5, where none is yet: what the per-event insert writes. It returns the ids it inserted.
+pub(super) const MARK_PROCESSED: &str =
+    "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
+SELECT ?1, ?2, value, ?4, ?5 FROM rarray(?3) WHERE true
+    ON CONFLICT DO NOTHING
+RETURNING event_id";
+
+/// The dedup rows in groups of indices into `items`: those of one consumer and source
+/// together, each of the others alone. An event met twice in a group is alone, after its
+/// group, so that the first one inserts and the second finds it, as one insert each would.
+pub(super) fn by_consumer(items: &[(&str, &ClaimRef)]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut open: HashMap<(&str, &str), (usize, HashSet<&str>)> = HashMap::new();
+    for (i, (consumer, claim)) in items.iter().enumerate() {
+        let key = (*consumer, claim.source.as_str());
+        match open.get_mut(&key) {
+            Some((g, ids)) => {
+                if ids.insert(claim.event_id.as_str()) {
+                    groups[*g].push(i);
+                } else {
+                    groups.push(vec![i]);
+                }
+            }
+            None => {
+                open.insert(key, (groups.len(), HashSet::from([claim.event_id.as_str()])));
+                groups.push(vec![i]);
+            }
+        }
+    }
+    groups
+}
+
+/// [`MARK_PROCESSED`] over `group` (indices into `items`: one consumer and source, each event
+/// once), setting `inserted` for each row it wrote.
+pub(super) fn mark_processed(
+    prepared: &mut Prepared<'_>,
+    items: &[(&str, &ClaimRef)],
+    group: &[usize],
+    (outcome, now): (Outcome, i64),
+    inserted: &mut [bool],
+) -> StoreResult<()> {
+    let (consumer, first) = items[group[0]];
+    let ids: Vec<Value> = group
+        .iter()
+        .map(|&i| Value::Text(items[i].1.event_id.clone()))
+        .collect();
+    let statement = prepared.get(MARK_PROCESSED)?;
+    let mut rows = statement.query(params![
+        consumer,
+        first.source,
+        Rc::new(ids),
+        outcome.as_str(),
+        now
+    ])?;
+    let mut written = HashSet::with_capacity(group.len());
+    while let Some(r) = rows.next()? {
+        written.insert(r.get::<_, String>(0)?);
+    }
+    for &i in group {
+        inserted[i] = written.contains(&items[i].1.event_id);
+    }
     Ok(())
 }
 
