@@ -74,11 +74,12 @@ fn a_credit_that_would_overflow_a_balance_is_refused_by_the_database(kind: Store
 }
 
 /// Two loyalty subscriptions take the same events, and their handlers share one dedup
-/// consumer: finished in one batch (SQLite writes a batch's dedup rows in one statement,
-/// `store::sqlite::finish_batched`), each event is credited by the first of its claims and
+/// consumer: finished in one batch, each event is credited by the first of its claims and
 /// found already processed by the second, whose row keeps the first's outcome. Seen failing on
-/// SQLite with an event's two dedup rows in one statement: both claims counted as first, the
-/// second refused by the order's key and its row rewritten `duplicate_order`.
+/// SQLite with a batch's dedup rows written in one statement that took an event's two rows
+/// together: both claims counted as first, the second refused by the order's key and its row
+/// rewritten `duplicate_order` (docs/performance.md, "The drain's writer (issue 60, eighth
+/// look)").
 fn one_event_finished_twice_in_a_batch_by_one_consumer_is_credited_by_the_first(kind: StoreKind) {
     use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Lane, Next, Outcome};
     use webhook_inbox::subscriptions::Kind;

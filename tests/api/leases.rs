@@ -277,14 +277,15 @@ fn each_claim_of_a_fan_out_is_fenced_by_its_own_subscription(kind: StoreKind) {
     assert_eq!(h.drain(), 0);
 }
 
-/// The claims of one fan-out finished in one batch are fenced each on its own, though SQLite
-/// completes the rows of one claim statement in one statement and closes their attempts in
-/// another (`store::sqlite::finish_batched`): of four claims finished together, one given back
-/// and taken again by another worker is refused and stays its new holder's, one that expired is
-/// refused, one the handler retries goes back to pending, and only the one that still holds
-/// its event completes and credits; each attempt keeps its own result. Seen failing on SQLite
-/// with the batched `COMPLETE` fenced without the token (the taken claim completed, credited,
-/// and left its new holder a lost lease) and without the lease (the expired one completed).
+/// The claims of one fan-out finished in one batch are fenced each on its own, though they
+/// share their claim statement's token on SQLite and PostgreSQL runs each phase of the batch as
+/// one statement: of four claims finished together, one given back and taken again by another
+/// worker is refused and stays its new holder's, one that expired is refused, one the handler
+/// retries goes back to pending, and only the one that still holds its event completes and
+/// credits; each attempt keeps its own result. Seen failing on SQLite with the rows of one
+/// token completed in one statement fenced without the token (the taken claim completed,
+/// credited, and left its new holder a lost lease) and without the lease (the expired one
+/// completed): docs/performance.md, "The drain's writer (issue 60, eighth look)".
 fn the_claims_of_one_fan_out_finished_together_are_each_fenced_on_their_own(kind: StoreKind) {
     use webhook_inbox::store::AttemptResult;
     let h = Harness::on(kind, 5, 30);

@@ -11,8 +11,6 @@ use super::consume::{
 use crate::store::rules::{self, Credit, FinishStatements};
 use crate::store::{AttemptResult, ClaimRef, Finish, Finished, Outcome, StoreError, StoreResult};
 
-use super::finish_batched as batched;
-
 /// The batch's transaction, its cached statements and the time every write records.
 struct Statements<'c> {
     prepared: Prepared<'c>,
@@ -23,17 +21,13 @@ impl FinishStatements for Statements<'_> {
     fn complete(&mut self, items: &[(&ClaimRef, Outcome)]) -> StoreResult<Vec<bool>> {
         let now = self.now;
         let p = &mut self.prepared;
-        let mut held = vec![false; items.len()];
-        for group in batched::by_claim(items) {
-            if let [i] = group[..] {
-                let (claim, outcome) = items[i];
+        items
+            .iter()
+            .map(|(claim, outcome)| {
                 let fences = (COMPLETE_AT_ROW, COMPLETE);
-                held[i] = fenced_at_row(p, fences, claim, now, &outcome.as_str(), &Null)?;
-            } else {
-                batched::complete(p, items, &group, now, &mut held)?;
-            }
-        }
-        Ok(held)
+                fenced_at_row(p, fences, claim, now, &outcome.as_str(), &Null)
+            })
+            .collect()
     }
 
     fn retry_at(&mut self, items: &[(&ClaimRef, i64, &str)]) -> StoreResult<Vec<bool>> {
@@ -68,13 +62,8 @@ impl FinishStatements for Statements<'_> {
         &mut self,
         items: &[(&ClaimRef, AttemptResult, Option<&str>)],
     ) -> StoreResult<()> {
-        for group in batched::by_attempt(items) {
-            if let [i] = group[..] {
-                let (claim, result, error) = items[i];
-                close_attempt(&mut self.prepared, claim, result, error, self.now)?;
-            } else {
-                batched::close_attempts(&mut self.prepared, items, &group, self.now)?;
-            }
+        for (claim, result, error) in items {
+            close_attempt(&mut self.prepared, claim, *result, *error, self.now)?;
         }
         Ok(())
     }
@@ -85,29 +74,23 @@ impl FinishStatements for Statements<'_> {
         outcome: Outcome,
     ) -> StoreResult<Vec<bool>> {
         let now = self.now;
-        let mut inserted = vec![false; items.len()];
-        for group in batched::by_consumer(items) {
-            if let [i] = group[..] {
-                let (consumer, claim) = items[i];
-                let statement = self.prepared.get(
-                    "INSERT INTO processed_events (consumer, source, event_id, outcome,
-                                                   processed_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-                )?;
-                let written = statement.execute(params![
+        let statement = self.prepared.get(
+            "INSERT INTO processed_events (consumer, source, event_id, outcome, processed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+        )?;
+        items
+            .iter()
+            .map(|(consumer, claim)| {
+                let inserted = statement.execute(params![
                     consumer,
                     claim.source,
                     claim.event_id,
                     outcome.as_str(),
                     now
                 ])?;
-                inserted[i] = written == 1;
-            } else {
-                let p = &mut self.prepared;
-                batched::mark_processed(p, items, &group, (outcome, now), &mut inserted)?;
-            }
-        }
-        Ok(inserted)
+                Ok(inserted == 1)
+            })
+            .collect()
     }
 
     fn processed_outcome(&mut self, consumer: &str, claim: &ClaimRef) -> StoreResult<String> {

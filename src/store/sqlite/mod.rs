@@ -25,7 +25,6 @@ mod durable;
 mod events;
 mod fan_out;
 mod finish;
-mod finish_batched;
 mod ingest;
 mod leases;
 mod migrations;
@@ -156,8 +155,6 @@ fn init_connection(conn: &mut Connection, wait: Duration) -> rusqlite::Result<()
     // runs ingest (14 multi-row inserts among them), claim, finish, sweep and ops statements
     // in turn, and an evicted statement is parsed and planned again on its next use.
     conn.set_prepared_statement_cache_capacity(96);
-    // `rarray(?)`: a batch's rows bound as one array (`finish_batched`).
-    rusqlite::vtab::array::load_module(conn)?;
     // Takes effect on a new, empty database only (see `purge::give_back_free_pages`). Asked
     // first: setting it on a database that has it already writes page 1 (a commit and an
     // fsync, the write lock taken) on every new pooled connection.
