@@ -94,7 +94,10 @@ fn one_event_finished_twice_in_a_batch_by_one_consumer_is_credited_by_the_first(
         ("shop", "evt-2", ORDER, order_body("o-2", "c-1", 5)),
     ]);
     let now = now_ms();
-    let mut claimed = h.store.claim("w", Lane::InProcess, 32, 30_000, now).unwrap();
+    let mut claimed = h
+        .store
+        .claim("w", Lane::InProcess, 32, 30_000, now)
+        .unwrap();
     assert_eq!(claimed.len(), 4, "{claimed:?}");
     claimed.sort_by_key(|c| (c.claim.seq, c.claim.subscription));
     let items: Vec<Finish> = claimed

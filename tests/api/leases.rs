@@ -298,11 +298,17 @@ fn the_claims_of_one_fan_out_finished_together_are_each_fenced_on_their_own(kind
     h.insert(&orders);
     let now = now_ms();
     // Right after an ingest write the store hands out an eighth of the limit: 4 of 32.
-    let mut a = h.store.claim("A", Lane::InProcess, 32, 30_000, now).unwrap();
+    let mut a = h
+        .store
+        .claim("A", Lane::InProcess, 32, 30_000, now)
+        .unwrap();
     assert_eq!(a.len(), 4, "{a:?}");
     a.sort_by_key(|c| c.claim.seq);
     assert_eq!(h.store.release(&[a[1].claim.clone()], now).unwrap(), 1);
-    let b = h.store.claim("B", Lane::InProcess, 32, 30_000, now).unwrap();
+    let b = h
+        .store
+        .claim("B", Lane::InProcess, 32, 30_000, now)
+        .unwrap();
     assert_eq!(b.len(), 1, "{b:?}");
     assert_eq!(b[0].claim.seq, a[1].claim.seq);
     let credit = |i: usize| Next::Complete {
@@ -351,7 +357,10 @@ fn the_claims_of_one_fan_out_finished_together_are_each_fenced_on_their_own(kind
         .collect();
     let [done, claimed, pending] = [Status::Completed, Status::Claimed, Status::Pending];
     assert_eq!(statuses, [done, claimed, claimed, pending]);
-    let history: Vec<Vec<String>> = ids.iter().map(|id| results(&h.detail("shop", id))).collect();
+    let history: Vec<Vec<String>> = ids
+        .iter()
+        .map(|id| results(&h.detail("shop", id)))
+        .collect();
     assert_eq!(
         history,
         [
