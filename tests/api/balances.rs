@@ -1,6 +1,7 @@
 //! Balances stay 64-bit integers: points per order are bounded, and the database refuses any
 //! balance that is not an integer, so `GET /loyalty/{customer}` can always answer.
 
+use webhook_inbox::domain::time::now_ms;
 use webhook_inbox::store::Status;
 
 use crate::harness::{Harness, results};
@@ -72,7 +73,73 @@ fn a_credit_that_would_overflow_a_balance_is_refused_by_the_database(kind: Store
     );
 }
 
-store_tests!(a_credit_that_would_overflow_a_balance_is_refused_by_the_database,);
+/// Two loyalty subscriptions take the same events, and their handlers share one dedup
+/// consumer: finished in one batch, each event is credited by the first of its claims and
+/// found already processed by the second, whose row keeps the first's outcome. Seen failing on
+/// SQLite with a batch's dedup rows written in one statement that took an event's two rows
+/// together: both claims counted as first, the second refused by the order's key and its row
+/// rewritten `duplicate_order` (docs/performance.md, "The drain's writer (issue 60, eighth
+/// look)").
+fn one_event_finished_twice_in_a_batch_by_one_consumer_is_credited_by_the_first(kind: StoreKind) {
+    use webhook_inbox::store::{AttemptResult, Effect, Finish, Finished, Lane, Next, Outcome};
+    use webhook_inbox::subscriptions::Kind;
+    let h = Harness::on(kind, 5, 30);
+    let subs = [
+        test_subscription("points", Kind::LoyaltyCredit),
+        test_subscription("points-too", Kind::LoyaltyCredit),
+    ];
+    h.store.sync_subscriptions(&subs, now_ms()).unwrap();
+    h.insert(&[
+        ("shop", "evt-1", ORDER, order_body("o-1", "c-1", 10)),
+        ("shop", "evt-2", ORDER, order_body("o-2", "c-1", 5)),
+    ]);
+    let now = now_ms();
+    let mut claimed = h
+        .store
+        .claim("w", Lane::InProcess, 32, 30_000, now)
+        .unwrap();
+    assert_eq!(claimed.len(), 4, "{claimed:?}");
+    claimed.sort_by_key(|c| (c.claim.seq, c.claim.subscription));
+    let items: Vec<Finish> = claimed
+        .iter()
+        .map(|c| Finish {
+            claim: c.claim.clone(),
+            next: Next::Complete {
+                effect: Some(Effect::LoyaltyCredit {
+                    consumer: "loyalty_credit",
+                    order_id: format!("o-{}", &c.claim.event_id[4..]),
+                    customer_id: "c-1".into(),
+                    points: if c.claim.event_id == "evt-1" { 10 } else { 5 },
+                }),
+                outcome: Outcome::Credited,
+            },
+        })
+        .collect();
+    let (first, again) = (
+        Finished::Completed {
+            outcome: Outcome::Credited,
+            result: AttemptResult::Ok,
+        },
+        Finished::Completed {
+            outcome: Outcome::Credited,
+            result: AttemptResult::AlreadyProcessed,
+        },
+    );
+    assert_eq!(
+        h.store.finish(&items, now).unwrap(),
+        [first, again, first, again]
+    );
+    assert_eq!(h.balance("c-1"), 15);
+    assert_eq!(
+        h.count("SELECT count(*) FROM processed_events WHERE outcome = 'credited'"),
+        2
+    );
+}
+
+store_tests!(
+    a_credit_that_would_overflow_a_balance_is_refused_by_the_database,
+    one_event_finished_twice_in_a_batch_by_one_consumer_is_credited_by_the_first,
+);
 
 /// On SQLite a customer's credits are listed from a log and an index that the consumers fill
 /// from the log once it holds 8,192 credits (migration 0008): after a drain past that, through

@@ -168,6 +168,7 @@ store_tests!(
     at_most_once_events_whose_lease_expires_are_abandoned_not_retried,
     a_claim_given_back_unused_costs_no_attempt,
     each_claim_of_a_fan_out_is_fenced_by_its_own_subscription,
+    the_claims_of_one_fan_out_finished_together_are_each_fenced_on_their_own,
 );
 
 /// A forwarder whose claims saw a registry its node has not applied yet gives them back
@@ -274,4 +275,106 @@ fn each_claim_of_a_fan_out_is_fenced_by_its_own_subscription(kind: StoreKind) {
         "{fresh:?}"
     );
     assert_eq!(h.drain(), 0);
+}
+
+/// The claims of one fan-out finished in one batch are fenced each on its own, though they
+/// share their claim statement's token on SQLite and PostgreSQL runs each phase of the batch as
+/// one statement: of four claims finished together, one given back and taken again by another
+/// worker is refused and stays its new holder's, one that expired is refused, one the handler
+/// retries goes back to pending, and only the one that still holds its event completes and
+/// credits; each attempt keeps its own result. Seen failing on SQLite with the rows of one
+/// token completed in one statement fenced without the token (the taken claim completed,
+/// credited, and left its new holder a lost lease) and without the lease (the expired one
+/// completed): docs/performance.md, "The drain's writer (issue 60, eighth look)".
+fn the_claims_of_one_fan_out_finished_together_are_each_fenced_on_their_own(kind: StoreKind) {
+    use webhook_inbox::store::AttemptResult;
+    let h = Harness::on(kind, 5, 30);
+    let ids = ["evt-1", "evt-2", "evt-3", "evt-4"];
+    let orders: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| ("shop", *id, ORDER, order_body(&format!("o-{i}"), "c-1", 10)))
+        .collect();
+    h.insert(&orders);
+    let now = now_ms();
+    // Right after an ingest write the store hands out an eighth of the limit: 4 of 32.
+    let mut a = h
+        .store
+        .claim("A", Lane::InProcess, 32, 30_000, now)
+        .unwrap();
+    assert_eq!(a.len(), 4, "{a:?}");
+    a.sort_by_key(|c| c.claim.seq);
+    assert_eq!(h.store.release(&[a[1].claim.clone()], now).unwrap(), 1);
+    let b = h
+        .store
+        .claim("B", Lane::InProcess, 32, 30_000, now)
+        .unwrap();
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!(b[0].claim.seq, a[1].claim.seq);
+    let credit = |i: usize| Next::Complete {
+        effect: Some(Effect::LoyaltyCredit {
+            consumer: "loyalty_credit",
+            order_id: format!("o-{i}"),
+            customer_id: "c-1".into(),
+            points: 10,
+        }),
+        outcome: Outcome::Credited,
+    };
+    let mut items: Vec<Finish> = a
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Finish {
+            claim: c.claim.clone(),
+            next: credit(i),
+        })
+        .collect();
+    items[3].next = Next::Retry {
+        at: now,
+        error: "later".into(),
+    };
+    // The third claim's lease: run out by the time of the finish.
+    h.db.execute(&format!(
+        "UPDATE event_state SET claimed_until = {now} WHERE seq = {}",
+        a[2].claim.seq
+    ));
+    let credited = Finished::Completed {
+        outcome: Outcome::Credited,
+        result: AttemptResult::Ok,
+    };
+    assert_eq!(
+        h.store.finish(&items, now + 1).unwrap(),
+        [
+            credited,
+            Finished::LeaseLost,
+            Finished::LeaseLost,
+            Finished::Retrying
+        ]
+    );
+    assert_eq!(h.balance("c-1"), 10);
+    let statuses: Vec<Status> = ids
+        .iter()
+        .map(|id| h.detail("shop", id).event.status)
+        .collect();
+    let [done, claimed, pending] = [Status::Completed, Status::Claimed, Status::Pending];
+    assert_eq!(statuses, [done, claimed, claimed, pending]);
+    let history: Vec<Vec<String>> = ids
+        .iter()
+        .map(|id| results(&h.detail("shop", id)))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            vec!["ok"],
+            vec!["retryable_error", "open"],
+            vec!["open"],
+            vec!["retryable_error"]
+        ]
+    );
+    // The new holder still finishes its claim.
+    let theirs = Finish {
+        claim: b[0].claim.clone(),
+        next: credit(1),
+    };
+    assert_eq!(h.store.finish(&[theirs], now + 1).unwrap(), [credited]);
+    assert_eq!(h.balance("c-1"), 20);
 }
