@@ -8,7 +8,10 @@ fn rows_of(conn: &Connection, sql: &str) -> Vec<String> {
     let n = stmt.column_count();
     stmt.query_map([], |r| {
         (0..n)
-            .map(|i| r.get::<_, rusqlite::types::Value>(i).map(|v| format!("{v:?}")))
+            .map(|i| {
+                r.get::<_, rusqlite::types::Value>(i)
+                    .map(|v| format!("{v:?}"))
+            })
             .collect::<Result<Vec<_>, _>>()
     })
     .unwrap()
@@ -84,11 +87,18 @@ fn the_rebuilt_log_keeps_every_row_view_and_key() {
     let insert = "INSERT INTO event_log (source, event_id, event_type, payload_sha256,
                                          received_at, last_delivered_at, payload)
                   VALUES (?1, ?2, 't', zeroblob(32), 1, 1, x'00')";
-    assert!(conn.execute(insert, ["shop", "e-5"]).is_err(), "a stored key");
+    assert!(
+        conn.execute(insert, ["shop", "e-5"]).is_err(),
+        "a stored key"
+    );
     let upsert = format!("{insert} ON CONFLICT (source, event_id) DO NOTHING");
     assert_eq!(conn.execute(&upsert, ["shop", "e-5"]).unwrap(), 0);
     assert_eq!(conn.execute(&upsert, ["shop", "e-new"]).unwrap(), 1);
-    assert_eq!(conn.last_insert_rowid(), 3_001, "seq goes on from the log's last");
+    assert_eq!(
+        conn.last_insert_rowid(),
+        3_001,
+        "seq goes on from the log's last"
+    );
     assert!(
         conn.execute(
             "INSERT INTO event_log (source, event_id, event_type, payload_sha256, received_at,
@@ -116,7 +126,9 @@ fn the_rebuilt_log_keeps_every_row_view_and_key() {
         .unwrap();
     assert_eq!(listed, 14, "shop's e-7 is seq 14");
     let problems: i64 = conn
-        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert_eq!(problems, 0);
     let integrity: String = conn
