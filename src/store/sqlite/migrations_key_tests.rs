@@ -1,23 +1,7 @@
 //! Migration 25: the log rebuilt with its unique key as `(event_id, source)`.
 
+use super::tests::rows_of;
 use super::*;
-
-/// Every row of `sql`, its values printed in order.
-fn rows_of(conn: &Connection, sql: &str) -> Vec<String> {
-    let mut stmt = conn.prepare(sql).unwrap();
-    let n = stmt.column_count();
-    stmt.query_map([], |r| {
-        (0..n)
-            .map(|i| {
-                r.get::<_, rusqlite::types::Value>(i)
-                    .map(|v| format!("{v:?}"))
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .unwrap()
-    .map(|row| row.unwrap().join(", "))
-    .collect()
-}
 
 /// A database full of events under 24 (two sources, requests, redeliveries, a purged body, a
 /// trace, states on either side of the cursor) keeps every row, every read of the views, the
