@@ -122,6 +122,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "queue_cursor",
         include_str!("../../../migrations/sqlite/0024_queue_cursor.sql"),
     ),
+    (
+        25,
+        "event_key_order",
+        include_str!("../../../migrations/sqlite/0025_event_key_order.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -230,3 +235,7 @@ pub(super) fn is_current(conn: &Connection) -> StoreResult<bool> {
 #[cfg(test)]
 #[path = "migrations_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "migrations_key_tests.rs"]
+mod key_tests;

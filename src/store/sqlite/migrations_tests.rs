@@ -3,7 +3,7 @@
 use super::*;
 
 /// Each row of `sql`, its values printed in order, for comparing a table before and after.
-fn rows_of(conn: &Connection, sql: &str) -> Vec<String> {
+pub(super) fn rows_of(conn: &Connection, sql: &str) -> Vec<String> {
     let mut stmt = conn.prepare(sql).unwrap();
     let n = stmt.column_count();
     stmt.query_map([], |r| {
