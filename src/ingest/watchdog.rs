@@ -30,9 +30,9 @@ pub(super) fn start(shared: Weak<Shared>, backstop: Duration) {
 
 fn look(shared: &Shared, now: Instant, stuck: Duration) {
     let mut writing = lock(&shared.writing);
-    if !writing
+    if writing
         .since
-        .is_some_and(|since| now.saturating_duration_since(since) >= stuck)
+        .is_none_or(|since| now.saturating_duration_since(since) < stuck)
     {
         return;
     }
