@@ -203,7 +203,7 @@ impl Ingestor {
             // written. Only if the writer itself is stuck does its watchdog answer (503) in its
             // place, within the same bound; the delivery may then still be committed, and the
             // provider's retry is a duplicate. No timer per delivery: registering and removing
-            // one cost about 650 instructions a delivery (docs/performance.md, eighth look).
+            // one cost about 800 instructions a delivery (docs/performance.md, eighth look).
             answer.await.unwrap_or(Err(IngestError::Stopped))
         }
     }
