@@ -315,3 +315,71 @@ store_tests!(
     a_full_batch_with_repeats_anywhere_is_answered_delivery_by_delivery,
     concurrent_identical_deliveries_through_the_writer_get_one_queued,
 );
+
+/// A commit that does not finish (another connection holds the write lock for longer than the
+/// store waits for it): the writer's watchdog answers 503 by each delivery's deadline plus the
+/// backstop, to the delivery in that commit and to those queued behind it, with no timer of
+/// their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_does_not_finish_is_answered_503_within_the_backstop() {
+    use std::time::{Duration, Instant};
+    use webhook_inbox::ingest::IngestError;
+    use webhook_inbox::store::sqlite::{SqliteOptions, SqliteStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.db");
+    let options = SqliteOptions {
+        wait: Duration::from_secs(3),
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open(&path, options).unwrap();
+    store.migrate().unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let options = IngestOptions {
+        wait: Duration::from_millis(200),
+        backstop: Duration::from_millis(300),
+        ..IngestOptions::default()
+    };
+    let ingest = Ingestor::start(store, options, Arc::new(Notify::new()));
+    let lock = rusqlite::Connection::open(&path).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let mut answers = vec![tokio::spawn(
+        ingest.ingest(new_delivery("shop", "w0", "t", "{}")),
+    )];
+    // Let the writer start its commit of the first; these queue behind it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for i in 1..4 {
+        answers.push(tokio::spawn(ingest.ingest(new_delivery(
+            "shop",
+            &format!("w{i}"),
+            "t",
+            "{}",
+        ))));
+    }
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        assert!(matches!(answer, Err(IngestError::Timeout)), "{answer:?}");
+    }
+    // 200 ms of wait and 300 of backstop, not the store's 3 s.
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1_500),
+        "answered after {took:?}"
+    );
+    lock.execute_batch("ROLLBACK").unwrap();
+    // The commit answered 503 lands once the lock is gone (a 503 is only "not acknowledged"):
+    // the provider's retry is a duplicate. Until the writer notices the lock has gone, the
+    // watchdog answers 503 at once; the ones queued behind the commit were never written.
+    let mut retry = Err(IngestError::Timeout);
+    for _ in 0..100 {
+        retry = ingest.ingest(new_delivery("shop", "w0", "t", "{}")).await;
+        if !matches!(retry, Err(IngestError::Timeout)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(retry.unwrap(), InsertOutcome::Duplicate);
+    let later = ingest.ingest(new_delivery("shop", "w1", "t", "{}")).await;
+    assert_eq!(later.unwrap(), InsertOutcome::Queued);
+}

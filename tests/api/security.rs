@@ -123,6 +123,21 @@ async fn only_a_token_like_request_id_is_taken() {
     }
 }
 
+/// A delivery's answer (SPEC section 3), stored or duplicate, says it is JSON and carries the
+/// headers every answer carries.
+#[tokio::test]
+async fn a_delivery_answer_is_json_with_the_common_headers() {
+    let app = spawn_app().await;
+    for status in ["queued", "duplicate"] {
+        let r = app.deliver("shop", "h1", &order_body("o", "c", 1)).await;
+        assert_eq!(r.body["status"], status, "{}", r.body);
+        assert_eq!(r.headers["content-type"], "application/json", "{status}");
+        assert_eq!(r.headers["cache-control"], "no-store", "{status}");
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{status}");
+        assert_eq!(r.headers["x-request-id"].len(), 36, "{status}");
+    }
+}
+
 /// Answers carrying events, refusals or settings are neither cached nor sniffed; errors do not
 /// reflect the request's path back.
 #[tokio::test]
