@@ -175,6 +175,9 @@ pub(super) fn apply_all(
         )?;
         if !done {
             let context = || format!("applying migration {version:04}_{name}.sql");
+            // Some rebuild a table (0025 the log: about a second per 100,000 events): a start
+            // that takes long says why.
+            tracing::info!(version, name, "applying a schema migration");
             tx.execute_batch(sql)
                 .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(context())))?;
             if version == 16 {
