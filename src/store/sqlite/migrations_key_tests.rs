@@ -1,6 +1,6 @@
 //! Migration 25: the log rebuilt with its unique key as `(event_id, source)`.
 
-use super::tests::rows_of;
+use super::tests::{before_migration, rows_of, rows_of_all};
 use super::*;
 
 /// A database full of events under 24 (two sources, requests, redeliveries, a purged body, a
@@ -9,10 +9,7 @@ use super::*;
 #[test]
 fn the_rebuilt_log_keeps_every_row_view_and_key() {
     let dir = tempfile::tempdir().unwrap();
-    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
-    let before = MIGRATIONS.iter().position(|m| m.0 == 25).unwrap();
-    apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
+    let (mut conn, before) = before_migration(dir.path(), 25);
     // 3,000 events from two sources (each id in both), every tenth a submitted request; every
     // seventh delivered twice with another body; the first one purged; the first 2,000 fanned
     // out.
@@ -39,18 +36,17 @@ fn the_rebuilt_log_keeps_every_row_view_and_key() {
          UPDATE queue_cursor SET after_seq = 2000 WHERE id = 0;",
     )
     .unwrap();
-    let dump = |conn: &Connection| -> Vec<String> {
-        let mut out = Vec::new();
-        for sql in [
-            "SELECT * FROM event_log ORDER BY seq",
-            "SELECT * FROM event_state ORDER BY seq, sub",
-            "SELECT * FROM events ORDER BY seq",
-            "SELECT * FROM event_payloads ORDER BY seq",
-            "SELECT seq FROM event_log WHERE lane = 1 ORDER BY seq",
-        ] {
-            out.extend(rows_of(conn, sql));
-        }
-        out
+    let dump = |conn: &Connection| {
+        rows_of_all(
+            conn,
+            &[
+                "SELECT * FROM event_log ORDER BY seq",
+                "SELECT * FROM event_state ORDER BY seq, sub",
+                "SELECT * FROM events ORDER BY seq",
+                "SELECT * FROM event_payloads ORDER BY seq",
+                "SELECT seq FROM event_log WHERE lane = 1 ORDER BY seq",
+            ],
+        )
     };
     let old = dump(&conn);
     assert_eq!(old.len(), 3_000 + 2_000 + 3_000 + 2_999 + 300);

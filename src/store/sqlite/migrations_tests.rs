@@ -19,6 +19,21 @@ pub(super) fn rows_of(conn: &Connection, sql: &str) -> Vec<String> {
     .collect()
 }
 
+/// A database file in `dir` with every migration before `version` applied, as `apply` runs
+/// them (foreign keys off while tables are rebuilt), and the index of `version` in the list.
+pub(super) fn before_migration(dir: &std::path::Path, version: u32) -> (Connection, usize) {
+    let mut conn = Connection::open(dir.join("m.db")).unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    let before = MIGRATIONS.iter().position(|m| m.0 == version).unwrap();
+    apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
+    (conn, before)
+}
+
+/// Every row of each query, one after the other: what a migration must leave as it was.
+pub(super) fn rows_of_all(conn: &Connection, queries: &[&str]) -> Vec<String> {
+    queries.iter().flat_map(|sql| rows_of(conn, sql)).collect()
+}
+
 #[test]
 fn migrations_apply_cleanly_to_an_empty_database_and_only_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,11 +317,7 @@ fn a_database_newer_than_the_binary_is_refused() {
 fn the_claimer_of_each_kind_follows_the_kind() {
     use crate::subscriptions::Kind;
     let dir = tempfile::tempdir().unwrap();
-    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
-    // As `apply` runs them: foreign keys off while tables are rebuilt.
-    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
-    let before = MIGRATIONS.iter().position(|m| m.0 == 21).unwrap();
-    apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
+    let (mut conn, before) = before_migration(dir.path(), 21);
     for kind in Kind::ALL {
         conn.execute(
             "INSERT INTO subscriptions (name, kind, lane, created_at) VALUES (?1, ?1, ?2, 0)
@@ -334,10 +345,7 @@ fn the_claimer_of_each_kind_follows_the_kind() {
 #[test]
 fn the_cursor_takes_its_postgres_name_with_every_event_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let mut conn = Connection::open(dir.path().join("m.db")).unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
-    let before = MIGRATIONS.iter().position(|m| m.0 == 24).unwrap();
-    apply_all(&mut conn, &MIGRATIONS[..before]).unwrap();
+    let (mut conn, before) = before_migration(dir.path(), 24);
     // 2,000 events, every tenth a submitted request (lane 1); the first 1,500 fanned out.
     conn.execute_batch(
         "INSERT INTO subscriptions (name, kind, lane, created_at) VALUES ('audit', 'audit', 0, 0)
@@ -353,16 +361,15 @@ fn the_cursor_takes_its_postgres_name_with_every_event_kept() {
          UPDATE queue_cursors SET after_seq = 1500 WHERE lane = 0;",
     )
     .unwrap();
-    let dump = |conn: &Connection| -> Vec<String> {
-        let mut out = Vec::new();
-        for sql in [
-            "SELECT * FROM event_log ORDER BY seq",
-            "SELECT * FROM event_state ORDER BY seq, sub",
-            "SELECT * FROM events ORDER BY seq, status",
-        ] {
-            out.extend(rows_of(conn, sql));
-        }
-        out
+    let dump = |conn: &Connection| {
+        rows_of_all(
+            conn,
+            &[
+                "SELECT * FROM event_log ORDER BY seq",
+                "SELECT * FROM event_state ORDER BY seq, sub",
+                "SELECT * FROM events ORDER BY seq, status",
+            ],
+        )
     };
     let old = dump(&conn);
     assert_eq!(old.len(), 2_000 + 1_500 + 2_000);
