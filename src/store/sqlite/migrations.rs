@@ -165,6 +165,8 @@ pub(super) fn apply_all(
     migrations: &[(u32, &str, &str)],
 ) -> StoreResult<Vec<u32>> {
     conn.execute_batch(BOOKKEEPING)?;
+    // A new file takes every migration in milliseconds: only an upgrade says which it applies.
+    let upgrade = latest_applied(conn)?.is_some();
     let mut applied = Vec::new();
     for &(version, name, sql) in migrations {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -177,7 +179,9 @@ pub(super) fn apply_all(
             let context = || format!("applying migration {version:04}_{name}.sql");
             // Some rebuild a table (0025 the log: about a second per 100,000 events): a start
             // that takes long says why.
-            tracing::info!(version, name, "applying a schema migration");
+            if upgrade {
+                tracing::info!(version, name, "applying a schema migration");
+            }
             tx.execute_batch(sql)
                 .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(context())))?;
             if version == 16 {
