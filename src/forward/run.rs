@@ -24,12 +24,12 @@ use tokio::time::Instant;
 
 use super::ahead::Ahead;
 use super::{Done, Forwarder, MAX_FINISH_BATCH};
-
-/// Writes running at once: a claim may start while the write before it waits for the disk.
-const MAX_WRITES: usize = 2;
 use crate::domain::DeliveryMode;
 use crate::domain::time::now_ms;
 use crate::store::{Finish, Finished, Gate, StoreError, StoreResult, SubscriptionClaim};
+
+/// Writes running at once: a claim may start while the write before it waits for the disk.
+const MAX_WRITES: usize = 2;
 
 /// What one round's write gave back.
 struct Round {
